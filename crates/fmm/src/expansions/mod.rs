@@ -1,0 +1,1 @@
+//! Solid harmonics and rotations (being written).

@@ -1,0 +1,26 @@
+//! CPU reference fast multipole engine for the regularized Biot-Savart law.
+//!
+//! Given vortex elements (position, vector strength, Gaussian core radius) and targets, computes
+//! velocity and classical vortex stretching (`CONVENTIONS.md`, core paper Eq. 3-9) by direct
+//! summation, a Barnes-Hut treecode (M2P) or the fast multipole method (M2L), all in f64.
+//!
+//! Module tree, in the order of the algorithm:
+//! * [`particles`], [`kernel`]: inputs, outputs and the pair kernel (P2P);
+//! * [`tree`]: adaptive octree over Morton-sorted points;
+//! * [`lists`]: dual tree traversal producing near (P2P) and far (M2L / M2P) interaction lists;
+//! * [`expansions`]: solid harmonics and Wigner rotations;
+//! * [`operators`]: P2M, M2M, M2L (rotation O(p^3) and plain O(p^4)), L2L, L2P, M2P, P2P;
+//! * [`backend`]: the trait a compute backend (CPU here, CUDA in `vortex-gpu`) implements;
+//! * [`evaluators`]: `direct`, `treecode` and `fmm` behind one interface.
+
+pub mod error;
+pub mod expansions;
+pub mod kernel;
+pub mod operators;
+pub mod particles;
+
+pub use error::FmmError;
+pub use particles::{relative_l2_error, Fields, Sources, Targets};
+
+/// Largest supported expansion order.
+pub const MAX_ORDER: usize = 20;

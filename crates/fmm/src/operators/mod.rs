@@ -1,0 +1,1 @@
+//! FMM operators (being written).

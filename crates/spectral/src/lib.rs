@@ -1,0 +1,1 @@
+//! Pseudo-spectral solver (work in progress).
