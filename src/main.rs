@@ -1,1 +1,56 @@
-fn main() {}
+//! `vortex`: vortex particle method with a fast multipole method, on CPUs and GPUs.
+//!
+//! Subcommands: `eval` (one velocity + stretching evaluation), `particles` (test sets),
+//! `bench` (timings and accuracy), `spectral` (the pseudo-spectral reference solver).
+
+mod commands;
+mod io;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "vortex", version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("VORTEX_GIT_COMMIT"), ")"),
+          about = "Vortex particle method with a fast multipole method (FMM)")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Velocity and stretching of a particle file (direct, treecode or FMM).
+    Eval(commands::eval::EvalArgs),
+    /// Write a reproducible random particle set (.npy, N x 7).
+    Particles(commands::particles::ParticlesArgs),
+    /// Benchmarks: time per phase and accuracy.
+    Bench(commands::bench::BenchArgs),
+}
+
+/// A rayon pool with `threads` threads (all cores when `None`).
+pub fn thread_pool(threads: Option<usize>) -> Result<rayon::ThreadPool> {
+    let mut b = rayon::ThreadPoolBuilder::new();
+    if let Some(t) = threads {
+        if t == 0 {
+            anyhow::bail!("--threads must be at least 1");
+        }
+        b = b.num_threads(t);
+    }
+    Ok(b.build()?)
+}
+
+fn main() {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .format_timestamp_millis()
+        .init();
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Eval(a) => commands::eval::run(a),
+        Command::Particles(a) => commands::particles::run(a),
+        Command::Bench(a) => commands::bench::run(a),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}

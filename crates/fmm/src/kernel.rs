@@ -23,6 +23,8 @@ pub const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
 
 /// Below this `rho` the series of `q` is used: the closed form loses all digits to cancellation.
 const RHO_SERIES: f64 = 1e-2;
+/// Above this `rho`, `1 - q < 1e-15` and `rho^2 exp(-rho^2/2) < 1e-14`: the kernel is singular.
+const RHO_SINGULAR: f64 = 9.0;
 
 /// `K(r) / 1` and `K'(r) / r` of one pair, given `r^2` and the source core radius `sigma`.
 ///
@@ -40,11 +42,14 @@ pub fn kernel_factors(r2: f64, sigma: f64) -> (f64, f64) {
         let kp_over_r = SQRT_2_OVER_PI / (s3 * sigma * sigma) * (-0.2 + rho2 / 14.0);
         return (k, kp_over_r);
     }
+    let inv_r = 1.0 / r;
+    let inv_r3 = inv_r * inv_r * inv_r;
+    if rho > RHO_SINGULAR {
+        return (inv_r3, -3.0 * inv_r3 * inv_r * inv_r);
+    }
     let g = (-0.5 * rho * rho).exp();
     let q = libm::erf(rho * std::f64::consts::FRAC_1_SQRT_2) - SQRT_2_OVER_PI * rho * g;
     let dq_dr = SQRT_2_OVER_PI * rho * rho * g / sigma;
-    let inv_r = 1.0 / r;
-    let inv_r3 = inv_r * inv_r * inv_r;
     let k = q * inv_r3;
     let kp = dq_dr * inv_r3 - 3.0 * q * inv_r3 * inv_r;
     (k, kp * inv_r)

@@ -13,13 +13,20 @@
 //! * [`backend`]: the trait a compute backend (CPU here, CUDA in `vortex-gpu`) implements;
 //! * [`evaluators`]: `direct`, `treecode` and `fmm` behind one interface.
 
+pub mod backend;
 pub mod error;
+pub mod evaluators;
 pub mod expansions;
 pub mod kernel;
+pub mod lists;
 pub mod operators;
 pub mod particles;
+pub mod testsets;
+pub mod tree;
 
+pub use backend::{cpu::CpuBackend, Backend, FarField, PhaseTimes, Plan};
 pub use error::FmmError;
+pub use evaluators::{evaluate, EvalParams, Evaluation, Method};
 pub use particles::{relative_l2_error, Fields, Sources, Targets};
 
 /// Largest supported expansion order.

@@ -1,0 +1,132 @@
+//! The compute backend interface.
+//!
+//! The driver ([`crate::evaluators`]) builds a [`Plan`] (trees and interaction lists, on the CPU)
+//! and hands it to a backend, which runs the phases of one evaluation on its own data:
+//! `prepare` (upload sorted particles), `upward` (P2M, M2M), `downward` (M2L or M2P, L2L, L2P),
+//! `near_field` (P2P) and `fields` (download). Backends keep particles and expansions in their
+//! own memory between phases (`State`), so a GPU backend moves only what must cross the bus.
+//! The MPI decomposition (`vortex-domain`) inserts the exchange of halo particles and remote
+//! multipoles between `upward` and `downward` (see `docs/ARCHITECTURE.md`).
+
+pub mod cpu;
+
+use crate::lists::InteractionLists;
+use crate::tree::Tree;
+use crate::{Fields, FmmError, Sources, Targets};
+use std::time::Instant;
+
+/// How the far field is represented and applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FarField {
+    /// Multipoles, M2L into local expansions, L2L, L2P.
+    Fmm,
+    /// Multipoles evaluated directly at the targets (M2P).
+    Treecode,
+}
+
+/// Everything a backend needs to know about the geometry of one evaluation.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub order: usize,
+    pub far_field: FarField,
+    pub source_tree: Tree,
+    pub target_tree: Tree,
+    pub lists: InteractionLists,
+    /// Periodic box length, if periodic.
+    pub period: Option<f64>,
+}
+
+impl Plan {
+    /// Centre of source cell `cell` shifted by periodic image `image`.
+    pub fn source_center(&self, cell: usize, image: u8) -> [f64; 3] {
+        let c = self.source_tree.cells[cell].center;
+        self.shift_of(image)
+            .map(|s| std::array::from_fn(|k| c[k] + s[k]))
+            .unwrap_or(c)
+    }
+
+    /// Displacement of periodic image `image` (`None` for free space or the unshifted image).
+    pub fn shift_of(&self, image: u8) -> Option<[f64; 3]> {
+        let l = self.period?;
+        let s = crate::lists::image_shift(image);
+        Some(std::array::from_fn(|k| s[k] as f64 * l))
+    }
+}
+
+/// Wall-clock seconds spent in each phase of one evaluation.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PhaseTimes {
+    pub tree: f64,
+    pub lists: f64,
+    pub p2m: f64,
+    pub m2m: f64,
+    pub m2l: f64,
+    pub m2p: f64,
+    pub l2l: f64,
+    pub l2p: f64,
+    pub p2p: f64,
+    pub transfer: f64,
+    pub total: f64,
+}
+
+impl PhaseTimes {
+    /// `(name, seconds)` for every phase, in pipeline order.
+    pub fn entries(&self) -> [(&'static str, f64); 11] {
+        [
+            ("tree", self.tree),
+            ("lists", self.lists),
+            ("P2M", self.p2m),
+            ("M2M", self.m2m),
+            ("M2L", self.m2l),
+            ("M2P", self.m2p),
+            ("L2L", self.l2l),
+            ("L2P", self.l2p),
+            ("P2P", self.p2p),
+            ("transfer", self.transfer),
+            ("total", self.total),
+        ]
+    }
+}
+
+/// Times a closure and adds the elapsed seconds to `slot`.
+pub fn timed<T>(slot: &mut f64, f: impl FnOnce() -> T) -> T {
+    let t0 = Instant::now();
+    let r = f();
+    *slot += t0.elapsed().as_secs_f64();
+    r
+}
+
+/// A compute backend: the CPU reference ([`cpu::CpuBackend`]) or a GPU one.
+///
+/// Sources and targets handed to `prepare` are already in the trees' sorted order; `fields`
+/// returns velocity and stretching (with the `1/(4 pi)` factor) in that same order.
+pub trait Backend: Send + Sync {
+    type State;
+
+    fn name(&self) -> String;
+    fn prepare(
+        &self,
+        plan: &Plan,
+        sources: &Sources,
+        targets: &Targets,
+    ) -> Result<Self::State, FmmError>;
+    fn upward(
+        &self,
+        plan: &Plan,
+        state: &mut Self::State,
+        times: &mut PhaseTimes,
+    ) -> Result<(), FmmError>;
+    fn downward(
+        &self,
+        plan: &Plan,
+        state: &mut Self::State,
+        times: &mut PhaseTimes,
+    ) -> Result<(), FmmError>;
+    fn near_field(
+        &self,
+        plan: &Plan,
+        state: &mut Self::State,
+        times: &mut PhaseTimes,
+    ) -> Result<(), FmmError>;
+    fn fields(&self, plan: &Plan, state: Self::State) -> Result<Fields, FmmError>;
+}

@@ -1,0 +1,301 @@
+//! The TOML configuration of a run (`vortex spectral CONFIG.toml`).
+//!
+//! ```toml
+//! n = 64                    # grid points per direction (even, >= 8)
+//! nu = 0.01                 # kinematic viscosity (> 0 unless inviscid = true)
+//! # inviscid = true         # allow nu = 0
+//! dealias = "three-halves"  # or "two-thirds"
+//! t_end = 10.0
+//! dt = 0.01                 # fixed step; or give cfl (and optionally dt_max) instead
+//! # cfl = 0.5
+//! # dt_max = 0.05
+//! stats_every = 0.1         # time between rows of energy.csv (default: every step)
+//! spectrum_times = [0.0, 5.0, 10.0]
+//! field_times = [10.0]      # velocity fields on the grid
+//! field_formats = ["npy", "vtk"]
+//! vorticity = false         # also write the vorticity with the fields
+//! checkpoint_every = 1.0    # time between checkpoints (default: only at the end)
+//! threads = 0               # rayon threads, 0 = all cores
+//!
+//! [initial]
+//! type = "taylor-green"     # "taylor-green", "taylor-green-2d" or "isotropic"
+//! amplitude = 1.0           # Taylor-Green only
+//! # k_peak = 4.0            # isotropic only, with seed and one of energy / re_lambda
+//! # seed = 1
+//! # re_lambda = 100.0
+//! ```
+
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// Dealiasing rule.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Dealias {
+    /// Zero-padding to `3n/2` points for the products (exact for quadratic terms). Default.
+    #[default]
+    ThreeHalves,
+    /// Truncation of all modes with `|k_i| >= n/3`, products on the `n^3` grid.
+    TwoThirds,
+}
+
+/// Which initial field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InitialKind {
+    /// 3-D Taylor-Green vortex.
+    TaylorGreen,
+    /// 2-D Taylor-Green vortex (exact solution).
+    TaylorGreen2d,
+    /// Random isotropic field.
+    Isotropic,
+}
+
+/// The `[initial]` table.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InitialConfig {
+    /// Kind of initial field.
+    #[serde(rename = "type")]
+    pub kind: InitialKind,
+    /// Amplitude of the Taylor-Green fields (default 1).
+    #[serde(default)]
+    pub amplitude: Option<f64>,
+    /// Peak wavenumber of the isotropic spectrum.
+    #[serde(default)]
+    pub k_peak: Option<f64>,
+    /// Energy of the isotropic field.
+    #[serde(default)]
+    pub energy: Option<f64>,
+    /// `Re_lambda` of the isotropic field.
+    #[serde(default)]
+    pub re_lambda: Option<f64>,
+    /// Seed of the isotropic field.
+    #[serde(default)]
+    pub seed: Option<u64>,
+}
+
+/// A whole configuration file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Grid points per direction.
+    pub n: usize,
+    /// Kinematic viscosity.
+    pub nu: f64,
+    /// Allow `nu = 0`.
+    #[serde(default)]
+    pub inviscid: bool,
+    /// Dealiasing rule.
+    #[serde(default)]
+    pub dealias: Dealias,
+    /// End time.
+    pub t_end: f64,
+    /// Fixed time step.
+    #[serde(default)]
+    pub dt: Option<f64>,
+    /// CFL number for an adaptive step (`dt = cfl * dx / max(|u|+|v|+|w|)`).
+    #[serde(default)]
+    pub cfl: Option<f64>,
+    /// Largest adaptive step.
+    #[serde(default)]
+    pub dt_max: Option<f64>,
+    /// Time between rows of energy.csv (default: every step).
+    #[serde(default)]
+    pub stats_every: Option<f64>,
+    /// Times at which spectra are written.
+    #[serde(default)]
+    pub spectrum_times: Vec<f64>,
+    /// Times at which velocity fields are written.
+    #[serde(default)]
+    pub field_times: Vec<f64>,
+    /// Field formats: "npy" and/or "vtk".
+    #[serde(default = "default_formats")]
+    pub field_formats: Vec<String>,
+    /// Also write vorticity fields.
+    #[serde(default)]
+    pub vorticity: bool,
+    /// Time between checkpoints.
+    #[serde(default)]
+    pub checkpoint_every: Option<f64>,
+    /// Rayon threads (0 = all).
+    #[serde(default)]
+    pub threads: usize,
+    /// Initial condition.
+    pub initial: InitialConfig,
+}
+
+fn default_formats() -> Vec<String> {
+    vec!["npy".into()]
+}
+
+/// A configuration error naming the file and, where it applies, the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{file}: cannot read: {source}")]
+    Read {
+        /// File name.
+        file: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// TOML syntax, an unknown or missing key, a wrong type.
+    #[error("{file}: {msg}")]
+    Parse {
+        /// File name.
+        file: String,
+        /// The parser's message (names the key).
+        msg: String,
+    },
+    /// A value out of range.
+    #[error("{file}: key `{key}`: {msg}")]
+    Invalid {
+        /// File name.
+        file: String,
+        /// The offending key.
+        key: String,
+        /// What is wrong.
+        msg: String,
+    },
+}
+
+impl Config {
+    /// Read and validate a configuration file.
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            file: file.clone(),
+            source,
+        })?;
+        Self::from_str_named(&text, &file)
+    }
+
+    /// Parse and validate TOML text; `file` names it in errors.
+    pub fn from_str_named(text: &str, file: &str) -> Result<Config, ConfigError> {
+        let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            file: file.to_string(),
+            msg: e.to_string().trim_end().replace('\n', " | "),
+        })?;
+        cfg.validate(file)?;
+        Ok(cfg)
+    }
+
+    /// Check ranges; `file` names the source in errors.
+    pub fn validate(&self, file: &str) -> Result<(), ConfigError> {
+        let bad = |key: &str, msg: String| ConfigError::Invalid {
+            file: file.to_string(),
+            key: key.to_string(),
+            msg,
+        };
+        if self.n < 8 || self.n % 2 != 0 {
+            return Err(bad(
+                "n",
+                format!("grid size must be even and at least 8, got {}", self.n),
+            ));
+        }
+        if !self.nu.is_finite() || self.nu < 0.0 {
+            return Err(bad(
+                "nu",
+                format!("viscosity must be >= 0, got {}", self.nu),
+            ));
+        }
+        if self.nu == 0.0 && !self.inviscid {
+            return Err(bad(
+                "nu",
+                "viscosity must be > 0 (set inviscid = true for an Euler run)".into(),
+            ));
+        }
+        if !(self.t_end.is_finite() && self.t_end >= 0.0) {
+            return Err(bad("t_end", format!("must be >= 0, got {}", self.t_end)));
+        }
+        match (self.dt, self.cfl) {
+            (Some(_), Some(_)) => {
+                return Err(bad("cfl", "give either dt or cfl, not both".into()));
+            }
+            (None, None) => return Err(bad("dt", "give dt (fixed step) or cfl".into())),
+            (Some(dt), None) if !(dt.is_finite() && dt > 0.0) => {
+                return Err(bad("dt", format!("must be > 0, got {dt}")));
+            }
+            (None, Some(c)) if !(c.is_finite() && c > 0.0) => {
+                return Err(bad("cfl", format!("must be > 0, got {c}")));
+            }
+            (None, Some(c)) if c > 1.0 => {
+                log::warn!(
+                    "{file}: cfl = {c} exceeds about 0.9, the RK4 stability limit of spectral advection; the run may blow up"
+                );
+            }
+            _ => {}
+        }
+        if let Some(d) = self.dt_max {
+            if !(d > 0.0) {
+                return Err(bad("dt_max", format!("must be > 0, got {d}")));
+            }
+        }
+        for (key, v) in [
+            ("stats_every", self.stats_every),
+            ("checkpoint_every", self.checkpoint_every),
+        ] {
+            if let Some(x) = v {
+                if !(x.is_finite() && x > 0.0) {
+                    return Err(bad(key, format!("must be > 0, got {x}")));
+                }
+            }
+        }
+        for f in &self.field_formats {
+            if f != "npy" && f != "vtk" {
+                return Err(bad(
+                    "field_formats",
+                    format!("unknown format {f:?} (expected \"npy\" or \"vtk\")"),
+                ));
+            }
+        }
+        let ini = &self.initial;
+        match ini.kind {
+            InitialKind::TaylorGreen | InitialKind::TaylorGreen2d => {
+                for (key, present) in [
+                    ("initial.k_peak", ini.k_peak.is_some()),
+                    ("initial.energy", ini.energy.is_some()),
+                    ("initial.re_lambda", ini.re_lambda.is_some()),
+                    ("initial.seed", ini.seed.is_some()),
+                ] {
+                    if present {
+                        return Err(bad(key, "only for type = \"isotropic\"".into()));
+                    }
+                }
+            }
+            InitialKind::Isotropic => {
+                if ini.amplitude.is_some() {
+                    return Err(bad(
+                        "initial.amplitude",
+                        "only for the Taylor-Green fields; use energy or re_lambda".into(),
+                    ));
+                }
+                match ini.k_peak {
+                    Some(k) if k > 0.0 => {}
+                    Some(k) => return Err(bad("initial.k_peak", format!("must be > 0, got {k}"))),
+                    None => return Err(bad("initial.k_peak", "missing (required for isotropic)".into())),
+                }
+                if ini.seed.is_none() {
+                    return Err(bad("initial.seed", "missing (required for isotropic)".into()));
+                }
+                match (ini.energy, ini.re_lambda) {
+                    (Some(_), Some(_)) => {
+                        return Err(bad("initial.re_lambda", "give energy or re_lambda, not both".into()))
+                    }
+                    (None, None) => {
+                        return Err(bad("initial.energy", "missing: give energy or re_lambda".into()))
+                    }
+                    (Some(e), None) if !(e > 0.0) => {
+                        return Err(bad("initial.energy", format!("must be > 0, got {e}")))
+                    }
+                    (None, Some(r)) if !(r > 0.0) || self.nu == 0.0 => {
+                        return Err(bad("initial.re_lambda", "needs re_lambda > 0 and nu > 0".into()))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,166 @@
+//! `vortex bench`: timings and accuracy of the engine, printed as tables for BENCHMARKS.md.
+//!
+//! * `vortex bench fmm`: per N and p, time per phase and the relative L2 errors of velocity and
+//!   stretching against the f64 direct sum on a random sample of targets.
+//! * `vortex bench m2l`: time of one M2L translation, rotation-based O(p^3) vs plain O(p^4).
+
+use anyhow::{bail, Result};
+use clap::{Args, Subcommand};
+use fmm::evaluators::direct::direct;
+use fmm::expansions::{expansion_len, Complex64};
+use fmm::operators::{Operators, Scratch};
+use fmm::testsets::{generate, Distribution};
+use fmm::{evaluate, relative_l2_error, CpuBackend, EvalParams, Method, Targets};
+use rand::{seq::index::sample, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::time::Instant;
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub what: BenchKind,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BenchKind {
+    /// Time per phase and error vs the direct sum, for several N and p.
+    Fmm(FmmBench),
+    /// Time of one M2L: rotation-based O(p^3) vs plain O(p^4).
+    M2l(M2lBench),
+}
+
+#[derive(Args, Debug)]
+pub struct FmmBench {
+    /// Particle counts, comma separated (e.g. 1e4,1e5,1e6).
+    #[arg(long, value_delimiter = ',', default_value = "1e4,1e5")]
+    pub n: Vec<f64>,
+    /// Expansion orders, comma separated or a range like 4..14.
+    #[arg(long, default_value = "4..14")]
+    pub orders: String,
+    #[arg(long, default_value = "fmm")]
+    pub method: Method,
+    #[arg(long, default_value_t = 0.5)]
+    pub theta: f64,
+    #[arg(long, default_value_t = 64)]
+    pub leaf_size: usize,
+    /// Targets sampled for the error against the direct sum.
+    #[arg(long, default_value_t = 1000)]
+    pub samples: usize,
+    /// uniform, ring or clumps.
+    #[arg(long, default_value = "uniform")]
+    pub distribution: Distribution,
+    #[arg(long)]
+    pub threads: Option<usize>,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct M2lBench {
+    #[arg(long, default_value = "2..20")]
+    pub orders: String,
+    /// Translations timed per order.
+    #[arg(long, default_value_t = 20000)]
+    pub count: usize,
+}
+
+/// Parses "4..14" (inclusive) or "4,6,8".
+pub fn parse_orders(s: &str) -> Result<Vec<usize>> {
+    if let Some((a, b)) = s.split_once("..") {
+        let (a, b): (usize, usize) = (a.trim().parse()?, b.trim().parse()?);
+        if a > b {
+            bail!("empty order range {s}");
+        }
+        return Ok((a..=b).collect());
+    }
+    s.split(',')
+        .map(|x| x.trim().parse().map_err(Into::into))
+        .collect()
+}
+
+pub fn run(args: &BenchArgs) -> Result<()> {
+    match &args.what {
+        BenchKind::Fmm(b) => bench_fmm(b),
+        BenchKind::M2l(b) => bench_m2l(b),
+    }
+}
+
+fn bench_fmm(b: &FmmBench) -> Result<()> {
+    let pool = crate::thread_pool(b.threads)?;
+    let orders = parse_orders(&b.orders)?;
+    println!(
+        "# vortex bench fmm: method {} theta {} leaf {} dist {:?} threads {} commit {}",
+        b.method,
+        b.theta,
+        b.leaf_size,
+        b.distribution,
+        pool.current_num_threads(),
+        env!("VORTEX_GIT_COMMIT")
+    );
+    println!(
+        "{:>9} {:>3} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>10} {:>10}",
+        "N", "p", "tree", "lists", "P2M", "M2M", "M2L", "M2P", "L2L", "L2P", "P2P", "total", "err_vel", "err_str"
+    );
+    for &nf in &b.n {
+        let n = nf as usize;
+        let sources = generate(b.distribution, n, b.seed, false);
+        let mut rng = ChaCha8Rng::seed_from_u64(b.seed + 1);
+        let idx = sample(&mut rng, n, b.samples.min(n)).into_vec();
+        let sample_targets = Targets {
+            position: idx.iter().map(|&i| sources.position[i]).collect(),
+            strength: idx.iter().map(|&i| sources.strength[i]).collect(),
+        };
+        let reference = pool.install(|| direct(&sources, &sample_targets));
+        let targets = sources.as_targets();
+        for &p in &orders {
+            let params = EvalParams {
+                method: b.method,
+                order: p,
+                theta: b.theta,
+                leaf_size: b.leaf_size,
+                ..EvalParams::default()
+            };
+            let ev = pool.install(|| evaluate(&CpuBackend, &params, &sources, &targets))?;
+            let vel: Vec<[f64; 3]> = idx.iter().map(|&i| ev.fields.velocity[i]).collect();
+            let st: Vec<[f64; 3]> = idx.iter().map(|&i| ev.fields.stretching[i]).collect();
+            let t = &ev.times;
+            println!(
+                "{:>9} {:>3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>9.3} {:>10.3e} {:>10.3e}",
+                n, p, t.tree, t.lists, t.p2m, t.m2m, t.m2l, t.m2p, t.l2l, t.l2p, t.p2p, t.total,
+                relative_l2_error(&vel, &reference.velocity),
+                relative_l2_error(&st, &reference.stretching)
+            );
+        }
+    }
+    Ok(())
+}
+
+fn bench_m2l(b: &M2lBench) -> Result<()> {
+    println!("# vortex bench m2l: seconds per M2L (3 components), commit {}", env!("VORTEX_GIT_COMMIT"));
+    println!("{:>3} {:>12} {:>12} {:>8}", "p", "rotation", "direct", "speedup");
+    for p in parse_orders(&b.orders)? {
+        let ops = Operators::new(p);
+        let len = expansion_len(p);
+        let m: Vec<Complex64> = (0..len)
+            .map(|i| Complex64::new((i as f64 * 0.37).sin(), (i as f64 * 0.11).cos()))
+            .collect();
+        let mut l = vec![Complex64::new(0.0, 0.0); len];
+        let mut scratch = Scratch::new(p);
+        let (src, tgt) = ([0.1, -0.2, 0.05], [2.1, 1.3, -0.9]);
+        let count = b.count.max(1);
+        let t0 = Instant::now();
+        for _ in 0..count {
+            ops.m2l(src, tgt, &m, &mut l, &mut scratch);
+        }
+        let rot = t0.elapsed().as_secs_f64() / count as f64;
+        let direct_count = (count / 4).max(1);
+        let t0 = Instant::now();
+        for _ in 0..direct_count {
+            ops.m2l_direct(src, tgt, &m, &mut l);
+        }
+        let dir = t0.elapsed().as_secs_f64() / direct_count as f64;
+        std::hint::black_box(&l);
+        println!("{:>3} {:>12.3e} {:>12.3e} {:>8.2}", p, rot, dir, dir / rot);
+    }
+    Ok(())
+}

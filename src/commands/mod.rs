@@ -1,0 +1,5 @@
+//! The subcommands of the `vortex` binary.
+
+pub mod bench;
+pub mod eval;
+pub mod particles;

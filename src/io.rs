@@ -1,0 +1,99 @@
+//! Reading and writing the project's NumPy files (`CONVENTIONS.md`, "Files").
+//!
+//! Every error names the file and what is wrong with it.
+
+use anyhow::{bail, Context, Result};
+use fmm::{Fields, Sources, Targets};
+use ndarray::{Array2, ArrayView2};
+use ndarray_npy::{read_npy, write_npy};
+use std::path::Path;
+
+fn read_matrix(path: &Path, cols: usize, what: &str) -> Result<Array2<f64>> {
+    if !path.exists() {
+        bail!("{what} file {} does not exist", path.display());
+    }
+    let a: Array2<f64> = read_npy(path).with_context(|| {
+        format!(
+            "{what} file {}: not a readable .npy file of 2-D little-endian float64 (dtype '<f8') \
+             data",
+            path.display()
+        )
+    })?;
+    if a.ncols() != cols {
+        bail!(
+            "{what} file {}: shape ({}, {}) but ({}, {cols}) expected",
+            path.display(),
+            a.nrows(),
+            a.ncols(),
+            a.nrows()
+        );
+    }
+    if a.nrows() == 0 {
+        bail!("{what} file {}: contains no rows (N = 0)", path.display());
+    }
+    if let Some(((i, j), v)) = a.indexed_iter().find(|(_, v)| !v.is_finite()) {
+        bail!(
+            "{what} file {}: row {i}, column {j} is {v} (values must be finite)",
+            path.display()
+        );
+    }
+    Ok(a)
+}
+
+/// Reads an `(N, 7)` particle file: `x, y, z, alpha_x, alpha_y, alpha_z, sigma`.
+pub fn read_particles(path: &Path) -> Result<Sources> {
+    let a = read_matrix(path, 7, "particle")?;
+    let mut s = Sources::default();
+    for (i, row) in a.rows().into_iter().enumerate() {
+        if row[6] <= 0.0 {
+            bail!(
+                "particle file {}: row {i}: core radius sigma (column 6) is {} but must be positive",
+                path.display(),
+                row[6]
+            );
+        }
+        s.position.push([row[0], row[1], row[2]]);
+        s.strength.push([row[3], row[4], row[5]]);
+        s.sigma.push(row[6]);
+    }
+    Ok(s)
+}
+
+/// Reads an `(M, 3)` target file of positions.
+pub fn read_targets(path: &Path) -> Result<Targets> {
+    let a = read_matrix(path, 3, "target")?;
+    Ok(Targets::points(
+        a.rows().into_iter().map(|r| [r[0], r[1], r[2]]).collect(),
+    ))
+}
+
+/// Writes an `(N, 7)` particle file.
+pub fn write_particles(path: &Path, s: &Sources) -> Result<()> {
+    let mut a = Array2::<f64>::zeros((s.len(), 7));
+    for i in 0..s.len() {
+        for c in 0..3 {
+            a[[i, c]] = s.position[i][c];
+            a[[i, 3 + c]] = s.strength[i][c];
+        }
+        a[[i, 6]] = s.sigma[i];
+    }
+    write_npy(path, &a).with_context(|| format!("writing particle file {}", path.display()))
+}
+
+/// Writes an `(N, 3)` float64 array.
+pub fn write_vectors(path: &Path, v: &[[f64; 3]]) -> Result<()> {
+    let flat: Vec<f64> = v.iter().flatten().copied().collect();
+    let view = ArrayView2::from_shape((v.len(), 3), &flat)?;
+    write_npy(path, &view).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Writes `velocity.npy` and, when `with_stretching`, `stretching.npy` into `dir`.
+pub fn write_fields(dir: &Path, f: &Fields, with_stretching: bool) -> Result<()> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating output directory {}", dir.display()))?;
+    write_vectors(&dir.join("velocity.npy"), &f.velocity)?;
+    if with_stretching {
+        write_vectors(&dir.join("stretching.npy"), &f.stretching)?;
+    }
+    Ok(())
+}
