@@ -2,6 +2,7 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
+use fmm::periodic::Periodic;
 use fmm::{evaluate, CpuBackend, EvalParams, Method};
 use std::path::PathBuf;
 
@@ -32,6 +33,15 @@ pub struct EvalArgs {
     /// Plain points carry no strength, so only velocity.npy is written.
     #[arg(long)]
     pub targets: Option<PathBuf>,
+    /// Periodic box `[-L/2, L/2)^3` (positions are wrapped; total strength must be zero).
+    #[arg(long)]
+    pub periodic: bool,
+    /// Periodic box length L.
+    #[arg(long, default_value_t = 2.0 * std::f64::consts::PI, requires = "periodic")]
+    pub box_length: f64,
+    /// Levels of periodic images above the root: 9 * 3^(K-1) boxes per dimension are summed.
+    #[arg(long, default_value_t = 4, requires = "periodic")]
+    pub image_levels: usize,
 }
 
 impl EvalArgs {
@@ -41,6 +51,10 @@ impl EvalArgs {
             order: self.order,
             theta: self.theta,
             leaf_size: self.leaf_size,
+            periodic: self.periodic.then_some(Periodic {
+                box_length: self.box_length,
+                image_levels: self.image_levels,
+            }),
             ..EvalParams::default()
         }
     }

@@ -21,6 +21,7 @@ pub mod kernel;
 pub mod lists;
 pub mod operators;
 pub mod particles;
+pub mod periodic;
 pub mod testsets;
 pub mod tree;
 

@@ -122,7 +122,9 @@ impl InteractionLists {
                 cell: 0,
                 image: NO_SHIFT,
             }],
-            Some(_) => (0..27u8).map(|image| SourceRef { cell: 0, image }).collect(),
+            Some(_) => (0..27u8)
+                .map(|image| SourceRef { cell: 0, image })
+                .collect(),
         };
         let ctx = Traversal {
             targets,
@@ -192,8 +194,7 @@ impl Traversal<'_> {
                 far.push(s);
             } else if tcell.is_leaf() && scell.is_leaf() {
                 near.push(s);
-            } else if !scell.is_leaf() && (tcell.is_leaf() || scell.half_width > tcell.half_width)
-            {
+            } else if !scell.is_leaf() && (tcell.is_leaf() || scell.half_width > tcell.half_width) {
                 work.extend(scell.children.clone().map(|c| SourceRef {
                     cell: c as u32,
                     image: s.image,
@@ -233,7 +234,12 @@ impl Traversal<'_> {
 pub fn cell_sigma_max(tree: &Tree, sorted_sigma: &[f64]) -> Vec<f64> {
     tree.cells
         .par_iter()
-        .map(|c| sorted_sigma[c.range.clone()].iter().copied().fold(0.0, f64::max))
+        .map(|c| {
+            sorted_sigma[c.range.clone()]
+                .iter()
+                .copied()
+                .fold(0.0, f64::max)
+        })
         .collect()
 }
 
@@ -254,7 +260,13 @@ mod tests {
         let lists = InteractionLists::build(&tt, &st, &cell_sigma_max(&st, &sig), &params);
         let images = if params.period.is_some() { 27 } else { 1 };
         let mut cover = vec![0u32; pts_t.len() * pts_s.len() * images];
-        let img_index = |i: u8| if params.period.is_some() { i as usize } else { 0 };
+        let img_index = |i: u8| {
+            if params.period.is_some() {
+                i as usize
+            } else {
+                0
+            }
+        };
         for (list, is_far) in [(&lists.near, false), (&lists.far, true)] {
             for t in 0..tt.cells.len() {
                 for s in list.row(t) {
@@ -269,7 +281,10 @@ mod tests {
                 }
             }
         }
-        assert!(cover.iter().all(|&c| c == 1), "pairs not covered exactly once");
+        assert!(
+            cover.iter().all(|&c| c == 1),
+            "pairs not covered exactly once"
+        );
     }
 
     #[test]

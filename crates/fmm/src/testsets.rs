@@ -92,8 +92,9 @@ pub fn clumps(n: usize, seed: u64) -> Sources {
     for i in 0..n {
         let k = i % 5;
         let w = widths[k];
-        s.position
-            .push(std::array::from_fn(|c| centers[k][c] + w * gaussian(&mut rng)));
+        s.position.push(std::array::from_fn(|c| {
+            centers[k][c] + w * gaussian(&mut rng)
+        }));
         s.strength
             .push(std::array::from_fn(|_| rng.gen_range(-1.0..1.0) / n as f64));
         // core radius of the order of the local spacing within the clump
@@ -105,8 +106,7 @@ pub fn clumps(n: usize, seed: u64) -> Sources {
 /// Removes the mean strength so that the total circulation is zero.
 pub fn subtract_mean_strength(s: &mut Sources) {
     let n = s.len().max(1) as f64;
-    let mean: [f64; 3] =
-        std::array::from_fn(|c| s.strength.iter().map(|a| a[c]).sum::<f64>() / n);
+    let mean: [f64; 3] = std::array::from_fn(|c| s.strength.iter().map(|a| a[c]).sum::<f64>() / n);
     for a in &mut s.strength {
         for c in 0..3 {
             a[c] -= mean[c];

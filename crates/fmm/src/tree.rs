@@ -267,7 +267,9 @@ mod tests {
             for &i in &tree.order[cell.range.clone()] {
                 count[i] += 1;
                 for c in 0..3 {
-                    assert!((points[i][c] - cell.center[c]).abs() <= cell.half_width * (1.0 + 1e-9));
+                    assert!(
+                        (points[i][c] - cell.center[c]).abs() <= cell.half_width * (1.0 + 1e-9)
+                    );
                 }
             }
         }
@@ -281,7 +283,7 @@ mod tests {
                 for w in ch.windows(2) {
                     assert_eq!(w[0].range.end, w[1].range.start);
                 }
-                assert!(cell.radius <= cell.half_width * 3f64.sqrt() * (1.0 + 1e-12));
+                assert!(cell.radius <= cell.half_width * 3f64.sqrt() * (1.0 + 1e-9));
             }
         }
     }

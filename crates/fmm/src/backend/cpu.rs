@@ -49,9 +49,9 @@ impl Backend for CpuBackend {
             sources: sources.clone(),
             targets: targets.clone(),
             multipoles: vec![zero; plan.source_tree.cells.len() * len],
-            locals: match plan.far_field {
-                FarField::Fmm => vec![zero; plan.target_tree.cells.len() * len],
-                FarField::Treecode => Vec::new(),
+            locals: match (plan.far_field, plan.periodic) {
+                (FarField::Treecode, None) => Vec::new(),
+                _ => vec![zero; plan.target_tree.cells.len() * len],
             },
             fields: Fields::zeros(targets.len()),
         })
@@ -74,12 +74,7 @@ impl Backend for CpuBackend {
                 .for_each(|(c, m)| {
                     let cell = &tree.cells[c];
                     let r = cell.range.clone();
-                    ops.p2m(
-                        cell.center,
-                        &src.position[r.clone()],
-                        &src.strength[r],
-                        m,
-                    );
+                    ops.p2m(cell.center, &src.position[r.clone()], &src.strength[r], m);
                 });
         });
         timed(&mut times.m2m, || {
@@ -153,6 +148,39 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn multipoles(
+        &self,
+        plan: &Plan,
+        st: &CpuState,
+        cells: &[usize],
+    ) -> Result<Vec<Complex64>, FmmError> {
+        let len = expansion_len(plan.order);
+        Ok(cells
+            .iter()
+            .flat_map(|&c| st.multipoles[c * len..(c + 1) * len].iter().copied())
+            .collect())
+    }
+
+    fn add_locals(
+        &self,
+        plan: &Plan,
+        st: &mut CpuState,
+        cells: &[usize],
+        data: &[Complex64],
+    ) -> Result<(), FmmError> {
+        let len = expansion_len(plan.order);
+        if st.locals.is_empty() {
+            st.locals = vec![Complex64::new(0.0, 0.0); plan.target_tree.cells.len() * len];
+        }
+        for (k, &c) in cells.iter().enumerate() {
+            st.locals[c * len..(c + 1) * len]
+                .iter_mut()
+                .zip(&data[k * len..(k + 1) * len])
+                .for_each(|(a, b)| *a += b);
+        }
+        Ok(())
+    }
+
     fn fields(&self, _plan: &Plan, st: CpuState) -> Result<Fields, FmmError> {
         let mut f = st.fields;
         f.velocity
@@ -166,26 +194,29 @@ impl Backend for CpuBackend {
 /// M2L over the far lists (rotations cached per direction), then L2L down the levels, then L2P.
 fn fmm_downward(plan: &Plan, st: &mut CpuState, times: &mut PhaseTimes) {
     let len = expansion_len(plan.order);
-    let (tt, stree) = (&plan.target_tree, &plan.source_tree);
     let ops = &st.ops;
     let multipoles = &st.multipoles;
     timed(&mut times.m2l, || {
         let rotations = RotationCache::build(plan, ops);
-        st.locals
-            .par_chunks_mut(len)
-            .enumerate()
-            .for_each_init(
-                || Scratch::new(plan.order),
-                |scratch, (t, local)| {
-                    for s in plan.lists.far.row(t) {
-                        let (rot, dist) = rotations.get(plan, t, *s);
-                        let c = s.cell as usize * len;
-                        ops.m2l_with_rotation(rot, dist, &multipoles[c..c + len], local, scratch);
-                    }
-                },
-            );
+        st.locals.par_chunks_mut(len).enumerate().for_each_init(
+            || Scratch::new(plan.order),
+            |scratch, (t, local)| {
+                for s in plan.lists.far.row(t) {
+                    let (rot, dist) = rotations.get(plan, t, *s);
+                    let c = s.cell as usize * len;
+                    ops.m2l_with_rotation(rot, dist, &multipoles[c..c + len], local, scratch);
+                }
+            },
+        );
     });
-    let _ = stree;
+    local_passes(plan, st, times);
+}
+
+/// L2L down the target tree, then L2P at its leaves.
+fn local_passes(plan: &Plan, st: &mut CpuState, times: &mut PhaseTimes) {
+    let len = expansion_len(plan.order);
+    let tt = &plan.target_tree;
+    let ops = &st.ops;
     timed(&mut times.l2l, || {
         for l in 0..tt.levels.len().saturating_sub(1) {
             let split = tt.levels[l + 1].start * len;
@@ -249,6 +280,9 @@ fn treecode_far(plan: &Plan, st: &mut CpuState, times: &mut PhaseTimes) {
             }
         });
     });
+    if !st.locals.is_empty() {
+        local_passes(plan, st, times);
+    }
 }
 
 /// Runs `f(leaf, range, velocity, stretching)` in parallel over the leaves of `tree`, each with
@@ -297,7 +331,10 @@ impl RotationCache {
         let v: [f64; 3] = std::array::from_fn(|k| tc.center[k] - sc[k]);
         let dist = (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
         let mut key: [i64; 3] = std::array::from_fn(|k| (v[k] / h).round() as i64);
-        let g = gcd(gcd(key[0].unsigned_abs(), key[1].unsigned_abs()), key[2].unsigned_abs());
+        let g = gcd(
+            gcd(key[0].unsigned_abs(), key[1].unsigned_abs()),
+            key[2].unsigned_abs(),
+        );
         if g > 1 {
             key.iter_mut().for_each(|x| *x /= g as i64);
         }
@@ -307,7 +344,13 @@ impl RotationCache {
     fn build(plan: &Plan, ops: &Operators) -> Self {
         let mut keys: Vec<[i64; 3]> = (0..plan.target_tree.cells.len())
             .into_par_iter()
-            .flat_map_iter(|t| plan.lists.far.row(t).iter().map(move |s| Self::key(plan, t, *s).0))
+            .flat_map_iter(|t| {
+                plan.lists
+                    .far
+                    .row(t)
+                    .iter()
+                    .map(move |s| Self::key(plan, t, *s).0)
+            })
             .collect();
         keys.par_sort_unstable();
         keys.dedup();

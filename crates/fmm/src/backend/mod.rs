@@ -10,6 +10,7 @@
 
 pub mod cpu;
 
+use crate::expansions::Complex64;
 use crate::lists::InteractionLists;
 use crate::tree::Tree;
 use crate::{Fields, FmmError, Sources, Targets};
@@ -32,8 +33,8 @@ pub struct Plan {
     pub source_tree: Tree,
     pub target_tree: Tree,
     pub lists: InteractionLists,
-    /// Periodic box length, if periodic.
-    pub period: Option<f64>,
+    /// Periodic box, if periodic (positions are then wrapped and the cube is the box).
+    pub periodic: Option<crate::periodic::Periodic>,
 }
 
 impl Plan {
@@ -47,7 +48,7 @@ impl Plan {
 
     /// Displacement of periodic image `image` (`None` for free space or the unshifted image).
     pub fn shift_of(&self, image: u8) -> Option<[f64; 3]> {
-        let l = self.period?;
+        let l = self.periodic?.box_length;
         let s = crate::lists::image_shift(image);
         Some(std::array::from_fn(|k| s[k] as f64 * l))
     }
@@ -129,4 +130,20 @@ pub trait Backend: Send + Sync {
         times: &mut PhaseTimes,
     ) -> Result<(), FmmError>;
     fn fields(&self, plan: &Plan, state: Self::State) -> Result<Fields, FmmError>;
+    /// The multipole expansions of source cells `cells` (after `upward`), concatenated.
+    fn multipoles(
+        &self,
+        plan: &Plan,
+        state: &Self::State,
+        cells: &[usize],
+    ) -> Result<Vec<Complex64>, FmmError>;
+    /// Adds local expansions to target cells before `downward` (periodic far images, and remote
+    /// contributions under MPI); `data` holds one expansion per cell, concatenated.
+    fn add_locals(
+        &self,
+        plan: &Plan,
+        state: &mut Self::State,
+        cells: &[usize],
+        data: &[Complex64],
+    ) -> Result<(), FmmError>;
 }

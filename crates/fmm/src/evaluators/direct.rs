@@ -42,3 +42,53 @@ pub fn direct_shifted(sources: &Sources, targets: &Targets, shifts: &[[f64; 3]])
         stretching,
     }
 }
+
+/// Periodic direct sum: the minimum-image neighbourhood (27 boxes) by direct summation, plus
+/// the far images and the surface correction exactly as the fast methods add them
+/// ([`crate::periodic`]), from a multipole of the whole box at order 16. A slow reference for
+/// small `N`.
+pub fn direct_periodic(
+    sources: &Sources,
+    targets: &Targets,
+    periodic: &crate::periodic::Periodic,
+) -> Fields {
+    use crate::expansions::{expansion_len, Complex64};
+    use crate::operators::Operators;
+    let l = periodic.box_length;
+    let wrap = |v: &[[f64; 3]]| v.iter().map(|&x| periodic.wrap(x)).collect::<Vec<_>>();
+    let src = Sources {
+        position: wrap(&sources.position),
+        strength: sources.strength.clone(),
+        sigma: sources.sigma.clone(),
+    };
+    let tgt = Targets {
+        position: wrap(&targets.position),
+        strength: targets.strength.clone(),
+    };
+    let shifts: Vec<[f64; 3]> = (0..27u8)
+        .map(|i| crate::lists::image_shift(i).map(|c| c as f64 * l))
+        .collect();
+    let mut f = direct_shifted(&src, &tgt, &shifts);
+    let p = 16;
+    let ops = Operators::new(p);
+    let mut root = vec![Complex64::new(0.0, 0.0); expansion_len(p)];
+    ops.p2m([0.0; 3], &src.position, &src.strength, &mut root);
+    let locals = crate::periodic::outer_image_locals(&ops, periodic, &root, &[(0, [0.0; 3])]);
+    let (mut u, mut s) = (vec![[0.0; 3]; tgt.len()], vec![[0.0; 3]; tgt.len()]);
+    ops.l2p(
+        [0.0; 3],
+        &locals[0].1,
+        &tgt.position,
+        &tgt.strength,
+        &mut u,
+        &mut s,
+    );
+    let corr = crate::periodic::surface_correction(&src, l);
+    for i in 0..tgt.len() {
+        for c in 0..3 {
+            f.velocity[i][c] += u[i][c] * INV_4PI - corr[c];
+            f.stretching[i][c] += s[i][c] * INV_4PI;
+        }
+    }
+    f
+}

@@ -8,6 +8,8 @@ pub mod direct;
 
 use crate::backend::{timed, Backend, FarField, PhaseTimes, Plan};
 use crate::lists::{cell_sigma_max, InteractionLists, ListParams};
+use crate::operators::Operators;
+use crate::periodic::{self, Periodic};
 use crate::tree::{BoundingCube, Tree};
 use crate::{Fields, FmmError, Sources, Targets, MAX_ORDER};
 use std::str::FromStr;
@@ -58,6 +60,8 @@ pub struct EvalParams {
     pub leaf_size: usize,
     /// Minimum gap of a far interaction in source core radii.
     pub core_cutoff: f64,
+    /// Periodic box and image levels (`None`: free space).
+    pub periodic: Option<Periodic>,
 }
 
 impl Default for EvalParams {
@@ -68,6 +72,7 @@ impl Default for EvalParams {
             theta: 0.5,
             leaf_size: 64,
             core_cutoff: 6.0,
+            periodic: None,
         }
     }
 }
@@ -97,6 +102,9 @@ impl EvalParams {
                 value: self.core_cutoff.to_string(),
                 reason: "must be a non-negative number of core radii",
             });
+        }
+        if let Some(p) = &self.periodic {
+            p.validate()?;
         }
         Ok(())
     }
@@ -128,16 +136,30 @@ pub fn plan(
         }
     };
     let (source_tree, target_tree, sorted_sources, sorted_targets) = timed(&mut times.tree, || {
-        let cube = BoundingCube::around(&[&sources.position, &targets.position]);
-        let st = Tree::build(&sources.position, cube, params.leaf_size);
-        let tt = Tree::build(&targets.position, cube, params.leaf_size);
+        let (src_pos, tgt_pos, cube) = match &params.periodic {
+            None => (
+                sources.position.clone(),
+                targets.position.clone(),
+                BoundingCube::around(&[&sources.position, &targets.position]),
+            ),
+            Some(p) => (
+                sources.position.iter().map(|&x| p.wrap(x)).collect(),
+                targets.position.iter().map(|&x| p.wrap(x)).collect(),
+                BoundingCube {
+                    lo: [-0.5 * p.box_length; 3],
+                    width: p.box_length,
+                },
+            ),
+        };
+        let st = Tree::build(&src_pos, cube, params.leaf_size);
+        let tt = Tree::build(&tgt_pos, cube, params.leaf_size);
         let ss = Sources {
-            position: st.gather(&sources.position),
+            position: st.gather(&src_pos),
             strength: st.gather(&sources.strength),
             sigma: st.gather(&sources.sigma),
         };
         let ts = Targets {
-            position: tt.gather(&targets.position),
+            position: tt.gather(&tgt_pos),
             strength: tt.gather(&targets.strength),
         };
         (st, tt, ss, ts)
@@ -147,7 +169,7 @@ pub fn plan(
         let lp = ListParams {
             theta: params.theta,
             core_cutoff: params.core_cutoff,
-            period: None,
+            period: params.periodic.map(|p| p.box_length),
         };
         InteractionLists::build(&target_tree, &source_tree, &sigma_max, &lp)
     });
@@ -166,7 +188,7 @@ pub fn plan(
             source_tree,
             target_tree,
             lists,
-            period: None,
+            periodic: params.periodic,
         },
         sorted_sources,
         sorted_targets,
@@ -183,10 +205,16 @@ pub fn evaluate<B: Backend>(
     params.validate()?;
     sources.validate()?;
     targets.validate()?;
+    if params.periodic.is_some() {
+        periodic::check_total_strength(sources)?;
+    }
     let t0 = Instant::now();
     let mut times = PhaseTimes::default();
     if params.method == Method::Direct {
-        let fields = timed(&mut times.p2p, || direct::direct(sources, targets));
+        let fields = timed(&mut times.p2p, || match &params.periodic {
+            None => direct::direct(sources, targets),
+            Some(p) => direct::direct_periodic(sources, targets, p),
+        });
         times.total = t0.elapsed().as_secs_f64();
         return Ok(Evaluation { fields, times });
     }
@@ -195,6 +223,21 @@ pub fn evaluate<B: Backend>(
         backend.prepare(&plan, &sorted_sources, &sorted_targets)
     })?;
     backend.upward(&plan, &mut state, &mut times)?;
+    if let Some(p) = &plan.periodic {
+        timed(&mut times.m2l, || -> Result<(), FmmError> {
+            let root = backend.multipoles(&plan, &state, &[0])?;
+            let tt = &plan.target_tree;
+            let level1: Vec<(usize, [f64; 3])> = match tt.levels.get(1) {
+                Some(r) => r.clone().map(|c| (c, tt.cells[c].center)).collect(),
+                None => vec![(0, tt.cells[0].center)],
+            };
+            let ops = Operators::new(plan.order);
+            let locals = periodic::outer_image_locals(&ops, p, &root, &level1);
+            let cells: Vec<usize> = locals.iter().map(|l| l.0).collect();
+            let data: Vec<_> = locals.into_iter().flat_map(|l| l.1).collect();
+            backend.add_locals(&plan, &mut state, &cells, &data)
+        })?;
+    }
     backend.downward(&plan, &mut state, &mut times)?;
     backend.near_field(&plan, &mut state, &mut times)?;
     let sorted = {
@@ -203,10 +246,18 @@ pub fn evaluate<B: Backend>(
         times.transfer += t;
         f
     };
-    let fields = Fields {
+    let mut fields = Fields {
         velocity: plan.target_tree.scatter(&sorted.velocity),
         stretching: plan.target_tree.scatter(&sorted.stretching),
     };
+    if let Some(p) = &plan.periodic {
+        let corr = periodic::surface_correction(&sorted_sources, p.box_length);
+        for v in &mut fields.velocity {
+            for c in 0..3 {
+                v[c] -= corr[c];
+            }
+        }
+    }
     times.total = t0.elapsed().as_secs_f64();
     Ok(Evaluation { fields, times })
 }

@@ -91,7 +91,7 @@ pub fn irregular(p: usize, x: [f64; 3], out: &mut [Complex64]) {
 /// Index of `(n, m)`, `-n <= m <= n`, in a full (both signs of `m`) array of `(p+1)^2` entries.
 #[inline(always)]
 pub fn full_index(n: usize, m: isize) -> usize {
-    (n * n + n) as usize + m as usize
+    (n * n + n) + m as usize
 }
 
 /// Expands a half array (`m >= 0`, layout `index`) to the full array (`full_index`) using
@@ -185,8 +185,14 @@ mod tests {
                     let rref = e * rr.powi(n as i32) / factorial(n + m);
                     let iref = e * factorial(n - m) / rr.powi(n as i32 + 1);
                     let i = index(n, m);
-                    assert!((r[i] - rref).norm() <= 1e-13 * (1.0 + rref.norm()), "R {n} {m}");
-                    assert!((ir[i] - iref).norm() <= 1e-12 * iref.norm().max(1e-300), "I {n} {m}");
+                    assert!(
+                        (r[i] - rref).norm() <= 1e-13 * (1.0 + rref.norm()),
+                        "R {n} {m}"
+                    );
+                    assert!(
+                        (ir[i] - iref).norm() <= 1e-12 * iref.norm().max(1e-300),
+                        "I {n} {m}"
+                    );
                 }
             }
         }
@@ -275,7 +281,10 @@ mod tests {
                         }
                     }
                     let e = ixmy[full_index(n, m)];
-                    assert!((s - e).norm() < 1e-10 * e.norm().max(1.0), "I({n},{m}): {s} {e}");
+                    assert!(
+                        (s - e).norm() < 1e-10 * e.norm().max(1.0),
+                        "I({n},{m}): {s} {e}"
+                    );
                 }
             }
         }

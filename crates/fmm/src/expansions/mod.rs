@@ -22,6 +22,8 @@
 //! `M_n^m = K_n^m Mhat_n^m` and `L_n^m = conj(Lhat_n^m) / K_n^m` with
 //! `K_n^m = sqrt((n-m)!(n+m)!)`, where `phi = sum Mhat I(r) = sum Lhat conj(R(r))`.
 
+#![allow(clippy::needless_range_loop)] // index loops mirror the formulas
+
 pub mod harmonics;
 pub mod rotation;
 

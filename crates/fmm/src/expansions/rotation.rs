@@ -137,10 +137,7 @@ impl Rotation {
     /// [`delta_table`] of order `>= p`. Cost `O(p^4)` (done once per direction and cached).
     pub fn set(&mut self, v: [f64; 3], delta: &[f64]) {
         let rxy = (v[0] * v[0] + v[1] * v[1]).sqrt();
-        assert!(
-            rxy > 0.0 || v[2] != 0.0,
-            "rotation: zero direction vector"
-        );
+        assert!(rxy > 0.0 || v[2] != 0.0, "rotation: zero direction vector");
         let theta = rxy.atan2(v[2]);
         let phi = if rxy > 0.0 { v[1].atan2(v[0]) } else { 0.0 };
         self.set_angles(theta, phi, delta);
@@ -196,9 +193,14 @@ impl Rotation {
                     };
                     self.fwd_re[off + mp as usize * nb + m as usize] = pf;
                     self.fwd_im[off + mp as usize * nb + m as usize] = qf;
-                    // backward: row m, column m'; P^b_{m m'} = P^f_{m' m} for m' > 0,
-                    // W_{0 m} for m' = 0 (no folding of the m' = 0 term).
-                    let (pb, qb) = if mp == 0 { (wv(0, m), 0.0) } else { (pf, qf) };
+                    // backward: row m, column m'; for m' > 0 the term of -m' is folded in:
+                    // W_{m'm} + (-1)^{m'} W_{-m',m} = W_{m'm} + (-1)^m W_{m',-m}.
+                    let (pb, qb) = if mp == 0 {
+                        (wv(0, m), 0.0)
+                    } else {
+                        let e = if m % 2 == 0 { wv(mp, -m) } else { -wv(mp, -m) };
+                        (wv(mp, m) + e, wv(mp, m) - e)
+                    };
                     self.bwd_re[off + m as usize * nb + mp as usize] = pb;
                     self.bwd_im[off + m as usize * nb + mp as usize] = qb;
                 }
@@ -261,8 +263,7 @@ mod tests {
         let mut sum = 0.0;
         for k in 0.max(m - mp)..=(n + m).min(n - mp) {
             let sign = if (mp - m + k) % 2 == 0 { 1.0 } else { -1.0 };
-            sum += sign
-                * (fact(n + mp) * fact(n - mp) * fact(n + m) * fact(n - m)).sqrt()
+            sum += sign * (fact(n + mp) * fact(n - mp) * fact(n + m) * fact(n - m)).sqrt()
                 / (fact(n + m - k) * fact(k) * fact(mp - m + k) * fact(n - mp - k))
                 * c.powi((2 * n + m - mp - 2 * k) as i32)
                 * s.powi((mp - m + 2 * k) as i32);
@@ -300,8 +301,10 @@ mod tests {
                     for m in -ni..=ni {
                         let mut acc = 0.0;
                         for k in -ni..=ni {
-                            let dd = delta[delta_offset(n) + (k + ni) as usize * w + (mp + ni) as usize]
-                                * delta[delta_offset(n) + (k + ni) as usize * w + (m + ni) as usize];
+                            let dd = delta
+                                [delta_offset(n) + (k + ni) as usize * w + (mp + ni) as usize]
+                                * delta
+                                    [delta_offset(n) + (k + ni) as usize * w + (m + ni) as usize];
                             acc += dd
                                 * (((mp - m) as f64) * std::f64::consts::FRAC_PI_2
                                     + k as f64 * theta)
@@ -349,17 +352,33 @@ mod tests {
             let mut back = vec![Complex64::default(); ncoef(p)];
             rot.backward(&cr, &mut back);
             for i in 0..ncoef(p) {
-                assert!((back[i] - c[i]).norm() < 1e-13, "round trip {i}");
+                assert!(
+                    (back[i] - c[i]).norm() < 1e-13,
+                    "round trip {i} dir {v:?}: {} vs {}",
+                    back[i],
+                    c[i]
+                );
             }
             // the direction itself goes to +z
             let rz = |a: f64, x: [f64; 3]| {
-                [a.cos() * x[0] - a.sin() * x[1], a.sin() * x[0] + a.cos() * x[1], x[2]]
+                [
+                    a.cos() * x[0] - a.sin() * x[1],
+                    a.sin() * x[0] + a.cos() * x[1],
+                    x[2],
+                ]
             };
             let ry = |a: f64, x: [f64; 3]| {
-                [a.cos() * x[0] + a.sin() * x[2], x[1], -a.sin() * x[0] + a.cos() * x[2]]
+                [
+                    a.cos() * x[0] + a.sin() * x[2],
+                    x[1],
+                    -a.sin() * x[0] + a.cos() * x[2],
+                ]
             };
             let vp = ry(-t, rz(-f, v));
-            assert!(vp[0].abs() < 1e-14 && vp[1].abs() < 1e-14 && vp[2] > 0.0, "{vp:?}");
+            assert!(
+                vp[0].abs() < 1e-14 && vp[1].abs() < 1e-14 && vp[2] > 0.0,
+                "{vp:?}"
+            );
             for _ in 0..5 {
                 let x = [
                     rng.gen_range(-1.0..1.0),
@@ -377,7 +396,10 @@ mod tests {
                         s
                     };
                     let (a, b) = (eval(&c, &h), eval(&cr, &hp));
-                    assert!((a - b).abs() < 1e-12 * (n as f64 + 1.0), "n {n}: {a} vs {b}");
+                    assert!(
+                        (a - b).abs() < 1e-12 * (n as f64 + 1.0),
+                        "n {n}: {a} vs {b}"
+                    );
                 }
             }
         }

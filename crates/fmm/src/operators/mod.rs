@@ -1,1 +1,739 @@
-//! FMM operators (being written).
+//! FMM operators for the three Laplace potentials `phi_c = sum_j alpha_jc / |x - x_j|`
+//! (core paper Eq. 12-35), with velocity `u = curl(phi)` and stretching
+//! `s = (alpha_i . grad) curl(phi)`, all **without** the factor `1/(4 pi)`.
+//!
+//! Storage and normalization: see [`crate::expansions`] (coefficients of the Racah-normalized
+//! harmonics, the core paper's `M_n^m` of Eq. 12 and `L_n^m` of Eq. 13). Translation theorems
+//! are those of the scaled solid harmonics `R`, `I` of [`crate::expansions::harmonics`]
+//! (Epton & Dembart 1995; Dehnen 2014, Eq. 40-49).
+//!
+//! | function | core paper | cost |
+//! |---|---|---|
+//! | [`Operators::p2m`] | Eq. 12 (`M_j`) | `O(p^2)` per source |
+//! | [`Operators::m2m`] | Eq. 26 + 30-32 (rotate, shift along z, rotate back) | `O(p^3)` |
+//! | [`Operators::m2l`] | Eq. 27 + 30-32 | `O(p^3)` |
+//! | [`Operators::l2l`] | Eq. 28 + 30-32 | `O(p^3)` |
+//! | [`Operators::l2p`] | Eq. 19, 21 (`curl` / Hessian of the local expansion) | `O(p^2)` per target |
+//! | [`Operators::m2p`] | Eq. 18, 20 | `O(p^2)` per target |
+//! | `*_direct` | plain `O(p^4)` translations (test references) | `O(p^4)` |
+//!
+//! Rotations: a [`Rotation`] built for vector `v` takes `v` to `+z`. For every translation from
+//! centre `a` to centre `b` (M2M: child to parent, M2L: source to target, L2L: parent to
+//! child) the rotation is `self.rotation(b - a)` and the distance `|b - a|`.
+//!
+//! Derivatives at a target (L2P, M2P): the expansion is re-expanded about the target point
+//! itself; with `phi(x0 + y) = sum Lhat_k^l conj(R_k^l(y))` the first two degrees give
+//! `grad phi = (-Re Lhat_1^1, -Im Lhat_1^1, Lhat_1^0)` and the Hessian
+//! `H_xx = (Re Lhat_2^2 - Lhat_2^0)/2`, `H_yy = -(Re Lhat_2^2 + Lhat_2^0)/2`, `H_zz = Lhat_2^0`,
+//! `H_xy = Im Lhat_2^2 / 2`, `H_xz = -Re Lhat_2^1`, `H_yz = -Im Lhat_2^1`.
+
+#![allow(clippy::needless_range_loop)] // index loops mirror the formulas
+
+pub mod p2p;
+
+use crate::expansions::harmonics::{expand_full, full_index, irregular, knm, regular};
+pub use crate::expansions::rotation::Rotation;
+use crate::expansions::rotation::{delta_table, sq_offset};
+use crate::expansions::{index, ncoef, Complex64};
+use crate::MAX_ORDER;
+
+const HALF_MAX: usize = ncoef(MAX_ORDER + 2);
+const FULL_MAX: usize = (MAX_ORDER + 3) * (MAX_ORDER + 3);
+
+/// Everything that depends only on the order `p`. Immutable, `Send + Sync`.
+#[derive(Clone, Debug)]
+pub struct Operators {
+    p: usize,
+    /// `K_n^m`, `n <= p`, at `index(n, m)`.
+    k: Vec<f64>,
+    /// `1 / K_n^m`.
+    inv_k: Vec<f64>,
+    /// ones, `ncoef(p + 2)`.
+    ones: Vec<f64>,
+    /// `d^n(pi/2)`, see [`delta_table`].
+    delta: Vec<f64>,
+    /// m-major layout: block `m` (entries `n = m..=p`) starts at `moff[m]`.
+    moff: Vec<usize>,
+    /// square per-`m` blocks of side `p + 1 - m` start at `toff[m]`.
+    toff: Vec<usize>,
+    /// z-axis M2M: `[m][n - m][j - m] = K_n^m / ((n - j)! K_j^m)`, `j <= n`.
+    t_m2m: Vec<f64>,
+    /// z-axis M2L: `[m][k - m][n - m] = (-1)^{k+m} (n + k)! / (K_n^m K_k^m)`.
+    t_m2l: Vec<f64>,
+    /// z-axis L2L: `[m][a - m][k - m] = K_k^m / (K_a^m (k - a)!)`, `k >= a`.
+    t_l2l: Vec<f64>,
+}
+
+/// Per-thread work buffers of the rotation-based translations (no allocation in hot calls).
+#[derive(Clone, Debug)]
+pub struct Scratch {
+    work: Work,
+    /// rotation rebuilt by the calls that are not given one ([`Operators::m2l`] etc.)
+    rot: Rotation,
+}
+
+#[derive(Clone, Debug)]
+struct Work {
+    /// rotated input, m-major, component innermost: `[(moff[m] + n - m) * 3 + c]`
+    a: Vec<Complex64>,
+    /// translated output, same layout
+    b: Vec<Complex64>,
+    /// phase-multiplied coefficients of one degree, `[m * 3 + c]`
+    g: Vec<Complex64>,
+    /// powers
+    pw: Vec<f64>,
+}
+
+impl Scratch {
+    pub fn new(p: usize) -> Self {
+        Self {
+            work: Work {
+                a: vec![Complex64::default(); 3 * ncoef(p)],
+                b: vec![Complex64::default(); 3 * ncoef(p)],
+                g: vec![Complex64::default(); 3 * (p + 1)],
+                pw: vec![0.0; p + 2],
+            },
+            rot: Rotation::empty(p),
+        }
+    }
+}
+
+/// Taylor coefficients `Lhat_1^0, Lhat_1^1, Lhat_2^0, Lhat_2^1, Lhat_2^2` of each component's
+/// potential about a target point: velocity (curl of the gradient) and stretching (Hessian).
+#[inline]
+fn accumulate_fields(
+    tay: &[[Complex64; 5]; 3],
+    alpha: [f64; 3],
+    velocity: &mut [f64; 3],
+    stretching: &mut [f64; 3],
+) {
+    let mut g = [[0.0; 3]; 3];
+    let mut h = [[[0.0; 3]; 3]; 3];
+    for c in 0..3 {
+        let t = &tay[c];
+        g[c] = [-t[1].re, -t[1].im, t[0].re];
+        let (l20, l21, l22) = (t[2].re, t[3], t[4]);
+        let hxy = 0.5 * l22.im;
+        h[c] = [
+            [0.5 * (l22.re - l20), hxy, -l21.re],
+            [hxy, -0.5 * (l22.re + l20), -l21.im],
+            [-l21.re, -l21.im, l20],
+        ];
+    }
+    velocity[0] += g[2][1] - g[1][2];
+    velocity[1] += g[0][2] - g[2][0];
+    velocity[2] += g[1][0] - g[0][1];
+    for l in 0..3 {
+        let a = alpha[l];
+        stretching[0] += a * (h[2][l][1] - h[1][l][2]);
+        stretching[1] += a * (h[0][l][2] - h[2][l][0]);
+        stretching[2] += a * (h[1][l][0] - h[0][l][1]);
+    }
+}
+
+#[inline]
+fn sub(a: [f64; 3], b: [f64; 3]) -> [f64; 3] {
+    [a[0] - b[0], a[1] - b[1], a[2] - b[2]]
+}
+
+#[inline]
+fn norm(a: [f64; 3]) -> f64 {
+    (a[0] * a[0] + a[1] * a[1] + a[2] * a[2]).sqrt()
+}
+
+impl Operators {
+    /// Precomputes the factor tables and `d^n(pi/2)` for order `p` (`1 <= p <= MAX_ORDER`).
+    pub fn new(p: usize) -> Self {
+        assert!(
+            (1..=MAX_ORDER).contains(&p),
+            "expansion order p = {p} out of range 1..={MAX_ORDER}"
+        );
+        let nc = ncoef(p);
+        let mut k = vec![0.0; nc];
+        for n in 0..=p {
+            for m in 0..=n {
+                k[index(n, m)] = knm(n, m);
+            }
+        }
+        let inv_k = k.iter().map(|v| 1.0 / v).collect();
+        let mut moff = vec![0; p + 2];
+        let mut toff = vec![0; p + 2];
+        for m in 0..=p {
+            moff[m + 1] = moff[m] + (p + 1 - m);
+            toff[m + 1] = toff[m] + (p + 1 - m) * (p + 1 - m);
+        }
+        let fact = |n: usize| crate::expansions::harmonics::factorial(n);
+        let tsize = toff[p + 1];
+        let (mut t_m2m, mut t_m2l, mut t_l2l) =
+            (vec![0.0; tsize], vec![0.0; tsize], vec![0.0; tsize]);
+        for m in 0..=p {
+            let side = p + 1 - m;
+            for i in 0..side {
+                for j in 0..side {
+                    let (ni, nj) = (m + i, m + j);
+                    let at = toff[m] + i * side + j;
+                    if nj <= ni {
+                        t_m2m[at] = knm(ni, m) / (fact(ni - nj) * knm(nj, m));
+                    }
+                    let sign = if (ni + m) % 2 == 0 { 1.0 } else { -1.0 };
+                    t_m2l[at] = sign * fact(ni + nj) / (knm(ni, m) * knm(nj, m));
+                    if nj >= ni {
+                        t_l2l[at] = knm(nj, m) / (knm(ni, m) * fact(nj - ni));
+                    }
+                }
+            }
+        }
+        Self {
+            p,
+            k,
+            inv_k,
+            ones: vec![1.0; ncoef(p + 2)],
+            delta: delta_table(p),
+            moff,
+            toff,
+            t_m2m,
+            t_m2l,
+            t_l2l,
+        }
+    }
+
+    pub fn order(&self) -> usize {
+        self.p
+    }
+
+    /// Precomputed rotation (Wigner d-matrices + phases) that takes the z axis to the direction
+    /// of `v` (equivalently, maps coefficients to the frame in which `v` is `+z`). `O(p^4)`.
+    pub fn rotation(&self, v: [f64; 3]) -> Rotation {
+        let mut r = Rotation::empty(self.p);
+        r.set(v, &self.delta);
+        r
+    }
+
+    /// As [`Operators::rotation`], rebuilding `rot` in place (no allocation).
+    pub fn rotation_into(&self, v: [f64; 3], rot: &mut Rotation) {
+        assert_eq!(rot.order(), self.p);
+        rot.set(v, &self.delta);
+    }
+
+    /// P2M (paper Eq. 12): accumulates the multipole about `center` of point sources.
+    pub fn p2m(
+        &self,
+        center: [f64; 3],
+        position: &[[f64; 3]],
+        strength: &[[f64; 3]],
+        multipole: &mut [Complex64],
+    ) {
+        let p = self.p;
+        let nc = ncoef(p);
+        assert!(multipole.len() >= 3 * nc && strength.len() == position.len());
+        let mut r = [Complex64::default(); HALF_MAX];
+        for (x, a) in position.iter().zip(strength) {
+            regular(p, sub(*x, center), &mut r);
+            for i in 0..nc {
+                let w = r[i].conj() * self.k[i];
+                multipole[i] += w * a[0];
+                multipole[nc + i] += w * a[1];
+                multipole[2 * nc + i] += w * a[2];
+            }
+        }
+    }
+
+    // ----- rotation kernels, three components fused --------------------------------------
+
+    /// `w.a` = forward rotation of `input` (component-major, `index` layout), m-major.
+    #[inline]
+    fn rotate_forward(&self, rot: &Rotation, input: &[Complex64], w: &mut Work) {
+        let p = self.p;
+        let nc = ncoef(p);
+        for n in 0..=p {
+            for m in 0..=n {
+                let ph = rot.phase[m];
+                let i = index(n, m);
+                w.g[3 * m] = ph * input[i];
+                w.g[3 * m + 1] = ph * input[nc + i];
+                w.g[3 * m + 2] = ph * input[2 * nc + i];
+            }
+            let off = sq_offset(n);
+            let nb = n + 1;
+            for mp in 0..=n {
+                let pr = &rot.fwd_re[off + mp * nb..off + mp * nb + nb];
+                let qi = &rot.fwd_im[off + mp * nb..off + mp * nb + nb];
+                let (mut r0, mut r1, mut r2, mut i0, mut i1, mut i2) =
+                    (0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+                for m in 0..nb {
+                    let (a, b) = (pr[m], qi[m]);
+                    let g = &w.g[3 * m..3 * m + 3];
+                    r0 += a * g[0].re;
+                    r1 += a * g[1].re;
+                    r2 += a * g[2].re;
+                    i0 += b * g[0].im;
+                    i1 += b * g[1].im;
+                    i2 += b * g[2].im;
+                }
+                let o = (self.moff[mp] + n - mp) * 3;
+                w.a[o] = Complex64::new(r0, i0);
+                w.a[o + 1] = Complex64::new(r1, i1);
+                w.a[o + 2] = Complex64::new(r2, i2);
+            }
+        }
+    }
+
+    /// `out += ` backward rotation of `w.b` (m-major) into component-major `index` layout.
+    #[inline]
+    fn rotate_backward_acc(&self, rot: &Rotation, w: &Work, out: &mut [Complex64]) {
+        let p = self.p;
+        let nc = ncoef(p);
+        for n in 0..=p {
+            let off = sq_offset(n);
+            let nb = n + 1;
+            for m in 0..=n {
+                let pr = &rot.bwd_re[off + m * nb..off + m * nb + nb];
+                let qi = &rot.bwd_im[off + m * nb..off + m * nb + nb];
+                let (mut r0, mut r1, mut r2, mut i0, mut i1, mut i2) =
+                    (0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+                for mp in 0..nb {
+                    let (a, b) = (pr[mp], qi[mp]);
+                    let o = (self.moff[mp] + n - mp) * 3;
+                    let y = &w.b[o..o + 3];
+                    r0 += a * y[0].re;
+                    r1 += a * y[1].re;
+                    r2 += a * y[2].re;
+                    i0 += b * y[0].im;
+                    i1 += b * y[1].im;
+                    i2 += b * y[2].im;
+                }
+                let ph = rot.phase[m].conj();
+                let i = index(n, m);
+                out[i] += ph * Complex64::new(r0, i0);
+                out[nc + i] += ph * Complex64::new(r1, i1);
+                out[2 * nc + i] += ph * Complex64::new(r2, i2);
+            }
+        }
+    }
+
+    /// z-axis translation `w.b[m][i] = post(i) sum_j T[m][i][j] pw(i, j) w.a[m][j]`, with
+    /// `KIND` = [`Z_LOWER`] (M2M: `j <= i`, `tau^{i-j}`), [`Z_FULL`] (M2L: all `j`,
+    /// `s^{-(m+j)} s^{-(m+i+1)}`) or [`Z_UPPER`] (L2L: `j >= i`, `tau^{j-i}`).
+    #[inline]
+    fn translate_z<const KIND: u8>(&self, table: &[f64], w: &mut Work) {
+        let p = self.p;
+        for m in 0..=p {
+            let side = p + 1 - m;
+            let blk = &table[self.toff[m]..self.toff[m] + side * side];
+            let base = self.moff[m] * 3;
+            let a = &w.a[base..base + side * 3];
+            for i in 0..side {
+                let (lo, hi) = match KIND {
+                    Z_LOWER => (0, i + 1),
+                    Z_FULL => (0, side),
+                    _ => (i, side),
+                };
+                let row = &blk[i * side + lo..i * side + hi];
+                let aj = &a[3 * lo..3 * hi];
+                let (mut r0, mut r1, mut r2, mut i0, mut i1, mut i2) =
+                    (0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+                match KIND {
+                    Z_LOWER => {
+                        let pw = &w.pw[..=i];
+                        for (jj, (t, x)) in row.iter().zip(aj.chunks_exact(3)).enumerate() {
+                            let t = t * pw[i - jj];
+                            r0 += x[0].re * t;
+                            i0 += x[0].im * t;
+                            r1 += x[1].re * t;
+                            i1 += x[1].im * t;
+                            r2 += x[2].re * t;
+                            i2 += x[2].im * t;
+                        }
+                    }
+                    Z_FULL => {
+                        let pw = &w.pw[m..m + side];
+                        for ((t, x), q) in row.iter().zip(aj.chunks_exact(3)).zip(pw) {
+                            let t = t * q;
+                            r0 += x[0].re * t;
+                            i0 += x[0].im * t;
+                            r1 += x[1].re * t;
+                            i1 += x[1].im * t;
+                            r2 += x[2].re * t;
+                            i2 += x[2].im * t;
+                        }
+                    }
+                    _ => {
+                        let pw = &w.pw[..side - i];
+                        for ((t, x), q) in row.iter().zip(aj.chunks_exact(3)).zip(pw) {
+                            let t = t * q;
+                            r0 += x[0].re * t;
+                            i0 += x[0].im * t;
+                            r1 += x[1].re * t;
+                            i1 += x[1].im * t;
+                            r2 += x[2].re * t;
+                            i2 += x[2].im * t;
+                        }
+                    }
+                }
+                let post = if KIND == Z_FULL { w.pw[m + i + 1] } else { 1.0 };
+                let o = base + 3 * i;
+                w.b[o] = Complex64::new(r0 * post, i0 * post);
+                w.b[o + 1] = Complex64::new(r1 * post, i1 * post);
+                w.b[o + 2] = Complex64::new(r2 * post, i2 * post);
+            }
+        }
+    }
+
+    // ----- rotation-based translations ---------------------------------------------------
+
+    /// M2M (paper Eq. 26, 30-32), rotation-based `O(p^3)`: accumulates the child multipole
+    /// shifted to the parent centre.
+    pub fn m2m(
+        &self,
+        child_center: [f64; 3],
+        parent_center: [f64; 3],
+        child: &[Complex64],
+        parent: &mut [Complex64],
+        scratch: &mut Scratch,
+    ) {
+        let v = sub(parent_center, child_center);
+        scratch.rot.set(v, &self.delta);
+        self.m2m_impl(&scratch.rot, norm(v), child, parent, &mut scratch.work);
+    }
+
+    /// M2M with `rot = self.rotation(parent_center - child_center)` and
+    /// `distance = |parent_center - child_center|`.
+    pub fn m2m_with_rotation(
+        &self,
+        rot: &Rotation,
+        distance: f64,
+        child: &[Complex64],
+        parent: &mut [Complex64],
+        scratch: &mut Scratch,
+    ) {
+        self.m2m_impl(rot, distance, child, parent, &mut scratch.work);
+    }
+
+    fn m2m_impl(
+        &self,
+        rot: &Rotation,
+        distance: f64,
+        child: &[Complex64],
+        parent: &mut [Complex64],
+        w: &mut Work,
+    ) {
+        debug_assert_eq!(rot.order(), self.p);
+        self.rotate_forward(rot, child, w);
+        // in the rotated frame the child centre sits at -distance on the z axis
+        let tau = -distance;
+        let mut t = 1.0;
+        for k in 0..=self.p {
+            w.pw[k] = t;
+            t *= tau;
+        }
+        self.translate_z::<Z_LOWER>(&self.t_m2m, w);
+        self.rotate_backward_acc(rot, w, parent);
+    }
+
+    /// M2L (paper Eq. 27, 30-32), rotation-based `O(p^3)`; builds the rotation on the fly
+    /// (`O(p^4)`, use [`Operators::m2l_with_rotation`] with cached rotations in hot loops).
+    pub fn m2l(
+        &self,
+        source_center: [f64; 3],
+        target_center: [f64; 3],
+        multipole: &[Complex64],
+        local: &mut [Complex64],
+        scratch: &mut Scratch,
+    ) {
+        let v = sub(target_center, source_center);
+        scratch.rot.set(v, &self.delta);
+        self.m2l_impl(&scratch.rot, norm(v), multipole, local, &mut scratch.work);
+    }
+
+    /// M2L with `rot = self.rotation(target_center - source_center)` and
+    /// `distance = |target_center - source_center|`. `O(p^3)`, no allocation, the rotation
+    /// is shared by the three components.
+    pub fn m2l_with_rotation(
+        &self,
+        rot: &Rotation,
+        distance: f64,
+        multipole: &[Complex64],
+        local: &mut [Complex64],
+        scratch: &mut Scratch,
+    ) {
+        self.m2l_impl(rot, distance, multipole, local, &mut scratch.work);
+    }
+
+    fn m2l_impl(
+        &self,
+        rot: &Rotation,
+        distance: f64,
+        multipole: &[Complex64],
+        local: &mut [Complex64],
+        w: &mut Work,
+    ) {
+        debug_assert_eq!(rot.order(), self.p);
+        self.rotate_forward(rot, multipole, w);
+        let inv = 1.0 / distance;
+        let mut t = 1.0;
+        for k in 0..=self.p + 1 {
+            w.pw[k] = t;
+            t *= inv;
+        }
+        self.translate_z::<Z_FULL>(&self.t_m2l, w);
+        self.rotate_backward_acc(rot, w, local);
+    }
+
+    /// L2L (paper Eq. 28, 30-32), rotation-based `O(p^3)`.
+    pub fn l2l(
+        &self,
+        parent_center: [f64; 3],
+        child_center: [f64; 3],
+        parent: &[Complex64],
+        child: &mut [Complex64],
+        scratch: &mut Scratch,
+    ) {
+        let v = sub(child_center, parent_center);
+        scratch.rot.set(v, &self.delta);
+        self.l2l_impl(&scratch.rot, norm(v), parent, child, &mut scratch.work);
+    }
+
+    /// L2L with `rot = self.rotation(child_center - parent_center)` and
+    /// `distance = |child_center - parent_center|`.
+    pub fn l2l_with_rotation(
+        &self,
+        rot: &Rotation,
+        distance: f64,
+        parent: &[Complex64],
+        child: &mut [Complex64],
+        scratch: &mut Scratch,
+    ) {
+        self.l2l_impl(rot, distance, parent, child, &mut scratch.work);
+    }
+
+    fn l2l_impl(
+        &self,
+        rot: &Rotation,
+        distance: f64,
+        parent: &[Complex64],
+        child: &mut [Complex64],
+        w: &mut Work,
+    ) {
+        debug_assert_eq!(rot.order(), self.p);
+        self.rotate_forward(rot, parent, w);
+        let mut t = 1.0;
+        for k in 0..=self.p {
+            w.pw[k] = t;
+            t *= distance;
+        }
+        self.translate_z::<Z_UPPER>(&self.t_l2l, w);
+        self.rotate_backward_acc(rot, w, child);
+    }
+
+    // ----- evaluation --------------------------------------------------------------------
+
+    /// L2P (paper Eq. 19, 21): accumulates velocity `curl(phi)` and stretching
+    /// `(alpha . grad) curl(phi)` of the local expansion at the targets (no `1/(4 pi)`).
+    pub fn l2p(
+        &self,
+        center: [f64; 3],
+        local: &[Complex64],
+        position: &[[f64; 3]],
+        alpha: &[[f64; 3]],
+        velocity: &mut [[f64; 3]],
+        stretching: &mut [[f64; 3]],
+    ) {
+        let p = self.p;
+        let nc = ncoef(p);
+        let nf = (p + 1) * (p + 1);
+        let mut lf = [[Complex64::default(); (MAX_ORDER + 1) * (MAX_ORDER + 1)]; 3];
+        for (c, l) in lf.iter_mut().enumerate() {
+            // Lhat = conj(L) K
+            expand_full(p, &local[c * nc..(c + 1) * nc], &self.k, true, &mut l[..nf]);
+        }
+        let mut rh = [Complex64::default(); HALF_MAX];
+        let mut rf = [Complex64::default(); FULL_MAX];
+        const AB: [(usize, isize); 5] = [(1, 0), (1, 1), (2, 0), (2, 1), (2, 2)];
+        for (i, x) in position.iter().enumerate() {
+            regular(p, sub(*x, center), &mut rh);
+            expand_full(p, &rh, &self.ones, true, &mut rf[..nf]);
+            let mut tay = [[Complex64::default(); 5]; 3];
+            for j in 0..p {
+                let na = if j + 2 <= p { 5 } else { 2 };
+                let ji = j as isize;
+                for ii in -ji..=ji {
+                    let r = rf[full_index(j, ii)];
+                    for (q, &(a, b)) in AB.iter().enumerate().take(na) {
+                        let at = full_index(j + a, ii + b);
+                        tay[0][q] += lf[0][at] * r;
+                        tay[1][q] += lf[1][at] * r;
+                        tay[2][q] += lf[2][at] * r;
+                    }
+                }
+            }
+            accumulate_fields(&tay, alpha[i], &mut velocity[i], &mut stretching[i]);
+        }
+    }
+
+    /// M2P (paper Eq. 18, 20): accumulates velocity and stretching of the multipole at the
+    /// targets (no `1/(4 pi)`); targets must lie outside the sources' sphere.
+    pub fn m2p(
+        &self,
+        center: [f64; 3],
+        multipole: &[Complex64],
+        position: &[[f64; 3]],
+        alpha: &[[f64; 3]],
+        velocity: &mut [[f64; 3]],
+        stretching: &mut [[f64; 3]],
+    ) {
+        let p = self.p;
+        let nc = ncoef(p);
+        let nf = (p + 1) * (p + 1);
+        let nf2 = (p + 3) * (p + 3);
+        let mut mf = [[Complex64::default(); (MAX_ORDER + 1) * (MAX_ORDER + 1)]; 3];
+        for (c, m) in mf.iter_mut().enumerate() {
+            // Mhat = M / K
+            expand_full(
+                p,
+                &multipole[c * nc..(c + 1) * nc],
+                &self.inv_k,
+                false,
+                &mut m[..nf],
+            );
+        }
+        let mut ih = [Complex64::default(); HALF_MAX];
+        let mut inf = [Complex64::default(); FULL_MAX];
+        for (i, x) in position.iter().enumerate() {
+            irregular(p + 2, sub(*x, center), &mut ih);
+            expand_full(p + 2, &ih, &self.ones, false, &mut inf[..nf2]);
+            let mut tay = [[Complex64::default(); 5]; 3];
+            for n in 0..=p {
+                let ni = n as isize;
+                for m in -ni..=ni {
+                    let i1 = full_index(n + 1, m);
+                    let i2 = full_index(n + 2, m);
+                    let iv = [inf[i1], inf[i1 + 1], inf[i2], inf[i2 + 1], inf[i2 + 2]];
+                    let at = full_index(n, m);
+                    for c in 0..3 {
+                        let mv = mf[c][at];
+                        tay[c][0] -= mv * iv[0];
+                        tay[c][1] -= mv * iv[1];
+                        tay[c][2] += mv * iv[2];
+                        tay[c][3] += mv * iv[3];
+                        tay[c][4] += mv * iv[4];
+                    }
+                }
+            }
+            accumulate_fields(&tay, alpha[i], &mut velocity[i], &mut stretching[i]);
+        }
+    }
+
+    // ----- plain O(p^4) references ---------------------------------------------------------
+
+    fn full_of(&self, half: &[Complex64], scale: &[f64], conj: bool, p: usize) -> Vec<Complex64> {
+        let mut f = vec![Complex64::default(); (p + 1) * (p + 1)];
+        expand_full(p, half, scale, conj, &mut f);
+        f
+    }
+
+    /// Plain `O(p^4)` M2L: `Lhat_k^l = (-1)^k sum_{n,m} Mhat_n^m I_{n+k}^{m+l}(t - s)`.
+    pub fn m2l_direct(
+        &self,
+        source_center: [f64; 3],
+        target_center: [f64; 3],
+        multipole: &[Complex64],
+        local: &mut [Complex64],
+    ) {
+        let p = self.p;
+        let nc = ncoef(p);
+        let mut ih = vec![Complex64::default(); ncoef(2 * p)];
+        irregular(2 * p, sub(target_center, source_center), &mut ih);
+        let ones = vec![1.0; ncoef(2 * p)];
+        let inf = self.full_of(&ih, &ones, false, 2 * p);
+        for c in 0..3 {
+            let mf = self.full_of(&multipole[c * nc..(c + 1) * nc], &self.inv_k, false, p);
+            for k in 0..=p {
+                for l in 0..=k {
+                    let mut s = Complex64::default();
+                    for n in 0..=p {
+                        let ni = n as isize;
+                        for m in -ni..=ni {
+                            s += mf[full_index(n, m)] * inf[full_index(n + k, m + l as isize)];
+                        }
+                    }
+                    if k % 2 == 1 {
+                        s = -s;
+                    }
+                    local[c * nc + index(k, l)] += s.conj() * self.inv_k[index(k, l)];
+                }
+            }
+        }
+    }
+
+    /// Plain `O(p^4)` M2M: `Mhat'_n^m = sum_{k,l} conj(R_k^l(c - P)) Mhat_{n-k}^{m-l}`.
+    pub fn m2m_direct(
+        &self,
+        child_center: [f64; 3],
+        parent_center: [f64; 3],
+        child: &[Complex64],
+        parent: &mut [Complex64],
+    ) {
+        let p = self.p;
+        let nc = ncoef(p);
+        let mut rh = vec![Complex64::default(); nc];
+        regular(p, sub(child_center, parent_center), &mut rh);
+        let rf = self.full_of(&rh, &self.ones, true, p);
+        for c in 0..3 {
+            let mf = self.full_of(&child[c * nc..(c + 1) * nc], &self.inv_k, false, p);
+            for n in 0..=p {
+                for m in 0..=n as isize {
+                    let mut s = Complex64::default();
+                    for k in 0..=n {
+                        let ki = k as isize;
+                        for l in -ki..=ki {
+                            if (m - l).unsigned_abs() <= n - k {
+                                s += rf[full_index(k, l)] * mf[full_index(n - k, m - l)];
+                            }
+                        }
+                    }
+                    let i = index(n, m as usize);
+                    parent[c * nc + i] += s * self.k[i];
+                }
+            }
+        }
+    }
+
+    /// Plain `O(p^4)` L2L: `Lhat'_a^b = sum_{j,i} Lhat_{j+a}^{i+b} conj(R_j^i(c - P))`.
+    pub fn l2l_direct(
+        &self,
+        parent_center: [f64; 3],
+        child_center: [f64; 3],
+        parent: &[Complex64],
+        child: &mut [Complex64],
+    ) {
+        let p = self.p;
+        let nc = ncoef(p);
+        let mut rh = vec![Complex64::default(); nc];
+        regular(p, sub(child_center, parent_center), &mut rh);
+        let rf = self.full_of(&rh, &self.ones, true, p);
+        for c in 0..3 {
+            let lf = self.full_of(&parent[c * nc..(c + 1) * nc], &self.k, true, p);
+            for a in 0..=p {
+                for b in 0..=a as isize {
+                    let mut s = Complex64::default();
+                    for j in 0..=(p - a) {
+                        let ji = j as isize;
+                        for i in -ji..=ji {
+                            s += lf[full_index(j + a, i + b)] * rf[full_index(j, i)];
+                        }
+                    }
+                    let at = index(a, b as usize);
+                    child[c * nc + at] += s.conj() * self.inv_k[at];
+                }
+            }
+        }
+    }
+}
+
+/// z-axis translation kinds of [`Operators::translate_z`].
+const Z_LOWER: u8 = 0;
+const Z_FULL: u8 = 1;
+const Z_UPPER: u8 = 2;
+
+#[cfg(test)]
+mod tests;

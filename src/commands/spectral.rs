@@ -1,0 +1,40 @@
+//! `vortex spectral CONFIG.toml [--out DIR] [--restart FILE]`: the pseudo-spectral reference solver.
+//! All the logic lives in the `spectral` crate (`spectral::run`); this is argument glue.
+
+use std::path::PathBuf;
+
+/// Run the pseudo-spectral Navier-Stokes solver on a TOML configuration.
+#[derive(clap::Args, Debug)]
+pub struct SpectralArgs {
+    /// Configuration file (TOML; see runs/*.toml)
+    pub config: PathBuf,
+    /// Output directory (default: runs/out/<config file stem>)
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Restart from this checkpoint (DIR/checkpoint.bin of an earlier run)
+    #[arg(long)]
+    pub restart: Option<PathBuf>,
+    /// Do not show the progress bar
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+/// Run the command.
+pub fn run(args: &SpectralArgs) -> anyhow::Result<()> {
+    let out = args.out.clone().unwrap_or_else(|| {
+        let stem = args
+            .config
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "spectral".into());
+        PathBuf::from("runs/out").join(stem)
+    });
+    let opts = spectral::run::RunOptions {
+        out,
+        restart: args.restart.clone(),
+        progress: !args.no_progress,
+    };
+    let s = spectral::run::run_file(&args.config, &opts)?;
+    println!("{}", s.report());
+    Ok(())
+}
