@@ -22,6 +22,7 @@ pub mod lists;
 pub mod operators;
 pub mod particles;
 pub mod periodic;
+pub mod ppm;
 pub mod testsets;
 pub mod tree;
 

@@ -94,12 +94,10 @@ pub struct Rotation {
     pub(crate) phi: f64,
     /// `e^{i m phi}`, `m = 0..=p`.
     pub(crate) phase: Vec<Complex64>,
-    /// forward folded matrices, degree block at `sq_offset(n)`, row `m'`, column `m`.
-    pub(crate) fwd_re: Vec<f64>,
-    pub(crate) fwd_im: Vec<f64>,
-    /// backward folded matrices, degree block at `sq_offset(n)`, row `m`, column `m'`.
-    pub(crate) bwd_re: Vec<f64>,
-    pub(crate) bwd_im: Vec<f64>,
+    /// forward folded matrices `[P, Q]`, degree block at `sq_offset(n)`, row `m'`, column `m`.
+    pub(crate) fwd: Vec<[f64; 2]>,
+    /// backward folded matrices `[P, Q]`, degree block at `sq_offset(n)`, row `m`, column `m'`.
+    pub(crate) bwd: Vec<[f64; 2]>,
     /// work row of `W^n_{m'm}`, `m = -n..=n` (kept to avoid allocation when rebuilt).
     work: Vec<f64>,
     trig: Vec<(f64, f64)>,
@@ -114,10 +112,8 @@ impl Rotation {
             theta: 0.0,
             phi: 0.0,
             phase: vec![Complex64::new(1.0, 0.0); p + 1],
-            fwd_re: vec![0.0; sq],
-            fwd_im: vec![0.0; sq],
-            bwd_re: vec![0.0; sq],
-            bwd_im: vec![0.0; sq],
+            fwd: vec![[0.0; 2]; sq],
+            bwd: vec![[0.0; 2]; sq],
             work: vec![0.0; (p + 1) * (2 * p + 1)],
             trig: vec![(0.0, 0.0); p + 1],
         }
@@ -191,8 +187,7 @@ impl Rotation {
                         let e = if m % 2 == 0 { wv(mp, -m) } else { -wv(mp, -m) };
                         (wv(mp, m) + e, wv(mp, m) - e)
                     };
-                    self.fwd_re[off + mp as usize * nb + m as usize] = pf;
-                    self.fwd_im[off + mp as usize * nb + m as usize] = qf;
+                    self.fwd[off + mp as usize * nb + m as usize] = [pf, qf];
                     // backward: row m, column m'; for m' > 0 the term of -m' is folded in:
                     // W_{m'm} + (-1)^{m'} W_{-m',m} = W_{m'm} + (-1)^m W_{m',-m}.
                     let (pb, qb) = if mp == 0 {
@@ -201,8 +196,7 @@ impl Rotation {
                         let e = if m % 2 == 0 { wv(mp, -m) } else { -wv(mp, -m) };
                         (wv(mp, m) + e, wv(mp, m) - e)
                     };
-                    self.bwd_re[off + m as usize * nb + mp as usize] = pb;
-                    self.bwd_im[off + m as usize * nb + mp as usize] = qb;
+                    self.bwd[off + m as usize * nb + mp as usize] = [pb, qb];
                 }
             }
         }
@@ -220,8 +214,9 @@ impl Rotation {
             for mp in 0..=n {
                 let (mut re, mut im) = (0.0, 0.0);
                 for m in 0..=n {
-                    re += self.fwd_re[off + mp * (n + 1) + m] * g[m].re;
-                    im += self.fwd_im[off + mp * (n + 1) + m] * g[m].im;
+                    let [a, b] = self.fwd[off + mp * (n + 1) + m];
+                    re += a * g[m].re;
+                    im += b * g[m].im;
                 }
                 out[super::index(n, mp)] = Complex64::new(re, im);
             }
@@ -236,8 +231,9 @@ impl Rotation {
                 let (mut re, mut im) = (0.0, 0.0);
                 for mp in 0..=n {
                     let c = input[super::index(n, mp)];
-                    re += self.bwd_re[off + m * (n + 1) + mp] * c.re;
-                    im += self.bwd_im[off + m * (n + 1) + mp] * c.im;
+                    let [a, b] = self.bwd[off + m * (n + 1) + mp];
+                    re += a * c.re;
+                    im += b * c.im;
                 }
                 out[super::index(n, m)] = self.phase[m].conj() * Complex64::new(re, im);
             }

@@ -256,18 +256,16 @@ impl Operators {
             let off = sq_offset(n);
             let nb = n + 1;
             for mp in 0..=n {
-                let pr = &rot.fwd_re[off + mp * nb..off + mp * nb + nb];
-                let qi = &rot.fwd_im[off + mp * nb..off + mp * nb + nb];
+                let pq = &rot.fwd[off + mp * nb..off + mp * nb + nb];
                 let (mut r0, mut r1, mut r2, mut i0, mut i1, mut i2) =
                     (0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-                for m in 0..nb {
-                    let (a, b) = (pr[m], qi[m]);
-                    let g = &w.g[3 * m..3 * m + 3];
+                for (c, g) in pq.iter().zip(w.g.chunks_exact(3)) {
+                    let (a, b) = (c[0], c[1]);
                     r0 += a * g[0].re;
-                    r1 += a * g[1].re;
-                    r2 += a * g[2].re;
                     i0 += b * g[0].im;
+                    r1 += a * g[1].re;
                     i1 += b * g[1].im;
+                    r2 += a * g[2].re;
                     i2 += b * g[2].im;
                 }
                 let o = (self.moff[mp] + n - mp) * 3;
@@ -287,12 +285,11 @@ impl Operators {
             let off = sq_offset(n);
             let nb = n + 1;
             for m in 0..=n {
-                let pr = &rot.bwd_re[off + m * nb..off + m * nb + nb];
-                let qi = &rot.bwd_im[off + m * nb..off + m * nb + nb];
+                let pq = &rot.bwd[off + m * nb..off + m * nb + nb];
                 let (mut r0, mut r1, mut r2, mut i0, mut i1, mut i2) =
                     (0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
                 for mp in 0..nb {
-                    let (a, b) = (pr[mp], qi[mp]);
+                    let (a, b) = (pq[mp][0], pq[mp][1]);
                     let o = (self.moff[mp] + n - mp) * 3;
                     let y = &w.b[o..o + 3];
                     r0 += a * y[0].re;

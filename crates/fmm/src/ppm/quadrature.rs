@@ -200,7 +200,7 @@ pub fn real_harmonics(s: [f64; 3], lmax: usize, out: &mut Vec<f64>) {
                 / (l - m) as f64;
         }
     }
-    for l in 1..=lmax {
+    for (l, ql) in q.iter().enumerate().skip(1) {
         for m in 0..=l {
             // sqrt((2 - delta_m0) (l-m)! / (l+m)!)
             let mut r = 1.0;
@@ -208,7 +208,7 @@ pub fn real_harmonics(s: [f64; 3], lmax: usize, out: &mut Vec<f64>) {
                 r /= i as f64;
             }
             let norm = if m == 0 { 1.0 } else { (2.0 * r).sqrt() };
-            let v = norm * q[l][m];
+            let v = norm * ql[m];
             if m == 0 {
                 out.push(v);
             } else {
