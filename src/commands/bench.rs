@@ -43,6 +43,9 @@ pub struct FmmBench {
     pub theta: f64,
     #[arg(long, default_value_t = 64)]
     pub leaf_size: usize,
+    /// Minimum gap of a far interaction, in source core radii.
+    #[arg(long, default_value_t = EvalParams::default().core_cutoff)]
+    pub core_cutoff: f64,
     /// Targets sampled for the error against the direct sum.
     #[arg(long, default_value_t = 1000)]
     pub samples: usize,
@@ -118,6 +121,7 @@ fn bench_fmm(b: &FmmBench) -> Result<()> {
                 order: p,
                 theta: b.theta,
                 leaf_size: b.leaf_size,
+                core_cutoff: b.core_cutoff,
                 ..EvalParams::default()
             };
             let ev = pool.install(|| evaluate(&CpuBackend, &params, &sources, &targets))?;

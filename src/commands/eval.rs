@@ -26,6 +26,10 @@ pub struct EvalArgs {
     /// Largest number of particles in a leaf cell.
     #[arg(long, default_value_t = 64)]
     pub leaf_size: usize,
+    /// Minimum gap of a far (multipole) interaction, in source core radii: the far field uses
+    /// the singular kernel, exact to 1 - q(rho) beyond it.
+    #[arg(long, default_value_t = EvalParams::default().core_cutoff)]
+    pub core_cutoff: f64,
     /// Number of threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -51,6 +55,7 @@ impl EvalArgs {
             order: self.order,
             theta: self.theta,
             leaf_size: self.leaf_size,
+            core_cutoff: self.core_cutoff,
             periodic: self.periodic.then_some(Periodic {
                 box_length: self.box_length,
                 image_levels: self.image_levels,

@@ -1,0 +1,1 @@
+//! Domain decomposition (being written).

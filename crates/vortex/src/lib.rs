@@ -1,0 +1,1 @@
+//! The vortex method (being written).
