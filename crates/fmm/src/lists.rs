@@ -43,6 +43,10 @@ pub struct ListParams {
     pub core_cutoff: f64,
     /// Box length for periodic images (`None`: free space).
     pub period: Option<f64>,
+    /// Radii of the acceptance criterion: `None` uses the tight radius of the points about the
+    /// centre (FMM expansions converge outside it); `Some(f)` uses `f * half_width`, the sphere
+    /// of the pseudo-particle method.
+    pub sphere_radius_factor: Option<f64>,
 }
 
 impl Default for ListParams {
@@ -51,6 +55,7 @@ impl Default for ListParams {
             theta: 0.5,
             core_cutoff: 6.0,
             period: None,
+            sphere_radius_factor: None,
         }
     }
 }
@@ -117,6 +122,34 @@ impl InteractionLists {
         source_sigma_max: &[f64],
         params: &ListParams,
     ) -> Self {
+        Self::build_impl(targets, sources, source_sigma_max, params, None).0
+    }
+
+    /// As [`InteractionLists::build`] for a source tree some of whose cells are incomplete
+    /// copies of cells of a larger tree (the locally essential tree of an MPI rank):
+    /// `incomplete[c]` is [`COMPLETE`], [`TRUNCATED`] (an internal cell of the full tree whose
+    /// children are absent) or [`NO_PARTICLES`] (a leaf of the full tree whose points are
+    /// absent). Both kinds look like leaves here. Returns the lists, and the number of times the
+    /// traversal wanted to split a truncated cell or to pair an incomplete one in the near
+    /// field, i.e. where the lists differ from those of the full tree (0 when they are equal).
+    pub fn build_checked(
+        targets: &Tree,
+        sources: &Tree,
+        source_sigma_max: &[f64],
+        params: &ListParams,
+        incomplete: &[u8],
+    ) -> (Self, usize) {
+        assert_eq!(incomplete.len(), sources.cells.len());
+        Self::build_impl(targets, sources, source_sigma_max, params, Some(incomplete))
+    }
+
+    fn build_impl(
+        targets: &Tree,
+        sources: &Tree,
+        source_sigma_max: &[f64],
+        params: &ListParams,
+        incomplete: Option<&[u8]>,
+    ) -> (Self, usize) {
         let roots: Vec<SourceRef> = match params.period {
             None => vec![SourceRef {
                 cell: 0,
@@ -131,6 +164,8 @@ impl InteractionLists {
             sources,
             sigma_max: source_sigma_max,
             params,
+            incomplete,
+            violations: std::sync::atomic::AtomicUsize::new(0),
         };
         let mut rows = Vec::new();
         ctx.visit(0, roots, &mut rows);
@@ -144,12 +179,20 @@ impl InteractionLists {
                 near.push((t, nr));
             }
         }
-        Self {
+        let lists = Self {
             near: CsrList::from_rows(n, near),
             far: CsrList::from_rows(n, far),
-        }
+        };
+        (lists, ctx.violations.into_inner())
     }
 }
+
+/// [`InteractionLists::build_checked`]: a complete cell.
+pub const COMPLETE: u8 = 0;
+/// [`InteractionLists::build_checked`]: an internal cell whose children are absent.
+pub const TRUNCATED: u8 = 1;
+/// [`InteractionLists::build_checked`]: a leaf whose points are absent.
+pub const NO_PARTICLES: u8 = 2;
 
 type Row = (usize, Vec<SourceRef>, Vec<SourceRef>);
 
@@ -158,6 +201,8 @@ struct Traversal<'a> {
     sources: &'a Tree,
     sigma_max: &'a [f64],
     params: &'a ListParams,
+    incomplete: Option<&'a [u8]>,
+    violations: std::sync::atomic::AtomicUsize,
 }
 
 impl Traversal<'_> {
@@ -180,9 +225,23 @@ impl Traversal<'_> {
             .map(|k| (tc.center[k] - scen[k]).powi(2))
             .sum::<f64>()
             .sqrt();
-        let rsum = tc.radius + sc.radius;
+        let rsum = match self.params.sphere_radius_factor {
+            None => tc.radius + sc.radius,
+            Some(f) => f * (tc.half_width + sc.half_width),
+        };
         rsum < self.params.theta * d
             && d - rsum >= self.params.core_cutoff * self.sigma_max[s.cell as usize]
+    }
+
+    #[inline]
+    fn kind(&self, s: SourceRef) -> u8 {
+        self.incomplete.map_or(COMPLETE, |k| k[s.cell as usize])
+    }
+
+    #[cold]
+    fn violation(&self) {
+        self.violations
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn visit(&self, t: usize, mut work: Vec<SourceRef>, out: &mut Vec<Row>) {
@@ -193,6 +252,9 @@ impl Traversal<'_> {
             if self.well_separated(t, s) {
                 far.push(s);
             } else if tcell.is_leaf() && scell.is_leaf() {
+                if self.kind(s) != COMPLETE {
+                    self.violation();
+                }
                 near.push(s);
             } else if !scell.is_leaf() && (tcell.is_leaf() || scell.half_width > tcell.half_width) {
                 work.extend(scell.children.clone().map(|c| SourceRef {
@@ -200,6 +262,9 @@ impl Traversal<'_> {
                     image: s.image,
                 }));
             } else {
+                if self.kind(s) == TRUNCATED && scell.half_width > tcell.half_width {
+                    self.violation(); // the full tree would split it here
+                }
                 inherit.push(s);
             }
         }

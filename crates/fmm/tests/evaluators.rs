@@ -37,6 +37,22 @@ fn treecode_meets_accuracy_on_standard_set() {
 }
 
 #[test]
+fn ppm_meets_accuracy_and_agrees_with_fmm() {
+    for s in [standard(2000, 31), vortex_ring(2000, 32)] {
+        let t = s.as_targets();
+        let (ev, es) = errors(&s, &t, &params(Method::Ppm, 10, 32));
+        assert!(
+            ev < 1e-4 && es < 1e-3,
+            "ppm: velocity {ev:e}, stretching {es:e}"
+        );
+        let a = evaluate(&CpuBackend, &params(Method::Ppm, 10, 32), &s, &t).unwrap();
+        let b = evaluate(&CpuBackend, &params(Method::Fmm, 10, 32), &s, &t).unwrap();
+        let d = relative_l2_error(&a.fields.velocity, &b.fields.velocity);
+        assert!(d < 1e-4, "ppm vs fmm: {d:e}");
+    }
+}
+
+#[test]
 fn fmm_error_falls_with_order() {
     let s = standard(2000, 13);
     let t = s.as_targets();
@@ -75,7 +91,7 @@ fn coincident_particles_give_finite_results() {
         s.position[i] = s.position[0];
     }
     let t = s.as_targets();
-    for m in [Method::Direct, Method::Treecode, Method::Fmm] {
+    for m in [Method::Direct, Method::Treecode, Method::Fmm, Method::Ppm] {
         let ev = evaluate(&CpuBackend, &params(m, 8, 16), &s, &t).unwrap();
         assert!(ev
             .fields
@@ -100,7 +116,7 @@ fn results_do_not_depend_on_thread_count() {
             .unwrap();
         pool.install(|| evaluate(&CpuBackend, &params(method, 8, 32), &s, &t).unwrap())
     };
-    for m in [Method::Fmm, Method::Treecode, Method::Direct] {
+    for m in [Method::Fmm, Method::Treecode, Method::Direct, Method::Ppm] {
         let (a, b) = (run(1, m), run(3, m));
         // every output is reduced by one task in a fixed order: bitwise equal
         assert_eq!(a.fields, b.fields, "{m} differs between 1 and 3 threads");

@@ -31,7 +31,7 @@ fn periodic_fmm_and_treecode_match_fourier_reference() {
     let s = generate(Distribution::Uniform, 1000, 21, true);
     let t = sample(&s, 10);
     let reference = fourier_reference(&s, &t, 2.0 * PI, 8.3);
-    for m in [Method::Fmm, Method::Treecode, Method::Direct] {
+    for m in [Method::Fmm, Method::Ppm, Method::Treecode, Method::Direct] {
         let ev = evaluate(&CpuBackend, &periodic_params(m, 10, 4), &s, &t).unwrap();
         let ev_ = relative_l2_error(&ev.fields.velocity, &reference.velocity);
         let es = relative_l2_error(&ev.fields.stretching, &reference.stretching);

@@ -10,7 +10,6 @@
 
 pub mod cpu;
 
-use crate::expansions::Complex64;
 use crate::lists::InteractionLists;
 use crate::tree::Tree;
 use crate::{Fields, FmmError, Sources, Targets};
@@ -21,6 +20,8 @@ use std::time::Instant;
 pub enum FarField {
     /// Multipoles, M2L into local expansions, L2L, L2P.
     Fmm,
+    /// Pseudo-particles on spheres, M2L as a particle-particle sum (core paper Sec. 3.3).
+    Ppm,
     /// Multipoles evaluated directly at the targets (M2P).
     Treecode,
 }
@@ -130,13 +131,15 @@ pub trait Backend: Send + Sync {
         times: &mut PhaseTimes,
     ) -> Result<(), FmmError>;
     fn fields(&self, plan: &Plan, state: Self::State) -> Result<Fields, FmmError>;
-    /// The multipole expansions of source cells `cells` (after `upward`), concatenated.
+    /// The multipole expansions of source cells `cells` (after `upward`), concatenated, as raw
+    /// `f64` data: interleaved `(re, im)` coefficients for the FMM and the treecode,
+    /// pseudo-particle strengths `[k * 3 + c]` for the PPM.
     fn multipoles(
         &self,
         plan: &Plan,
         state: &Self::State,
         cells: &[usize],
-    ) -> Result<Vec<Complex64>, FmmError>;
+    ) -> Result<Vec<f64>, FmmError>;
     /// Adds local expansions to target cells before `downward` (periodic far images, and remote
     /// contributions under MPI); `data` holds one expansion per cell, concatenated.
     fn add_locals(
@@ -144,6 +147,24 @@ pub trait Backend: Send + Sync {
         plan: &Plan,
         state: &mut Self::State,
         cells: &[usize],
-        data: &[Complex64],
+        data: &[f64],
     ) -> Result<(), FmmError>;
+    /// Overwrites the multipole expansions of source cells `cells` after `upward` (cells of an
+    /// MPI rank's locally essential tree whose multipoles were computed elsewhere); `data`
+    /// holds one expansion per cell, concatenated. Backends without MPI support may keep the
+    /// default, which refuses.
+    fn set_multipoles(
+        &self,
+        plan: &Plan,
+        state: &mut Self::State,
+        cells: &[usize],
+        data: &[f64],
+    ) -> Result<(), FmmError> {
+        let _ = (plan, state, cells, data);
+        Err(FmmError::BadParameter {
+            name: "backend",
+            value: self.name(),
+            reason: "this backend cannot import remote multipoles (set_multipoles)",
+        })
+    }
 }

@@ -7,9 +7,12 @@
 pub mod direct;
 
 use crate::backend::{timed, Backend, FarField, PhaseTimes, Plan};
+use crate::expansions::{expansion_len, Complex64};
 use crate::lists::{cell_sigma_max, InteractionLists, ListParams};
+use crate::operators::potential::local_potential;
 use crate::operators::Operators;
 use crate::periodic::{self, Periodic};
+use crate::ppm::PseudoParticles;
 use crate::tree::{BoundingCube, Tree};
 use crate::{Fields, FmmError, Sources, Targets, MAX_ORDER};
 use std::str::FromStr;
@@ -21,6 +24,8 @@ pub enum Method {
     Direct,
     Treecode,
     Fmm,
+    /// FMM tree with the pseudo-particle far field (core paper Sec. 3.3).
+    Ppm,
 }
 
 impl FromStr for Method {
@@ -30,8 +35,9 @@ impl FromStr for Method {
             "direct" => Ok(Self::Direct),
             "treecode" => Ok(Self::Treecode),
             "fmm" => Ok(Self::Fmm),
+            "ppm" => Ok(Self::Ppm),
             _ => Err(format!(
-                "unknown method '{s}' (expected direct, treecode or fmm)"
+                "unknown method '{s}' (expected direct, treecode, fmm or ppm)"
             )),
         }
     }
@@ -43,6 +49,7 @@ impl std::fmt::Display for Method {
             Self::Direct => "direct",
             Self::Treecode => "treecode",
             Self::Fmm => "fmm",
+            Self::Ppm => "ppm",
         })
     }
 }
@@ -127,6 +134,7 @@ pub fn plan(
     let far_field = match params.method {
         Method::Fmm => FarField::Fmm,
         Method::Treecode => FarField::Treecode,
+        Method::Ppm => FarField::Ppm,
         Method::Direct => {
             return Err(FmmError::BadParameter {
                 name: "method",
@@ -170,6 +178,8 @@ pub fn plan(
             theta: params.theta,
             core_cutoff: params.core_cutoff,
             period: params.periodic.map(|p| p.box_length),
+            sphere_radius_factor: (far_field == FarField::Ppm)
+                .then(|| crate::ppm::PseudoParticles::new(params.order).radius_factor()),
         };
         InteractionLists::build(&target_tree, &source_tree, &sigma_max, &lp)
     });
@@ -225,16 +235,7 @@ pub fn evaluate<B: Backend>(
     backend.upward(&plan, &mut state, &mut times)?;
     if let Some(p) = &plan.periodic {
         timed(&mut times.m2l, || -> Result<(), FmmError> {
-            let root = backend.multipoles(&plan, &state, &[0])?;
-            let tt = &plan.target_tree;
-            let level1: Vec<(usize, [f64; 3])> = match tt.levels.get(1) {
-                Some(r) => r.clone().map(|c| (c, tt.cells[c].center)).collect(),
-                None => vec![(0, tt.cells[0].center)],
-            };
-            let ops = Operators::new(plan.order);
-            let locals = periodic::outer_image_locals(&ops, p, &root, &level1);
-            let cells: Vec<usize> = locals.iter().map(|l| l.0).collect();
-            let data: Vec<_> = locals.into_iter().flat_map(|l| l.1).collect();
+            let (cells, data) = periodic_far_images(backend, &plan, &state, p)?;
             backend.add_locals(&plan, &mut state, &cells, &data)
         })?;
     }
@@ -260,4 +261,57 @@ pub fn evaluate<B: Backend>(
     }
     times.total = t0.elapsed().as_secs_f64();
     Ok(Evaluation { fields, times })
+}
+
+/// Local data of the far periodic images for the level-1 target cells (or the root), in the
+/// backend's representation: FMM local coefficients, or pseudo-particle potentials.
+fn periodic_far_images<B: Backend>(
+    backend: &B,
+    plan: &Plan,
+    state: &B::State,
+    p: &Periodic,
+) -> Result<(Vec<usize>, Vec<f64>), FmmError> {
+    let root_raw = backend.multipoles(plan, state, &[0])?;
+    let ops = Operators::new(plan.order);
+    let root_cell = &plan.source_tree.cells[0];
+    let ppm = (plan.far_field == FarField::Ppm).then(|| PseudoParticles::new(plan.order));
+    // The FMM multipole of the whole box about its centre (the origin).
+    let root: Vec<Complex64> = match &ppm {
+        None => root_raw
+            .chunks_exact(2)
+            .map(|c| Complex64::new(c[0], c[1]))
+            .collect(),
+        Some(pp) => {
+            // pseudo-particles reproduce the moments of degree <= p exactly, so their P2M is
+            // the FMM multipole of the sources
+            let pts = pp.sphere_points(root_cell.center, root_cell.half_width);
+            let st: Vec<[f64; 3]> = root_raw
+                .chunks_exact(3)
+                .map(|q| [q[0], q[1], q[2]])
+                .collect();
+            let mut m = vec![Complex64::new(0.0, 0.0); expansion_len(plan.order)];
+            ops.p2m(root_cell.center, &pts, &st, &mut m);
+            m
+        }
+    };
+    let tt = &plan.target_tree;
+    let level1: Vec<(usize, [f64; 3])> = match tt.levels.get(1) {
+        Some(r) => r.clone().map(|c| (c, tt.cells[c].center)).collect(),
+        None => vec![(0, tt.cells[0].center)],
+    };
+    let locals = periodic::outer_image_locals(&ops, p, &root, &level1);
+    let cells: Vec<usize> = locals.iter().map(|l| l.0).collect();
+    let mut data = Vec::new();
+    for (c, local) in &locals {
+        match &ppm {
+            None => data.extend(local.iter().flat_map(|z| [z.re, z.im])),
+            Some(pp) => {
+                let cell = &tt.cells[*c];
+                let pts = pp.sphere_points(cell.center, cell.half_width);
+                let phi = local_potential(plan.order, cell.center, local, &pts);
+                data.extend(phi.iter().flatten());
+            }
+        }
+    }
+    Ok((cells, data))
 }

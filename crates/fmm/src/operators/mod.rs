@@ -30,6 +30,7 @@
 #![allow(clippy::needless_range_loop)] // index loops mirror the formulas
 
 pub mod p2p;
+pub mod potential;
 
 use crate::expansions::harmonics::{expand_full, full_index, irregular, knm, regular};
 pub use crate::expansions::rotation::Rotation;
