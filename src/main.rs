@@ -25,6 +25,8 @@ enum Command {
     Particles(commands::particles::ParticlesArgs),
     /// Benchmarks: time per phase and accuracy.
     Bench(commands::bench::BenchArgs),
+    /// Pseudo-spectral Navier-Stokes solver (the reference for decaying turbulence).
+    Spectral(commands::spectral::SpectralArgs),
 }
 
 /// A rayon pool with `threads` threads (all cores when `None`).
@@ -48,6 +50,7 @@ fn main() {
         Command::Eval(a) => commands::eval::run(a),
         Command::Particles(a) => commands::particles::run(a),
         Command::Bench(a) => commands::bench::run(a),
+        Command::Spectral(a) => commands::spectral::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -101,8 +101,8 @@ fn bench_fmm(b: &FmmBench) -> Result<()> {
         env!("VORTEX_GIT_COMMIT")
     );
     println!(
-        "{:>9} {:>3} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>10} {:>10}",
-        "N", "p", "tree", "lists", "P2M", "M2M", "M2L", "M2P", "L2L", "L2P", "P2P", "total", "err_vel", "err_str"
+        "{:>9} {:>3} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>10} {:>10} {:>9} {:>10}",
+        "N", "p", "tree", "lists", "P2M", "M2M", "M2L", "M2P", "L2L", "L2P", "P2P", "total", "err_vel", "err_str", "far", "pairs/s"
     );
     for &nf in &b.n {
         let n = nf as usize;
@@ -129,10 +129,12 @@ fn bench_fmm(b: &FmmBench) -> Result<()> {
             let st: Vec<[f64; 3]> = idx.iter().map(|&i| ev.fields.stretching[i]).collect();
             let t = &ev.times;
             println!(
-                "{:>9} {:>3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>9.3} {:>10.3e} {:>10.3e}",
+                "{:>9} {:>3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>9.3} {:>10.3e} {:>10.3e} {:>9} {:>10.3e}",
                 n, p, t.tree, t.lists, t.p2m, t.m2m, t.m2l, t.m2p, t.l2l, t.l2p, t.p2p, t.total,
                 relative_l2_error(&vel, &reference.velocity),
-                relative_l2_error(&st, &reference.stretching)
+                relative_l2_error(&st, &reference.stretching),
+                ev.stats.far_pairs,
+                ev.stats.p2p_interactions as f64 / t.p2p.max(1e-12)
             );
         }
     }

@@ -278,6 +278,27 @@ impl KernelTable {
     }
 }
 
+impl KernelTable {
+    /// As [`KernelTable::factors`], evaluating both branches and selecting (no jump), for the
+    /// vectorized P2P loop. `r2 = 0` is handled: the singular branch's infinity is not selected.
+    #[inline(always)]
+    pub fn factors_branchless(&self, r2: f64, inv_s2: f64, inv_s3: f64, inv_s5: f64) -> (f64, f64) {
+        let s = r2 * inv_s2;
+        let inside = s < TABLE_RHO2_MAX;
+        let (f, g) = self.eval_scaled(s.min(TABLE_RHO2_MAX));
+        let inv_r2 = 1.0 / r2;
+        let inv_r = inv_r2.sqrt();
+        let inv_r3 = inv_r * inv_r2;
+        let k = if inside { f * inv_s3 } else { inv_r3 };
+        let kp = if inside {
+            g * inv_s5
+        } else {
+            -3.0 * inv_r3 * inv_r2
+        };
+        (k, kp)
+    }
+}
+
 /// Chebyshev coefficients `c_k` of the interpolant through `vals` at the Chebyshev nodes.
 fn chebyshev_coefficients(nodes: &[f64], vals: &[f64]) -> Vec<f64> {
     let n = nodes.len();

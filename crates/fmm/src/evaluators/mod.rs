@@ -117,11 +117,52 @@ impl EvalParams {
     }
 }
 
-/// The result of one evaluation: fields in the targets' input order and the phase timings.
+/// The result of one evaluation: fields in the targets' input order, the phase timings and
+/// the size of the work.
 #[derive(Clone, Debug)]
 pub struct Evaluation {
     pub fields: Fields,
     pub times: PhaseTimes,
+    pub stats: PlanStats,
+}
+
+/// Counts of the work of one evaluation.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PlanStats {
+    pub source_cells: usize,
+    pub target_cells: usize,
+    pub depth: usize,
+    /// Leaf pairs of the near field.
+    pub near_pairs: usize,
+    /// Cell pairs of the far field (M2L for the FMM/PPM, M2P for the treecode).
+    pub far_pairs: usize,
+    /// Particle pairs summed directly (P2P).
+    pub p2p_interactions: u64,
+}
+
+impl PlanStats {
+    pub fn of(plan: &Plan) -> Self {
+        let tt = &plan.target_tree;
+        let p2p_interactions = (0..tt.cells.len())
+            .map(|t| {
+                let nt = tt.cells[t].len() as u64;
+                plan.lists
+                    .near
+                    .row(t)
+                    .iter()
+                    .map(|s| nt * plan.source_tree.cells[s.cell as usize].len() as u64)
+                    .sum::<u64>()
+            })
+            .sum();
+        Self {
+            source_cells: plan.source_tree.cells.len(),
+            target_cells: tt.cells.len(),
+            depth: plan.source_tree.depth().max(tt.depth()),
+            near_pairs: plan.lists.near.len(),
+            far_pairs: plan.lists.far.len(),
+            p2p_interactions,
+        }
+    }
 }
 
 /// Builds the trees and lists of a fast evaluation (exposed for benchmarks and the GPU tests).
@@ -226,7 +267,16 @@ pub fn evaluate<B: Backend>(
             Some(p) => direct::direct_periodic(sources, targets, p),
         });
         times.total = t0.elapsed().as_secs_f64();
-        return Ok(Evaluation { fields, times });
+        let n = (sources.len() * targets.len()) as u64;
+        let stats = PlanStats {
+            p2p_interactions: n,
+            ..PlanStats::default()
+        };
+        return Ok(Evaluation {
+            fields,
+            times,
+            stats,
+        });
     }
     let (plan, sorted_sources, sorted_targets) = plan(params, sources, targets, &mut times)?;
     let mut state = timed(&mut times.transfer, || {
@@ -260,12 +310,16 @@ pub fn evaluate<B: Backend>(
         }
     }
     times.total = t0.elapsed().as_secs_f64();
-    Ok(Evaluation { fields, times })
+    Ok(Evaluation {
+        fields,
+        times,
+        stats: PlanStats::of(&plan),
+    })
 }
 
 /// Local data of the far periodic images for the level-1 target cells (or the root), in the
 /// backend's representation: FMM local coefficients, or pseudo-particle potentials.
-fn periodic_far_images<B: Backend>(
+pub fn periodic_far_images<B: Backend>(
     backend: &B,
     plan: &Plan,
     state: &B::State,

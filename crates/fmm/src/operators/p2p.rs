@@ -35,8 +35,14 @@ pub fn pack_sources(s: &Sources) -> Vec<P2pSource> {
         .collect()
 }
 
+/// Sources handled together in the inner loop (one AVX2 register of f64).
+const LANES: usize = 4;
+
 /// Accumulates (no `1/(4 pi)`) the velocity and stretching that `sources`, shifted by `shift`,
 /// induce at the targets.
+///
+/// The inner loop runs over groups of [`LANES`] sources with branch-free selects between the
+/// tabulated and the singular kernel, so that the compiler can keep the lanes in vector registers.
 pub fn p2p(
     table: &KernelTable,
     tgt_pos: &[[f64; 3]],
@@ -46,11 +52,52 @@ pub fn p2p(
     velocity: &mut [[f64; 3]],
     stretching: &mut [[f64; 3]],
 ) {
+    let groups = sources.chunks_exact(LANES);
+    let rest = groups.remainder();
     for (i, xi) in tgt_pos.iter().enumerate() {
         let ai = tgt_strength[i];
         let xi = [xi[0] - shift[0], xi[1] - shift[1], xi[2] - shift[2]];
-        let (mut u, mut s) = ([0.0; 3], [0.0; 3]);
-        for src in sources {
+        let mut u = [[0.0; LANES]; 3];
+        let mut s = [[0.0; LANES]; 3];
+        for g in groups.clone() {
+            let mut k = [0.0; LANES];
+            let mut kp = [0.0; LANES];
+            let mut d = [[0.0; LANES]; 3];
+            for l in 0..LANES {
+                let src = &g[l];
+                for c in 0..3 {
+                    d[c][l] = xi[c] - src.x[c];
+                }
+                let r2 = d[0][l] * d[0][l] + d[1][l] * d[1][l] + d[2][l] * d[2][l];
+                (k[l], kp[l]) = table.factors_branchless(
+                    r2,
+                    src.inv_sigma[0],
+                    src.inv_sigma[1],
+                    src.inv_sigma[2],
+                );
+            }
+            for l in 0..LANES {
+                let a = g[l].alpha;
+                let axd = [
+                    a[1] * d[2][l] - a[2] * d[1][l],
+                    a[2] * d[0][l] - a[0] * d[2][l],
+                    a[0] * d[1][l] - a[1] * d[0][l],
+                ];
+                let axa = [
+                    a[1] * ai[2] - a[2] * ai[1],
+                    a[2] * ai[0] - a[0] * ai[2],
+                    a[0] * ai[1] - a[1] * ai[0],
+                ];
+                let ad = (ai[0] * d[0][l] + ai[1] * d[1][l] + ai[2] * d[2][l]) * kp[l];
+                for c in 0..3 {
+                    u[c][l] += k[l] * axd[c];
+                    s[c][l] += k[l] * axa[c] + ad * axd[c];
+                }
+            }
+        }
+        let mut ut: [f64; 3] = std::array::from_fn(|c| u[c].iter().sum());
+        let mut st: [f64; 3] = std::array::from_fn(|c| s[c].iter().sum());
+        for src in rest {
             let d = [xi[0] - src.x[0], xi[1] - src.x[1], xi[2] - src.x[2]];
             let r2 = d[0] * d[0] + d[1] * d[1] + d[2] * d[2];
             let (k, kp_over_r) =
@@ -59,13 +106,13 @@ pub fn p2p(
             let axa = cross(src.alpha, ai);
             let ad = (ai[0] * d[0] + ai[1] * d[1] + ai[2] * d[2]) * kp_over_r;
             for c in 0..3 {
-                u[c] += k * axd[c];
-                s[c] += k * axa[c] + ad * axd[c];
+                ut[c] += k * axd[c];
+                st[c] += k * axa[c] + ad * axd[c];
             }
         }
         for c in 0..3 {
-            velocity[i][c] += u[c];
-            stretching[i][c] += s[c];
+            velocity[i][c] += ut[c];
+            stretching[i][c] += st[c];
         }
     }
 }
