@@ -215,6 +215,35 @@ impl Default for KernelTable {
 }
 
 impl KernelTable {
+    /// Number of intervals of the table.
+    pub const INTERVALS: usize = TABLE_INTERVALS;
+
+    /// `1 / interval width` in `s = rho^2`.
+    pub fn scale(&self) -> f64 {
+        self.scale
+    }
+
+    /// `(f, g)` of four lanes at intervals `idx` and local variables `t` (see
+    /// [`KernelTable::eval_scaled`]); the coefficient reads are the only gathers.
+    #[inline(always)]
+    pub fn horner4(&self, idx: [usize; 4], t: wide::f64x4) -> (wide::f64x4, wide::f64x4) {
+        let c = [
+            &self.coef[idx[0]],
+            &self.coef[idx[1]],
+            &self.coef[idx[2]],
+            &self.coef[idx[3]],
+        ];
+        let coef =
+            |w: usize, k: usize| wide::f64x4::new([c[0][w][k], c[1][w][k], c[2][w][k], c[3][w][k]]);
+        let mut f = coef(0, TABLE_DEGREE);
+        let mut g = coef(1, TABLE_DEGREE);
+        for k in (0..TABLE_DEGREE).rev() {
+            f = f.mul_add(t, coef(0, k));
+            g = g.mul_add(t, coef(1, k));
+        }
+        (f, g)
+    }
+
     pub fn new() -> Self {
         let h = TABLE_RHO2_MAX / TABLE_INTERVALS as f64;
         let nodes: Vec<f64> = (0..=TABLE_DEGREE)
@@ -275,27 +304,6 @@ impl KernelTable {
             let inv_r3 = inv_r * inv_r * inv_r;
             (inv_r3, -3.0 * inv_r3 * inv_r * inv_r)
         }
-    }
-}
-
-impl KernelTable {
-    /// As [`KernelTable::factors`], evaluating both branches and selecting (no jump), for the
-    /// vectorized P2P loop. `r2 = 0` is handled: the singular branch's infinity is not selected.
-    #[inline(always)]
-    pub fn factors_branchless(&self, r2: f64, inv_s2: f64, inv_s3: f64, inv_s5: f64) -> (f64, f64) {
-        let s = r2 * inv_s2;
-        let inside = s < TABLE_RHO2_MAX;
-        let (f, g) = self.eval_scaled(s.min(TABLE_RHO2_MAX));
-        let inv_r2 = 1.0 / r2;
-        let inv_r = inv_r2.sqrt();
-        let inv_r3 = inv_r * inv_r2;
-        let k = if inside { f * inv_s3 } else { inv_r3 };
-        let kp = if inside {
-            g * inv_s5
-        } else {
-            -3.0 * inv_r3 * inv_r2
-        };
-        (k, kp)
     }
 }
 

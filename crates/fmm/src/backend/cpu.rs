@@ -11,7 +11,7 @@ use super::{timed, Backend, FarField, PhaseTimes, Plan};
 use crate::expansions::{expansion_len, Complex64};
 use crate::kernel::{KernelTable, INV_4PI};
 use crate::lists::SourceRef;
-use crate::operators::p2p::{p2p, pack_sources, P2pSource};
+use crate::operators::p2p::{p2p, PackedSources};
 use crate::operators::{Operators, Rotation, Scratch};
 use crate::ppm::PseudoParticles;
 use crate::tree::{Cell, Tree};
@@ -30,7 +30,7 @@ pub struct CpuState {
     table: KernelTable,
     targets: Targets,
     sources: Sources,
-    packed: Vec<P2pSource>,
+    packed: PackedSources,
     multipoles: Vec<f64>,
     locals: Vec<f64>,
     fields: Fields,
@@ -68,7 +68,7 @@ impl Backend for CpuBackend {
             table: KernelTable::new(),
             targets: targets.clone(),
             sources: sources.clone(),
-            packed: pack_sources(sources),
+            packed: PackedSources::new(&plan.source_tree, sources),
             multipoles: vec![0.0; plan.source_tree.cells.len() * len],
             locals: if needs_locals {
                 vec![0.0; plan.target_tree.cells.len() * len]
@@ -143,12 +143,11 @@ impl Backend for CpuBackend {
         timed(&mut times.p2p, || {
             for_each_leaf(tt, &mut st.fields, |leaf, r, vel, str_| {
                 for s in plan.lists.near.row(leaf) {
-                    let sr = plan.source_tree.cells[s.cell as usize].range.clone();
                     p2p(
                         table,
                         &tgt.position[r.clone()],
                         &tgt.strength[r.clone()],
-                        &src[sr],
+                        src.of(s.cell as usize),
                         plan.shift_of(s.image).unwrap_or([0.0; 3]),
                         vel,
                         str_,
