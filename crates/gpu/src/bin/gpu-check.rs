@@ -1,0 +1,379 @@
+//! `gpu-check`: correctness and timing of the CUDA backend against the CPU f64 engine.
+//!
+//! ```text
+//! gpu-check [--sizes 1e5,1e6] [--order 10] [--leaf 64] [--theta 0.5] [--device 0]
+//!           [--samples 1000] [--allpairs 262144] [--cpu-fmm-max 100000] [--stage p2p|all]
+//! ```
+//! For each N of the standard set (CONVENTIONS.md): P2P alone (near field only) against the
+//! f64 near-field sum, then the full FMM on the GPU against the f64 direct sum on sampled
+//! targets, per-phase wall times and kernel times, P2P pair interactions per second and M2L
+//! translations per second. Also the all-pairs kernel and, at small N, the CPU f64 FMM, the
+//! GPU treecode (M2P) and the plain O(p^4) M2L. Exits 1 when an error exceeds its tolerance,
+//! 2 when no GPU is usable.
+
+use fmm::backend::{Backend, PhaseTimes};
+use fmm::evaluators::direct::direct;
+use fmm::kernel::{pair_interaction, INV_4PI};
+use fmm::{relative_l2_error, CpuBackend, EvalParams, Fields, Method, Sources, Targets};
+use gpu::{CudaBackend, M2lKind};
+use rayon::prelude::*;
+use std::time::Instant;
+
+struct Args {
+    sizes: Vec<usize>,
+    order: usize,
+    leaf: usize,
+    theta: f64,
+    device: usize,
+    samples: usize,
+    allpairs: usize,
+    cpu_fmm_max: usize,
+    stage: String,
+}
+
+fn parse() -> Args {
+    let mut a = Args {
+        sizes: vec![100_000, 1_000_000],
+        order: 10,
+        leaf: 64,
+        theta: 0.5,
+        device: 0,
+        samples: 1000,
+        allpairs: 1 << 18,
+        cpu_fmm_max: 100_000,
+        stage: "all".into(),
+    };
+    let v: Vec<String> = std::env::args().skip(1).collect();
+    let num = |s: &str| {
+        s.parse::<f64>()
+            .unwrap_or_else(|_| panic!("bad number {s}")) as usize
+    };
+    let mut i = 0;
+    while i + 1 < v.len() {
+        let x = &v[i + 1];
+        match v[i].as_str() {
+            "--sizes" => a.sizes = x.split(',').map(num).collect(),
+            "--order" => a.order = num(x),
+            "--leaf" => a.leaf = num(x),
+            "--theta" => a.theta = x.parse().unwrap(),
+            "--device" => a.device = num(x),
+            "--samples" => a.samples = num(x),
+            "--allpairs" => a.allpairs = num(x),
+            "--cpu-fmm-max" => a.cpu_fmm_max = num(x),
+            "--stage" => a.stage = x.clone(),
+            o => panic!("unknown option {o}"),
+        }
+        i += 2;
+    }
+    a
+}
+
+/// Evenly spaced sample of `k` indices out of `n`.
+fn sample(n: usize, k: usize) -> Vec<usize> {
+    let k = k.min(n);
+    (0..k).map(|i| i * n / k).collect()
+}
+
+fn pick(f: &Fields, idx: &[usize]) -> Fields {
+    Fields {
+        velocity: idx.iter().map(|&i| f.velocity[i]).collect(),
+        stretching: idx.iter().map(|&i| f.stretching[i]).collect(),
+    }
+}
+
+fn errs(a: &Fields, r: &Fields) -> (f64, f64) {
+    (
+        relative_l2_error(&a.velocity, &r.velocity),
+        relative_l2_error(&a.stretching, &r.stretching),
+    )
+}
+
+fn print_times(label: &str, t: &PhaseTimes) {
+    let s: Vec<String> = t
+        .entries()
+        .iter()
+        .filter(|(_, v)| *v > 0.0)
+        .map(|(k, v)| format!("{k} {:.4}", v))
+        .collect();
+    println!("  {label} wall s: {}", s.join(", "));
+}
+
+struct Check {
+    failed: Vec<String>,
+}
+
+impl Check {
+    fn le(&mut self, what: &str, v: f64, tol: f64) {
+        let ok = v.is_finite() && v <= tol;
+        println!(
+            "  {:<44} {:>10.3e}  (tol {:.0e}) {}",
+            what,
+            v,
+            tol,
+            if ok { "ok" } else { "FAIL" }
+        );
+        if !ok {
+            self.failed.push(format!("{what}: {v:.3e} > {tol:.0e}"));
+        }
+    }
+}
+
+fn main() {
+    let args = parse();
+    if !gpu::driver_present() || !gpu::nvrtc_present() {
+        println!(
+            "gpu-check: no usable GPU (driver present: {}, NVRTC present: {})",
+            gpu::driver_present(),
+            gpu::nvrtc_present()
+        );
+        std::process::exit(2);
+    }
+    let mut be = match CudaBackend::new(args.device) {
+        Ok(b) => b,
+        Err(e) => {
+            println!("gpu-check: {e}");
+            std::process::exit(2);
+        }
+    };
+    let dev = be.device().clone();
+    let (free, total) = dev.mem_info().unwrap_or((0, 0));
+    println!(
+        "device {}: {} (sm_{}{}), {:.1} GiB ({:.1} GiB free), CUDA_VISIBLE_DEVICES={}, {} CPU threads",
+        dev.index(),
+        dev.name(),
+        dev.compute_capability().0,
+        dev.compute_capability().1,
+        total as f64 / (1u64 << 30) as f64,
+        free as f64 / (1u64 << 30) as f64,
+        std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_else(|_| "<unset>".into()),
+        rayon::current_num_threads()
+    );
+    let t0 = Instant::now();
+    be.warm_up(args.order).expect("NVRTC compile");
+    println!(
+        "NVRTC compile + module load (p = {}): {:.3} s",
+        args.order,
+        t0.elapsed().as_secs_f64()
+    );
+    let mut chk = Check { failed: Vec::new() };
+
+    // ---- all-pairs kernel
+    if args.allpairs > 0 {
+        let n = args.allpairs;
+        let s = fmm::testsets::standard(n, 11);
+        let t = s.as_targets();
+        let _ = be.all_pairs(&s, &t).expect("all pairs"); // warm
+        let mut best = f64::INFINITY;
+        let mut fields = None;
+        for _ in 0..3 {
+            let (f, secs) = be.all_pairs(&s, &t).expect("all pairs");
+            best = best.min(secs);
+            fields = Some(f);
+        }
+        let f = fields.unwrap();
+        let idx = sample(n, 256);
+        let tr = Targets {
+            position: idx.iter().map(|&i| t.position[i]).collect(),
+            strength: idx.iter().map(|&i| t.strength[i]).collect(),
+        };
+        let r = direct(&s, &tr);
+        let (ev, es) = errs(&pick(&f, &idx), &r);
+        println!(
+            "all-pairs N = {n}: kernel {:.4} s, {:.3e} pair interactions/s",
+            best,
+            (n as f64) * (n as f64) / best
+        );
+        chk.le("all-pairs velocity error vs f64", ev, 1e-5);
+        chk.le("all-pairs stretching error vs f64", es, 1e-4);
+    }
+
+    for &n in &args.sizes {
+        println!(
+            "\n=== N = {n}, p = {}, theta = {}, leaf = {} ===",
+            args.order, args.theta, args.leaf
+        );
+        let src = fmm::testsets::standard(n, 42);
+        let tgt = src.as_targets();
+        let params = EvalParams {
+            method: Method::Fmm,
+            order: args.order,
+            theta: args.theta,
+            leaf_size: args.leaf,
+            ..Default::default()
+        };
+        // ---- P2P alone vs f64 near field
+        let mut pt = PhaseTimes::default();
+        let tp = Instant::now();
+        let (plan, ss, st) = fmm::evaluators::plan(&params, &src, &tgt, &mut pt).expect("plan");
+        println!(
+            "  plan (CPU): {:.3} s (tree {:.3}, lists {:.3}); {} cells, {} near, {} far pairs of cells",
+            tp.elapsed().as_secs_f64(),
+            pt.tree,
+            pt.lists,
+            plan.target_tree.cells.len(),
+            plan.lists.near.len(),
+            plan.lists.far.len()
+        );
+        let mut p2p_best = f64::INFINITY;
+        let mut near_fields = None;
+        for _ in 0..3 {
+            let mut t = PhaseTimes::default();
+            let mut state = be.prepare(&plan, &ss, &st).expect("prepare");
+            be.near_field(&plan, &mut state, &mut t).expect("near");
+            near_fields = Some(be.fields(&plan, state).expect("fields"));
+            p2p_best = p2p_best.min(be.last_kernel_times().p2p);
+        }
+        let kt = be.last_kernel_times();
+        let near = near_fields.unwrap();
+        // f64 near-field reference at sampled sorted targets
+        let mut leaf_of = vec![0usize; st.len()];
+        for l in plan.target_tree.leaves() {
+            for i in plan.target_tree.cells[l].range.clone() {
+                leaf_of[i] = l;
+            }
+        }
+        let idx = sample(st.len(), args.samples);
+        let refs: Vec<([f64; 3], [f64; 3])> = idx
+            .par_iter()
+            .map(|&i| {
+                let (mut u, mut w) = ([0.0; 3], [0.0; 3]);
+                for s in plan.lists.near.row(leaf_of[i]) {
+                    let sh = plan.shift_of(s.image).unwrap_or([0.0; 3]);
+                    let xi = [
+                        st.position[i][0] - sh[0],
+                        st.position[i][1] - sh[1],
+                        st.position[i][2] - sh[2],
+                    ];
+                    for j in plan.source_tree.cells[s.cell as usize].range.clone() {
+                        let (du, dw) = pair_interaction(
+                            xi,
+                            st.strength[i],
+                            ss.position[j],
+                            ss.strength[j],
+                            ss.sigma[j],
+                        );
+                        for c in 0..3 {
+                            u[c] += du[c] * INV_4PI;
+                            w[c] += dw[c] * INV_4PI;
+                        }
+                    }
+                }
+                (u, w)
+            })
+            .collect();
+        let near_ref = Fields {
+            velocity: refs.iter().map(|r| r.0).collect(),
+            stretching: refs.iter().map(|r| r.1).collect(),
+        };
+        let (ev, es) = errs(&pick(&near, &idx), &near_ref);
+        println!(
+            "  P2P kernel: {:.4} s, {} pairs, {:.3e} pair interactions/s (avg {:.1} pairs per target)",
+            p2p_best,
+            kt.p2p_pairs,
+            kt.p2p_pairs as f64 / p2p_best,
+            kt.p2p_pairs as f64 / n as f64
+        );
+        chk.le("P2P (near field) velocity error vs f64", ev, 1e-5);
+        chk.le("P2P (near field) stretching error vs f64", es, 1e-4);
+        if args.stage == "p2p" {
+            continue;
+        }
+
+        // ---- full FMM on the GPU
+        let ridx = sample(n, args.samples);
+        let rt = Targets {
+            position: ridx.iter().map(|&i| tgt.position[i]).collect(),
+            strength: ridx.iter().map(|&i| tgt.strength[i]).collect(),
+        };
+        let td = Instant::now();
+        let reference = direct(&src, &rt);
+        println!(
+            "  f64 direct reference on {} targets: {:.2} s (CPU)",
+            ridx.len(),
+            td.elapsed().as_secs_f64()
+        );
+        let mut best: Option<(f64, fmm::Evaluation, gpu::KernelTimes)> = None;
+        for _ in 0..3 {
+            let e = fmm::evaluate(&be, &params, &src, &tgt).expect("gpu fmm");
+            let k = be.last_kernel_times();
+            if best.as_ref().map(|b| e.times.total < b.0).unwrap_or(true) {
+                best = Some((e.times.total, e, k));
+            }
+        }
+        let (_, ev_gpu, k) = best.unwrap();
+        print_times("GPU FMM (best of 3)", &ev_gpu.times);
+        println!(
+            "  kernels s: P2M {:.4}, M2M {:.4}, M2L {:.4}, L2L {:.4}, L2P {:.4}, P2P {:.4}",
+            k.p2m, k.m2m, k.m2l, k.l2l, k.l2p, k.p2p
+        );
+        println!(
+            "  M2L: {} translations, {} directions, {:.3e} translations/s; P2P {:.3e} pairs/s",
+            k.m2l_translations,
+            k.m2l_directions,
+            k.m2l_translations as f64 / k.m2l,
+            k.p2p_pairs as f64 / k.p2p
+        );
+        println!(
+            "  total {:.4} s = {:.1} M particles/s (tree+lists on CPU {:.4} s)",
+            ev_gpu.times.total,
+            n as f64 / ev_gpu.times.total * 1e-6,
+            ev_gpu.times.tree + ev_gpu.times.lists
+        );
+        let (fv, fs) = errs(&pick(&ev_gpu.fields, &ridx), &reference);
+        chk.le("GPU FMM velocity error vs f64 direct", fv, 1e-4);
+        chk.le("GPU FMM stretching error vs f64 direct", fs, 1e-3);
+
+        if n <= args.cpu_fmm_max {
+            let tc = Instant::now();
+            let ev_cpu = fmm::evaluate(&CpuBackend, &params, &src, &tgt).expect("cpu fmm");
+            let cpu_s = tc.elapsed().as_secs_f64();
+            print_times("CPU f64 FMM", &ev_cpu.times);
+            let (cv, cs) = errs(&pick(&ev_cpu.fields, &ridx), &reference);
+            println!("  CPU f64 FMM errors vs direct: velocity {cv:.3e}, stretching {cs:.3e}; speed-up GPU/CPU {:.1}x", cpu_s / ev_gpu.times.total);
+            let (gv, gs) = errs(&ev_gpu.fields, &ev_cpu.fields);
+            chk.le("GPU vs CPU f64 FMM velocity (all targets)", gv, 1e-4);
+            chk.le("GPU vs CPU f64 FMM stretching (all targets)", gs, 1e-3);
+
+            // plain O(p^4) M2L
+            be.m2l = M2lKind::Plain;
+            let e = fmm::evaluate(&be, &params, &src, &tgt).expect("gpu fmm plain");
+            let k = be.last_kernel_times();
+            be.m2l = M2lKind::Rotation;
+            let (pv, ps) = errs(&pick(&e.fields, &ridx), &reference);
+            println!(
+                "  plain O(p^4) M2L kernel: {:.4} s, {:.3e} translations/s",
+                k.m2l,
+                k.m2l_translations as f64 / k.m2l
+            );
+            chk.le("GPU FMM (plain M2L) velocity error", pv, 1e-4);
+            chk.le("GPU FMM (plain M2L) stretching error", ps, 1e-3);
+
+            // treecode (M2P)
+            let tparams = EvalParams {
+                method: Method::Treecode,
+                ..params.clone()
+            };
+            let e = fmm::evaluate(&be, &tparams, &src, &tgt).expect("gpu treecode");
+            let k = be.last_kernel_times();
+            let (tv, ts) = errs(&pick(&e.fields, &ridx), &reference);
+            print_times("GPU treecode", &e.times);
+            println!(
+                "  M2P kernel {:.4} s, {:.3e} evaluations/s",
+                k.m2p,
+                k.m2p_evaluations as f64 / k.m2p
+            );
+            chk.le("GPU treecode velocity error", tv, 1e-4);
+            chk.le("GPU treecode stretching error", ts, 1e-3);
+        }
+    }
+    let _: Option<&Sources> = None;
+    if chk.failed.is_empty() {
+        println!("\ngpu-check: all checks passed");
+    } else {
+        println!("\ngpu-check: {} check(s) FAILED:", chk.failed.len());
+        for f in &chk.failed {
+            println!("  {f}");
+        }
+        std::process::exit(1);
+    }
+}
