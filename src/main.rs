@@ -3,6 +3,7 @@
 //! Subcommands: `eval` (one velocity + stretching evaluation), `particles` (test sets),
 //! `bench` (timings and accuracy), `spectral` (the pseudo-spectral reference solver).
 
+mod backends;
 mod commands;
 mod io;
 

@@ -3,7 +3,8 @@
 use anyhow::{Context, Result};
 use clap::Args;
 use fmm::periodic::Periodic;
-use fmm::{evaluate, CpuBackend, EvalParams, Method};
+use crate::backends::{evaluate_on, BackendChoice};
+use fmm::{EvalParams, Method};
 use std::path::PathBuf;
 
 #[derive(Args, Debug, Clone)]
@@ -33,6 +34,12 @@ pub struct EvalArgs {
     /// Number of threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Compute backend: auto (GPU if usable), cpu or cuda.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: BackendChoice,
+    /// GPU index among the visible devices (CUDA_VISIBLE_DEVICES is honoured).
+    #[arg(long, default_value_t = 0)]
+    pub device: usize,
     /// Evaluate at these points instead of at the particles: `.npy` float64 of shape (M, 3).
     /// Plain points carry no strength, so only velocity.npy is written.
     #[arg(long)]
@@ -74,8 +81,10 @@ pub fn run(args: &EvalArgs) -> Result<()> {
         None => sources.as_targets(),
     };
     let pool = crate::thread_pool(args.threads)?;
-    let backend = CpuBackend;
-    let ev = pool.install(|| evaluate(&backend, &params, &sources, &targets))?;
+    let run = pool.install(|| {
+        evaluate_on(args.backend, args.device, &params, &sources, &targets)
+    })?;
+    let ev = &run.evaluation;
     crate::io::write_fields(&args.out, &ev.fields, args.targets.is_none())?;
     let timing: serde_json::Map<String, serde_json::Value> = ev
         .times
@@ -93,7 +102,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
         targets.len(),
         params.order,
         params.theta,
-        backend_name(&backend, &pool),
+        run.backend,
         ev.times.total,
         ev.times.tree,
         ev.times.lists,
@@ -102,9 +111,4 @@ pub fn run(args: &EvalArgs) -> Result<()> {
         args.out.display()
     );
     Ok(())
-}
-
-fn backend_name(b: &CpuBackend, pool: &rayon::ThreadPool) -> String {
-    use fmm::Backend;
-    pool.install(|| b.name())
 }

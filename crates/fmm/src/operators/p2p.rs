@@ -10,7 +10,7 @@ use crate::kernel::{KernelTable, TABLE_RHO2_MAX};
 use crate::tree::Tree;
 use crate::Sources;
 use std::ops::Range;
-use wide::{f64x4, CmpLt};
+use wide::f64x4;
 
 /// Four sources in structure-of-arrays form, one SIMD lane each.
 #[derive(Clone, Copy, Debug)]

@@ -1,0 +1,843 @@
+//! The locally essential tree (LET) of a rank and one distributed evaluation.
+//!
+//! Every rank holds the particles of its branch cells (see [`crate::partition`]). One
+//! evaluation:
+//! 1. **summary** (allreduce): tight radii and largest core radii of the partition-tree cells,
+//!    and the shallowest / deepest target leaf level below each branch cell;
+//! 2. **P2Pcomm** (sparse all-to-all): for every other rank `r`, the cells of this rank's
+//!    subtrees that `r`'s dual traversal may visit, pruned by a conservative acceptance test
+//!    against `r`'s target branch cells (all possible target cell sizes and positions inside
+//!    them, the top target cells above them, the core-radius gap, the 27 periodic images), and
+//!    the particles of the leaves `r` may pair in P2P;
+//! 3. the **extended source tree** (replicated top tree + own subtrees + received cells) and the
+//!    local target tree (top cells above own branch cells + own subtrees) go through the
+//!    *unchanged* dual traversal ([`fmm::lists::InteractionLists::build_checked`]), which
+//!    reports any truncated remote cell it would have split: an error, never a silent
+//!    difference;
+//! 4. `upward` on the backend, then **M2Lcomm**: the branch multipoles are all-gathered and the
+//!    top tree's multipoles built from them by M2M in the single-rank order; the multipoles of
+//!    the cells sent in step 2 follow them (all-to-all); both are written into the backend
+//!    with `set_multipoles`;
+//! 5. the periodic far images from the (replicated) root multipole, `downward`, `near_field`.
+//!
+//! Every target cell therefore sees exactly the interaction lists of the single-rank run, and
+//! the results agree with it to round-off whatever the number of ranks.
+
+use crate::comm::{Comm, ReduceOp};
+use crate::ext_tree::{assemble, radius2_of, subtree_cells, Assembled, NodeInfo};
+use crate::partition::{key_span, Partition};
+use crate::wire::{Reader, Writer};
+use crate::{CommStats, DomainError};
+use fmm::backend::{timed, Backend, FarField, PhaseTimes, Plan};
+use fmm::evaluators::Method;
+use fmm::expansions::{expansion_len, Complex64};
+use fmm::ppm::PseudoParticles;
+use fmm::lists::{CsrList, InteractionLists, ListParams, COMPLETE, NO_PARTICLES, TRUNCATED};
+use fmm::operators::{Operators, Scratch};
+use fmm::tree::MAX_LEVEL;
+use fmm::{EvalParams, Fields, Sources, Targets};
+use rayon::prelude::*;
+use std::collections::HashMap;
+use std::time::Instant;
+
+/// Sources owned by this rank, sorted by (Morton key, global id).
+#[derive(Clone, Debug, Default)]
+pub struct OwnedSources {
+    pub gid: Vec<u64>,
+    pub key: Vec<u64>,
+    pub sources: Sources,
+}
+
+/// Targets owned by this rank, sorted by (Morton key, global id).
+#[derive(Clone, Debug, Default)]
+pub struct OwnedTargets {
+    pub gid: Vec<u64>,
+    pub key: Vec<u64>,
+    pub targets: Targets,
+}
+
+const SQRT3: f64 = 1.732_050_807_568_877_2;
+/// Values per partition cell in the summary: src r^2, src sigma_max, tgt r^2, -min leaf level,
+/// max leaf level.
+const SUMMARY: usize = 5;
+
+/// A target branch cell of another rank, as far as this rank can know it.
+struct Region {
+    lo: [f64; 3],
+    hi: [f64; 3],
+    level: u32,
+    hw: f64,
+    radius: f64,
+    min_leaf: u32,
+    max_leaf: u32,
+}
+
+/// A target cell of the top tree of another rank (an internal cell).
+struct TopTarget {
+    center: [f64; 3],
+    hw: f64,
+    radius: f64,
+}
+
+/// What this rank knows of another rank's target cells.
+struct View {
+    regions: Vec<Region>,
+    tops: Vec<TopTarget>,
+    lo: [f64; 3],
+    hi: [f64; 3],
+    rmax: f64,
+    hwmax: f64,
+}
+
+struct Mac {
+    theta: f64,
+    core_cutoff: f64,
+    period: Option<f64>,
+    /// PPM: radii of the criterion are `f * half_width` (see `ListParams`).
+    sphere: Option<f64>,
+}
+
+impl Mac {
+    /// Whether the acceptance criterion may fail for a target of radius at most `rt` whose
+    /// centre is at least `d` from the source centre (conservative by a relative 1e-9).
+    #[inline]
+    fn may_fail(&self, rt: f64, rs: f64, sigma: f64, d: f64) -> bool {
+        let rsum = rt + rs;
+        !(rsum < self.theta * d * (1.0 - 1e-9) && d - rsum >= self.core_cutoff * sigma + 1e-9 * d)
+    }
+
+    fn images(&self) -> impl Iterator<Item = [f64; 3]> + '_ {
+        let n = if self.period.is_some() { 27 } else { 1 };
+        (0..n).map(move |i| match self.period {
+            None => [0.0; 3],
+            Some(l) => {
+                let s = fmm::lists::image_shift(i as u8);
+                [s[0] as f64 * l, s[1] as f64 * l, s[2] as f64 * l]
+            }
+        })
+    }
+
+    /// Smallest distance from the images of `c` to the box `[lo, hi]`.
+    fn box_dist(&self, c: [f64; 3], lo: [f64; 3], hi: [f64; 3]) -> f64 {
+        self.images()
+            .map(|s| {
+                (0..3)
+                    .map(|k| {
+                        let x = c[k] + s[k];
+                        let g = (lo[k] - x).max(x - hi[k]).max(0.0);
+                        g * g
+                    })
+                    .sum::<f64>()
+            })
+            .fold(f64::INFINITY, f64::min)
+            .sqrt()
+    }
+
+    /// Whether rank `view`'s traversal may need the children (internal `s`) or the particles
+    /// (leaf `s`) of source cell `s`.
+    #[allow(clippy::too_many_arguments)]
+    fn needs_open(&self, view: &View, center: [f64; 3], level: u32, hw: f64, rs: f64, sigma: f64, leaf: bool) -> bool {
+        // radius of a cell in the criterion: tight (bounded by sqrt(3) hw), or the PPM sphere
+        let rs = self.sphere.map_or(rs, |f| f * hw);
+        let rad = |tight: f64, h: f64| self.sphere.map_or(tight, |f| f * h);
+        let cube_r = |h: f64| self.sphere.map_or(SQRT3 * h * (1.0 + 1e-12), |f| f * h * (1.0 + 1e-12));
+        if !leaf {
+            for t in &view.tops {
+                if t.hw < hw && self.may_fail(rad(t.radius, t.hw), rs, sigma, self.box_dist(center, t.center, t.center)) {
+                    return true;
+                }
+            }
+        }
+        let rmax = self.sphere.map_or(view.rmax, |f| f * view.hwmax * (1.0 + 1e-12));
+        if view.regions.is_empty() || !self.may_fail(rmax, rs, sigma, self.box_dist(center, view.lo, view.hi)) {
+            return false;
+        }
+        for b in &view.regions {
+            let bound = cube_r(b.hw).max(rad(b.radius, b.hw));
+            if !self.may_fail(bound, rs, sigma, self.box_dist(center, b.lo, b.hi)) {
+                continue;
+            }
+            let mut h = b.hw;
+            for l in b.level..=b.max_leaf {
+                let relevant = l >= b.min_leaf || (!leaf && l > level);
+                if relevant {
+                    let (rt, shrink) = if l == b.level {
+                        (rad(b.radius, b.hw), b.hw)
+                    } else {
+                        (cube_r(h), h)
+                    };
+                    let lo = b.lo.map(|x| x + shrink);
+                    let hi = b.hi.map(|x| x - shrink);
+                    let lo2: [f64; 3] = std::array::from_fn(|k| lo[k].min(hi[k]));
+                    let hi2: [f64; 3] = std::array::from_fn(|k| lo[k].max(hi[k]));
+                    if self.may_fail(rt, rs, sigma, self.box_dist(center, lo2, hi2)) {
+                        return true;
+                    }
+                }
+                h *= 0.5;
+            }
+        }
+        false
+    }
+}
+
+/// Whether partition cell `c` is a leaf of the global source tree.
+fn src_leaf(part: &Partition, c: usize) -> bool {
+    let pc = &part.cells[c];
+    pc.n_src <= part.leaf_size as u64 || pc.level >= MAX_LEVEL
+}
+
+fn key_range(keys: &[u64], level: u32, key: u64) -> std::ops::Range<usize> {
+    let end = key + key_span(level);
+    keys.partition_point(|&k| k < key)..keys.partition_point(|&k| k < end)
+}
+
+/// Agrees on failure: if any rank has an error, every rank returns one (no hang).
+fn agree<C: Comm + ?Sized, T>(comm: &C, r: Result<T, DomainError>) -> Result<T, DomainError> {
+    let mut flag = [if r.is_err() { (comm.rank() + 1) as f64 } else { 0.0 }];
+    comm.allreduce_f64(&mut flag, ReduceOp::Max);
+    match r {
+        Err(e) => Err(e),
+        Ok(v) if flag[0] == 0.0 => Ok(v),
+        Ok(_) => Err(DomainError::Remote {
+            rank: flag[0] as usize - 1,
+        }),
+    }
+}
+
+fn write_source(w: &mut Writer, gid: u64, s: &Sources, i: usize) {
+    w.u64(gid);
+    w.vec3(s.position[i]);
+    w.vec3(s.strength[i]);
+    w.f64(s.sigma[i]);
+}
+
+/// Evaluates the fields at the owned targets (in their sorted order) of the owned sources of
+/// all ranks. Collective.
+#[allow(clippy::too_many_arguments)]
+pub fn evaluate_owned<C: Comm + ?Sized, B: Backend>(
+    comm: &C,
+    backend: &B,
+    params: &EvalParams,
+    part: &Partition,
+    src: &OwnedSources,
+    tgt: &OwnedTargets,
+    stats: &mut CommStats,
+    times: &mut PhaseTimes,
+) -> Result<Fields, DomainError> {
+    let dp = crate::DomainParams::default();
+    evaluate_owned_with(comm, backend, params, &dp, part, src, tgt, stats, times)
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
+    comm: &C,
+    backend: &B,
+    params: &EvalParams,
+    dparams: &crate::DomainParams,
+    part: &Partition,
+    src: &OwnedSources,
+    tgt: &OwnedTargets,
+    stats: &mut CommStats,
+    times: &mut PhaseTimes,
+) -> Result<Fields, DomainError> {
+    let me = comm.rank();
+    let nranks = comm.size();
+    let cube = part.cube;
+    let leaf_size = part.leaf_size;
+    let far_field = match params.method {
+        Method::Fmm => FarField::Fmm,
+        Method::Treecode => FarField::Treecode,
+        Method::Ppm => FarField::Ppm,
+        Method::Direct => unreachable!("the direct sum has no plan"),
+    };
+    let ppm = (far_field == FarField::Ppm).then(|| PseudoParticles::new(params.order));
+    let sphere = ppm.as_ref().map(|p| p.radius_factor());
+    let mac = Mac {
+        theta: params.theta,
+        core_cutoff: params.core_cutoff,
+        period: params.periodic.map(|p| p.box_length),
+        sphere,
+    };
+    let np = part.cells.len();
+    let t0 = Instant::now();
+
+    // ---- 1. own subtrees and the summary of the partition cells ----------------------------
+    let (own_src_cells, own_tgt_cells, summary) = timed(&mut times.tree, || {
+        let mut own_src: Vec<(u32, u64)> = Vec::new();
+        let mut own_tgt: Vec<(u32, u64)> = Vec::new();
+        let mut summ = vec![0.0f64; np * SUMMARY];
+        for c in 0..np {
+            summ[c * SUMMARY + 3] = f64::NEG_INFINITY;
+            summ[c * SUMMARY + 4] = f64::NEG_INFINITY;
+        }
+        let pos_s = &src.sources.position;
+        let pos_t = &tgt.targets.position;
+        let per_cell: Vec<[f64; 3]> = part
+            .cells
+            .par_iter()
+            .map(|pc| {
+                let rs = key_range(&src.key, pc.level, pc.key);
+                let rt = key_range(&tgt.key, pc.level, pc.key);
+                [
+                    radius2_of(pc.center, &pos_s[rs.clone()]),
+                    src.sources.sigma[rs].iter().copied().fold(0.0, f64::max),
+                    radius2_of(pc.center, &pos_t[rt]),
+                ]
+            })
+            .collect();
+        for (c, v) in per_cell.iter().enumerate() {
+            summ[c * SUMMARY..c * SUMMARY + 3].copy_from_slice(v);
+        }
+        for b in part.branches_of(me) {
+            let pc = &part.cells[b];
+            if pc.n_src > 0 {
+                let r = key_range(&src.key, pc.level, pc.key);
+                subtree_cells(&src.key[r], pc.level, pc.key, leaf_size, &mut own_src);
+            }
+            if pc.n_tgt > 0 {
+                let r = key_range(&tgt.key, pc.level, pc.key);
+                let start = own_tgt.len();
+                subtree_cells(&tgt.key[r.clone()], pc.level, pc.key, leaf_size, &mut own_tgt);
+                // leaf levels: a cell is a leaf when no later cell of the subtree is its child
+                let cells = &own_tgt[start..];
+                let (mut lo, mut hi) = (u32::MAX, 0u32);
+                for (i, &(l, k)) in cells.iter().enumerate() {
+                    let leaf = cells
+                        .get(i + 1)
+                        .map_or(true, |&(l2, k2)| !(l2 == l + 1 && k2 & !(key_span(l) - 1) == k));
+                    if leaf {
+                        lo = lo.min(l);
+                        hi = hi.max(l);
+                    }
+                }
+                summ[b * SUMMARY + 3] = -(lo as f64);
+                summ[b * SUMMARY + 4] = hi as f64;
+            }
+        }
+        (own_src, own_tgt, summ)
+    });
+    let mut summary = summary;
+    comm.allreduce_f64(&mut summary, ReduceOp::Max);
+    let s_r = |c: usize| summary[c * SUMMARY].sqrt();
+    let s_sig = |c: usize| summary[c * SUMMARY + 1];
+    let t_r = |c: usize| summary[c * SUMMARY + 2].sqrt();
+    let t_min = |c: usize| (-summary[c * SUMMARY + 3]) as u32;
+    let t_max = |c: usize| summary[c * SUMMARY + 4] as u32;
+    stats.bytes_summary += comm_bytes_allreduce(nranks, summary.len());
+
+    // replicated nodes of the source tree: top cells and branch cells (remote ones truncated)
+    let mut src_nodes: HashMap<(u32, u64), NodeInfo> = HashMap::new();
+    for (c, pc) in part.cells.iter().enumerate() {
+        if pc.n_src == 0 {
+            continue;
+        }
+        let kind = if !pc.is_branch() {
+            COMPLETE
+        } else if src_leaf(part, c) {
+            NO_PARTICLES
+        } else {
+            TRUNCATED
+        };
+        src_nodes.insert(
+            (pc.level, pc.key),
+            NodeInfo {
+                level: pc.level,
+                key: pc.key,
+                radius: Some(s_r(c)),
+                sigma_max: Some(s_sig(c)),
+                kind,
+            },
+        );
+    }
+    for &(l, k) in &own_src_cells {
+        src_nodes.insert((l, k), NodeInfo::own(l, k));
+    }
+    let own_st = assemble(
+        cube,
+        src_nodes.values().copied(),
+        &src.key,
+        &src.sources.position,
+        Some(&src.sources.sigma),
+        leaf_size,
+    );
+
+    // ---- 2. P2Pcomm: pruned subtrees and halo particles for every other rank ----------------
+    let t_p2p = Instant::now();
+    let views: Vec<View> = (0..nranks)
+        .map(|r| {
+            let mut regions = Vec::new();
+            let mut tops: Vec<usize> = Vec::new();
+            for b in part.branches_of(r) {
+                let pc = &part.cells[b];
+                if pc.n_tgt == 0 {
+                    continue;
+                }
+                regions.push(Region {
+                    lo: pc.center.map(|x| x - pc.half_width),
+                    hi: pc.center.map(|x| x + pc.half_width),
+                    level: pc.level,
+                    hw: pc.half_width,
+                    radius: t_r(b),
+                    min_leaf: t_min(b),
+                    max_leaf: t_max(b),
+                });
+                let mut a = pc.parent;
+                while let Some(p) = a {
+                    tops.push(p);
+                    a = part.cells[p].parent;
+                }
+            }
+            tops.sort_unstable();
+            tops.dedup();
+            let mut lo = [f64::INFINITY; 3];
+            let mut hi = [f64::NEG_INFINITY; 3];
+            let mut rmax: f64 = 0.0;
+            let mut hwmax: f64 = 0.0;
+            for g in &regions {
+                hwmax = hwmax.max(g.hw);
+                for k in 0..3 {
+                    lo[k] = lo[k].min(g.lo[k]);
+                    hi[k] = hi[k].max(g.hi[k]);
+                }
+                rmax = rmax.max(SQRT3 * g.hw * (1.0 + 1e-12)).max(g.radius);
+            }
+            View {
+                regions,
+                tops: tops
+                    .into_iter()
+                    .map(|p| TopTarget {
+                        center: part.cells[p].center,
+                        hw: part.cells[p].half_width,
+                        radius: t_r(p),
+                    })
+                    .collect(),
+                lo,
+                hi,
+                rmax,
+                hwmax,
+            }
+        })
+        .collect();
+    let own_branches: Vec<usize> = part
+        .branches_of(me)
+        .filter(|&b| part.cells[b].n_src > 0)
+        .map(|b| own_st.index[&(part.cells[b].level, part.cells[b].key)])
+        .collect();
+    // per destination: message and the cells whose multipoles follow in M2Lcomm
+    let outgoing: Vec<(Vec<u8>, Vec<(u32, u64)>)> = (0..nranks)
+        .into_par_iter()
+        .map(|r| {
+            if r == me {
+                return (Vec::new(), Vec::new());
+            }
+            let view = &views[r];
+            let tree = &own_st.tree;
+            let mut recs = Writer::new();
+            let mut nrec = 0u32;
+            let mut leaves = Vec::new();
+            let mut mcells = Vec::new();
+            let open = |c: usize| {
+                let cell = &tree.cells[c];
+                if dparams.sabotage_halo && cell.is_leaf() {
+                    return false;
+                }
+                mac.needs_open(view, cell.center, cell.level, cell.half_width, cell.radius, own_st.sigma_max[c], cell.is_leaf())
+            };
+            let mut stack: Vec<(usize, bool)> = own_branches
+                .iter()
+                .rev()
+                .filter(|&&b| open(b))
+                .map(|&b| (b, true))
+                .collect();
+            while let Some((c, is_branch)) = stack.pop() {
+                let cell = &tree.cells[c];
+                let opened = is_branch || open(c);
+                recs.u8(cell.level as u8);
+                recs.u64(cell.key);
+                recs.f64(cell.radius);
+                recs.f64(own_st.sigma_max[c]);
+                recs.u8(cell.is_leaf() as u8 | (opened as u8) << 1 | (is_branch as u8) << 2);
+                nrec += 1;
+                if !is_branch {
+                    mcells.push((cell.level, cell.key));
+                }
+                if opened {
+                    if cell.is_leaf() {
+                        leaves.push(c);
+                    } else {
+                        for ch in cell.children.clone().rev() {
+                            stack.push((ch, false));
+                        }
+                    }
+                }
+            }
+            let mut w = Writer::new();
+            w.u32(nrec);
+            w.buf.extend_from_slice(&recs.buf);
+            for c in leaves {
+                let r = tree.cells[c].range.clone();
+                w.u32(r.len() as u32);
+                for i in r {
+                    write_source(&mut w, src.gid[i], &src.sources, i);
+                }
+            }
+            (w.buf, mcells)
+        })
+        .collect();
+    let (send, let_cells): (Vec<Vec<u8>>, Vec<Vec<(u32, u64)>>) = outgoing.into_iter().unzip();
+    stats.bytes_p2p += send.iter().enumerate().filter(|(r, _)| *r != me).map(|(_, b)| b.len() as u64).sum::<u64>();
+    let recv = comm.alltoallv(&send);
+    drop(send);
+    // parse
+    let mut halo = OwnedSources::default();
+    let mut recv_cells: Vec<Vec<(u32, u64)>> = vec![Vec::new(); nranks];
+    for (q, buf) in recv.iter().enumerate() {
+        if q == me || buf.is_empty() {
+            continue;
+        }
+        let mut rd = Reader::new(buf);
+        let n = rd.u32();
+        let mut with_particles = 0usize;
+        for _ in 0..n {
+            let level = rd.u8() as u32;
+            let key = rd.u64();
+            let radius = rd.f64();
+            let sigma = rd.f64();
+            let flags = rd.u8();
+            let (leaf, opened, branch) = (flags & 1 != 0, flags & 2 != 0, flags & 4 != 0);
+            let kind = if opened {
+                COMPLETE
+            } else if leaf {
+                NO_PARTICLES
+            } else {
+                TRUNCATED
+            };
+            if opened && leaf {
+                with_particles += 1;
+            }
+            if !branch {
+                recv_cells[q].push((level, key));
+            }
+            src_nodes.insert(
+                (level, key),
+                NodeInfo {
+                    level,
+                    key,
+                    radius: Some(radius),
+                    sigma_max: Some(sigma),
+                    kind,
+                },
+            );
+        }
+        for _ in 0..with_particles {
+            let m = rd.u32();
+            for _ in 0..m {
+                halo.gid.push(rd.u64());
+                let x = rd.vec3();
+                halo.key.push(part.key(x));
+                halo.sources.position.push(x);
+                halo.sources.strength.push(rd.vec3());
+                halo.sources.sigma.push(rd.f64());
+            }
+        }
+        assert!(rd.done(), "trailing bytes in the LET message of rank {q}");
+    }
+    drop(recv);
+    stats.halo_particles += halo.gid.len() as u64;
+    stats.remote_cells += recv_cells.iter().map(|v| v.len() as u64).sum::<u64>();
+    stats.t_p2pcomm += t_p2p.elapsed().as_secs_f64();
+
+    // ---- 3. extended source tree, local target tree, lists -------------------------------
+    let (ext_src, ext, tt) = timed(&mut times.tree, || {
+        let n = src.gid.len() + halo.gid.len();
+        let mut idx: Vec<(u64, u64, u32, usize)> = (0..src.gid.len())
+            .map(|i| (src.key[i], src.gid[i], 0u32, i))
+            .chain((0..halo.gid.len()).map(|i| (halo.key[i], halo.gid[i], 1u32, i)))
+            .collect();
+        idx.par_sort_unstable();
+        let mut all = OwnedSources::default();
+        all.gid.reserve(n);
+        for &(k, g, which, i) in &idx {
+            let s = if which == 0 { &src.sources } else { &halo.sources };
+            all.gid.push(g);
+            all.key.push(k);
+            all.sources.position.push(s.position[i]);
+            all.sources.strength.push(s.strength[i]);
+            all.sources.sigma.push(s.sigma[i]);
+        }
+        let ext = assemble(
+            cube,
+            src_nodes.values().copied(),
+            &all.key,
+            &all.sources.position,
+            Some(&all.sources.sigma),
+            leaf_size,
+        );
+        // target tree: top cells above own target branch cells, and own subtrees
+        let mut tnodes: Vec<NodeInfo> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for b in part.branches_of(me) {
+            if part.cells[b].n_tgt == 0 {
+                continue;
+            }
+            let mut a = part.cells[b].parent;
+            while let Some(p) = a {
+                if seen.insert(p) {
+                    let pc = &part.cells[p];
+                    tnodes.push(NodeInfo {
+                        level: pc.level,
+                        key: pc.key,
+                        radius: Some(t_r(p)),
+                        sigma_max: None,
+                        kind: COMPLETE,
+                    });
+                }
+                a = part.cells[p].parent;
+            }
+        }
+        tnodes.extend(own_tgt_cells.iter().map(|&(l, k)| NodeInfo::own(l, k)));
+        if tnodes.is_empty() {
+            tnodes.push(NodeInfo {
+                level: 0,
+                key: 0,
+                radius: Some(0.0),
+                sigma_max: None,
+                kind: COMPLETE,
+            });
+        }
+        let tt = assemble(cube, tnodes, &tgt.key, &tgt.targets.position, None, leaf_size);
+        (all, ext, tt)
+    });
+    let has_targets = !tgt.gid.is_empty();
+    let lists = timed(&mut times.lists, || {
+        if !has_targets {
+            let empty = CsrList {
+                offsets: vec![0; tt.tree.cells.len() + 1],
+                sources: Vec::new(),
+            };
+            return Ok(InteractionLists {
+                near: empty.clone(),
+                far: empty,
+            });
+        }
+        let lp = ListParams {
+            theta: params.theta,
+            core_cutoff: params.core_cutoff,
+            period: params.periodic.map(|p| p.box_length),
+            sphere_radius_factor: sphere,
+        };
+        let (lists, violations) =
+            InteractionLists::build_checked(&tt.tree, &ext.tree, &ext.sigma_max, &lp, &ext.kind);
+        if violations > 0 {
+            Err(DomainError::IncompleteEssentialTree { rank: me, violations })
+        } else {
+            Ok(lists)
+        }
+    });
+    let lists = agree(comm, lists)?;
+    log::debug!(
+        "rank {me}: {} own + {} halo sources, {} source cells ({} received), {} target cells, {} near and {} far pairs",
+        src.gid.len(),
+        halo.gid.len(),
+        ext.tree.cells.len(),
+        recv_cells.iter().map(Vec::len).sum::<usize>(),
+        tt.tree.cells.len(),
+        lists.near.len(),
+        lists.far.len()
+    );
+    drop(halo);
+
+    // ---- 4. upward, M2Lcomm ---------------------------------------------------------------
+    let plan = Plan {
+        order: params.order,
+        far_field,
+        source_tree: ext.tree,
+        target_tree: tt.tree,
+        lists,
+        periodic: params.periodic,
+    };
+    let ext_index = ext.index;
+    let prepared = (|| -> Result<_, DomainError> {
+        let mut state = timed(&mut times.transfer, || backend.prepare(&plan, &ext_src.sources, &tgt.targets))?;
+        backend.upward(&plan, &mut state, times)?;
+        let own_b: Vec<usize> = own_branches
+            .iter()
+            .map(|&b| {
+                let c = &own_st.tree.cells[b];
+                ext_index[&(c.level, c.key)]
+            })
+            .collect();
+        let bm = backend.multipoles(&plan, &state, &own_b)?;
+        let lets: Vec<Vec<f64>> = let_cells
+            .iter()
+            .map(|cells| {
+                let idx: Vec<usize> = cells.iter().map(|lk| ext_index[lk]).collect();
+                backend.multipoles(&plan, &state, &idx)
+            })
+            .collect::<Result<_, _>>()?;
+        Ok((state, bm, lets))
+    })();
+    let (mut state, bm, lets) = agree(comm, prepared)?;
+    let t_m2l = Instant::now();
+    let len = match &ppm {
+        None => 2 * expansion_len(params.order),
+        Some(pp) => pp.len(),
+    };
+    // branch multipoles to everyone
+    let mut w = Writer::new();
+    for (k, &b) in own_branches.iter().enumerate() {
+        let c = &own_st.tree.cells[b];
+        w.u8(c.level as u8);
+        w.u64(c.key);
+        w.f64s(&bm[k * len..(k + 1) * len]);
+    }
+    stats.bytes_m2l += (w.len() * (nranks - 1)) as u64;
+    let all_b = comm.allgatherv(&w.buf);
+    let pindex: HashMap<(u32, u64), usize> = part
+        .cells
+        .iter()
+        .enumerate()
+        .map(|(i, c)| ((c.level, c.key), i))
+        .collect();
+    let mut pm: Vec<Vec<f64>> = vec![Vec::new(); np];
+    for buf in &all_b {
+        let mut rd = Reader::new(buf);
+        while !rd.done() {
+            let l = rd.u8() as u32;
+            let k = rd.u64();
+            let c = pindex[&(l, k)];
+            pm[c] = vec![0.0; len];
+            rd.f64s_into(&mut pm[c]);
+        }
+    }
+    drop(all_b);
+    // top tree by M2M, children in the order of the single-rank upward pass
+    {
+        let ops = Operators::new(params.order);
+        let mut scratch = Scratch::new(params.order);
+        let zero = Complex64::new(0.0, 0.0);
+        for c in (0..np).rev() {
+            let pc = &part.cells[c];
+            if pc.is_branch() || pc.n_src == 0 {
+                continue;
+            }
+            let mut m = vec![0.0; len];
+            match &ppm {
+                None => {
+                    let mut mc = vec![zero; len / 2];
+                    for ch in pc.children.clone() {
+                        if part.cells[ch].n_src > 0 {
+                            let child: Vec<Complex64> = pm[ch]
+                                .chunks_exact(2)
+                                .map(|z| Complex64::new(z[0], z[1]))
+                                .collect();
+                            ops.m2m(part.cells[ch].center, pc.center, &child, &mut mc, &mut scratch);
+                        }
+                    }
+                    for (k, z) in mc.iter().enumerate() {
+                        m[2 * k] = z.re;
+                        m[2 * k + 1] = z.im;
+                    }
+                }
+                Some(pp) => {
+                    for ch in pc.children.clone() {
+                        let cc = &part.cells[ch];
+                        if cc.n_src > 0 {
+                            pp.m2m(cc.center, cc.half_width, pc.center, pc.half_width, &pm[ch], &mut m);
+                        }
+                    }
+                }
+            }
+            pm[c] = m;
+        }
+    }
+    // multipoles of the cells sent in P2Pcomm
+    let send: Vec<Vec<u8>> = lets
+        .iter()
+        .map(|m| {
+            let mut w = Writer::new();
+            w.f64s(m);
+            w.buf
+        })
+        .collect();
+    stats.bytes_m2l += send.iter().enumerate().filter(|(r, _)| *r != me).map(|(_, b)| b.len() as u64).sum::<u64>();
+    let recv = comm.alltoallv(&send);
+    drop(send);
+    let mut set_cells = Vec::new();
+    let mut set_data: Vec<f64> = Vec::new();
+    for (c, pc) in part.cells.iter().enumerate() {
+        if pc.n_src == 0 || (pc.is_branch() && pc.owner == Some(me)) {
+            continue;
+        }
+        set_cells.push(ext_index[&(pc.level, pc.key)]);
+        set_data.extend_from_slice(&pm[c]);
+    }
+    for (q, buf) in recv.iter().enumerate() {
+        if q == me {
+            continue;
+        }
+        assert_eq!(buf.len(), recv_cells[q].len() * len * 8, "M2Lcomm size from rank {q}");
+        let mut rd = Reader::new(buf);
+        let mut m = vec![0.0; len];
+        for lk in &recv_cells[q] {
+            rd.f64s_into(&mut m);
+            set_cells.push(ext_index[lk]);
+            set_data.extend_from_slice(&m);
+        }
+    }
+    stats.t_m2lcomm += t_m2l.elapsed().as_secs_f64();
+
+    // ---- 5. far images, downward, near field ----------------------------------------------
+    let result = (|| -> Result<Fields, DomainError> {
+        backend.set_multipoles(&plan, &mut state, &set_cells, &set_data)?;
+        if let Some(p) = &plan.periodic {
+            timed(&mut times.m2l, || -> Result<(), DomainError> {
+                let (cells, data) = fmm::evaluators::periodic_far_images(backend, &plan, &state, p)?;
+                Ok(backend.add_locals(&plan, &mut state, &cells, &data)?)
+            })?;
+        }
+        backend.downward(&plan, &mut state, times)?;
+        backend.near_field(&plan, &mut state, times)?;
+        let mut t = 0.0;
+        let f = timed(&mut t, || backend.fields(&plan, state))?;
+        times.transfer += t;
+        Ok(f)
+    })();
+    let mut fields = agree(comm, result)?;
+    if let Some(p) = &params.periodic {
+        // surface correction from the dipole moment of all sources (wrapped positions)
+        let mut d = [0.0f64; 9];
+        for (a, x) in src.sources.strength.iter().zip(&src.sources.position) {
+            for c in 0..3 {
+                for l in 0..3 {
+                    d[3 * c + l] += a[c] * x[l];
+                }
+            }
+        }
+        comm.allreduce_f64(&mut d, ReduceOp::Sum);
+        stats.bytes_summary += comm_bytes_allreduce(nranks, 9);
+        let f = 1.0 / (3.0 * p.box_length.powi(3));
+        let corr = [
+            f * (d[2 * 3 + 1] - d[3 + 2]),
+            f * (d[2] - d[2 * 3]),
+            f * (d[3] - d[1]),
+        ];
+        for v in &mut fields.velocity {
+            for c in 0..3 {
+                v[c] -= corr[c];
+            }
+        }
+    }
+    times.total += t0.elapsed().as_secs_f64();
+    Ok(fields)
+}
+
+/// Bytes one rank sends in an allreduce of `n` doubles (an all-gather of its vector).
+pub(crate) fn comm_bytes_allreduce(nranks: usize, n: usize) -> u64 {
+    (8 * n * (nranks - 1)) as u64
+}
+
+/// The assembled source tree type, for tests.
+#[allow(dead_code)]
+pub(crate) type Ext = Assembled;
