@@ -80,3 +80,44 @@ fn cuda(device: usize, params: &EvalParams, sources: &Sources, targets: &Targets
 fn cuda(_: usize, _: &EvalParams, _: &Sources, _: &Targets) -> Result<BackendRun> {
     anyhow::bail!("--backend cuda: this binary was built without the `cuda` feature")
 }
+
+/// Runs one distributed evaluation (any number of ranks, `comm.size() == 1` included) on the
+/// chosen backend; under MPI, rank `r` uses GPU `local_rank % device_count`.
+pub fn evaluate_distributed_on(
+    choice: BackendChoice,
+    device: usize,
+    comm: &dyn domain::Comm,
+    local_rank: usize,
+    params: &EvalParams,
+    sources: &Sources,
+    targets: &Targets,
+) -> Result<(domain::DistributedEvaluation, String)> {
+    use fmm::Backend;
+    let dp = domain::DomainParams::default();
+    match resolve(choice) {
+        BackendChoice::Cpu | BackendChoice::Auto => {
+            let b = CpuBackend;
+            let e = domain::evaluate_distributed(comm, &b, params, &dp, sources, targets)?;
+            Ok((e, b.name()))
+        }
+        BackendChoice::Cuda => {
+            #[cfg(feature = "cuda")]
+            {
+                let device = if comm.size() > 1 {
+                    local_rank % gpu::device_count().unwrap_or(1).max(1)
+                } else {
+                    device
+                };
+                let b = gpu::CudaBackend::new(device)
+                    .map_err(|e| anyhow::anyhow!("--backend cuda on rank {}: {e}", comm.rank()))?;
+                let e = domain::evaluate_distributed(comm, &b, params, &dp, sources, targets)?;
+                Ok((e, b.name()))
+            }
+            #[cfg(not(feature = "cuda"))]
+            {
+                let _ = (device, local_rank);
+                anyhow::bail!("--backend cuda: this binary was built without the `cuda` feature")
+            }
+        }
+    }
+}

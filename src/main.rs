@@ -6,6 +6,7 @@
 mod backends;
 mod commands;
 mod io;
+mod ranks;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -26,6 +27,8 @@ enum Command {
     Particles(commands::particles::ParticlesArgs),
     /// Benchmarks: time per phase and accuracy.
     Bench(commands::bench::BenchArgs),
+    /// A vortex-method simulation from a configuration file.
+    Run(commands::run::RunArgs),
     /// Pseudo-spectral Navier-Stokes solver (the reference for decaying turbulence).
     Spectral(commands::spectral::SpectralArgs),
 }
@@ -42,6 +45,21 @@ pub fn thread_pool(threads: Option<usize>) -> Result<rayon::ThreadPool> {
     Ok(b.build()?)
 }
 
+/// Sizes rayon's global pool (all cores when `None`); for commands whose work runs beside
+/// MPI calls on the main thread.
+pub fn set_global_threads(threads: Option<usize>) -> Result<()> {
+    if let Some(t) = threads {
+        if t == 0 {
+            anyhow::bail!("--threads must be at least 1");
+        }
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(t)
+            .build_global()
+            .map_err(|e| anyhow::anyhow!("setting the thread count: {e}"))?;
+    }
+    Ok(())
+}
+
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .format_timestamp_millis()
@@ -52,6 +70,7 @@ fn main() {
         Command::Particles(a) => commands::particles::run(a),
         Command::Bench(a) => commands::bench::run(a),
         Command::Spectral(a) => commands::spectral::run(a),
+        Command::Run(a) => commands::run::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -3,7 +3,7 @@
 use anyhow::{Context, Result};
 use clap::Args;
 use fmm::periodic::Periodic;
-use crate::backends::{evaluate_on, BackendChoice};
+use crate::backends::{evaluate_distributed_on, BackendChoice};
 use fmm::{EvalParams, Method};
 use std::path::PathBuf;
 
@@ -72,43 +72,79 @@ impl EvalArgs {
     }
 }
 
+/// Runs the evaluation on every rank (one rank without MPI); rank 0 reads the input, writes
+/// the outputs in input order and logs the summary.
 pub fn run(args: &EvalArgs) -> Result<()> {
     let params = args.params();
     params.validate().context("invalid evaluation parameters")?;
+    crate::set_global_threads(args.threads)?;
+    crate::ranks::with_comm(|comm, local_rank| {
+        let root = comm.rank() == 0;
+        let input = if root {
+            read_input(args).map(Some)
+        } else {
+            Ok(None)
+        };
+        let input = crate::ranks::agree(comm, input)?.flatten();
+        let local_sources =
+            domain::scatter_sources_from_root(comm, input.as_ref().map(|(s, _)| s));
+        let local_targets =
+            domain::scatter_targets_from_root(comm, input.as_ref().map(|(_, t)| t));
+        let (ev, backend) = evaluate_distributed_on(
+            args.backend,
+            args.device,
+            comm,
+            local_rank,
+            &params,
+            &local_sources,
+            &local_targets,
+        )?;
+        let fields = domain::gather_to_root(comm, &ev.fields);
+        let Some(fields) = fields else {
+            return Ok(());
+        };
+        let (sources, targets) = input.expect("rank 0 holds the input");
+        crate::io::write_fields(&args.out, &fields, args.targets.is_none())?;
+        let mut timing: serde_json::Map<String, serde_json::Value> = ev
+            .times
+            .entries()
+            .iter()
+            .map(|(k, v)| (k.to_string(), serde_json::json!(v)))
+            .collect();
+        timing.insert("ranks".into(), serde_json::json!(comm.size()));
+        timing.insert("bytes_p2pcomm".into(), serde_json::json!(ev.stats.bytes_p2p));
+        timing.insert("bytes_m2lcomm".into(), serde_json::json!(ev.stats.bytes_m2l));
+        let path = args.out.join("timing.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&timing)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+        let t = &ev.times;
+        log::info!(
+            "{} N = {} M = {} p = {} theta = {} on {} x {} rank(s): {:.3} s (tree {:.3}, lists {:.3}, far {:.3}, P2P {:.3}; sent {} B halo, {} B multipoles) -> {}",
+            params.method,
+            sources.len(),
+            targets.len(),
+            params.order,
+            params.theta,
+            backend,
+            comm.size(),
+            t.total,
+            t.tree,
+            t.lists,
+            t.p2m + t.m2m + t.m2l + t.m2p + t.l2l + t.l2p,
+            t.p2p,
+            ev.stats.bytes_p2p,
+            ev.stats.bytes_m2l,
+            args.out.display()
+        );
+        Ok(())
+    })
+}
+
+fn read_input(args: &EvalArgs) -> Result<(fmm::Sources, fmm::Targets)> {
     let sources = crate::io::read_particles(&args.particles)?;
     let targets = match &args.targets {
         Some(p) => crate::io::read_targets(p)?,
         None => sources.as_targets(),
     };
-    let pool = crate::thread_pool(args.threads)?;
-    let run = pool.install(|| {
-        evaluate_on(args.backend, args.device, &params, &sources, &targets)
-    })?;
-    let ev = &run.evaluation;
-    crate::io::write_fields(&args.out, &ev.fields, args.targets.is_none())?;
-    let timing: serde_json::Map<String, serde_json::Value> = ev
-        .times
-        .entries()
-        .iter()
-        .map(|(k, v)| (k.to_string(), serde_json::json!(v)))
-        .collect();
-    let path = args.out.join("timing.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&timing)? + "\n")
-        .with_context(|| format!("writing {}", path.display()))?;
-    log::info!(
-        "{} N = {} M = {} p = {} theta = {} on {}: {:.3} s (tree {:.3}, lists {:.3}, far {:.3}, P2P {:.3}) -> {}",
-        params.method,
-        sources.len(),
-        targets.len(),
-        params.order,
-        params.theta,
-        run.backend,
-        ev.times.total,
-        ev.times.tree,
-        ev.times.lists,
-        ev.times.p2m + ev.times.m2m + ev.times.m2l + ev.times.m2p + ev.times.l2l + ev.times.l2p,
-        ev.times.p2p,
-        args.out.display()
-    );
-    Ok(())
+    Ok((sources, targets))
 }

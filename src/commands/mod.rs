@@ -3,4 +3,5 @@
 pub mod bench;
 pub mod eval;
 pub mod particles;
+pub mod run;
 pub mod spectral;

@@ -1,1 +1,34 @@
-//! The vortex method (being written).
+//! The vortex particle method of the core paper (Yokota et al., CPC 180 (2009) 2066, Sec. 2 and 5):
+//! vorticity as a sum of Gaussian blobs (Eq. 3-4), velocity and classical stretching from the
+//! regularised Biot-Savart law through the FMM engine (Eq. 5-9), viscosity by core spreading
+//! (Eq. 10-11) with RBF re-interpolation onto a fresh lattice, second-order Adams-Bashforth.
+//!
+//! Modules, in the order of one time step:
+//! * [`config`]: the TOML run configuration and its checks;
+//! * [`particles`]: the particle state and its invariants (total strength, impulse, centroid);
+//! * [`initial`]: initial particles (spectral fields, vortex rings, a blob);
+//! * [`rhs`]: velocity and stretching through `fmm::evaluate` (generic over `fmm::Backend`);
+//! * [`stepping`]: AB2 with a Heun start, [`stepping::Simulation`];
+//! * [`core_spreading`]: `sigma^2 = sigma0^2 + 2 nu (t - t_reset)`;
+//! * [`reinterpolation`]: the Gaussian interpolation system solved by CG; [`cells`]: cell lists;
+//! * [`diagnostics`]: energy, enstrophy, spectra, impulse, VTK and CSV outputs;
+//! * [`checkpoint`]: atomic, versioned bincode checkpoints;
+//! * [`run`]: the `vortex run` command ([`run::run`]).
+
+pub mod cells;
+pub mod checkpoint;
+pub mod config;
+pub mod core_spreading;
+pub mod diagnostics;
+pub mod error;
+pub mod initial;
+pub mod particles;
+pub mod reinterpolation;
+pub mod rhs;
+pub mod run;
+pub mod stepping;
+
+pub use config::Config;
+pub use error::{Error, Result};
+pub use particles::Particles;
+pub use stepping::{Simulation, State};

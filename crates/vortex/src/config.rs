@@ -1,0 +1,523 @@
+//! Run configuration: TOML, unknown keys refused, every value checked with a message that names the
+//! file and the key.
+//!
+//! ```toml
+//! nu = 0.01            # kinematic viscosity (0: inviscid)
+//! dt = 0.01            # time step (fixed)
+//! t_end = 2.0          # final time (steps = round(t_end / dt))
+//!
+//! [domain]             # optional; free space by default
+//! periodic = true
+//! box_length = 6.283185307179586
+//! image_levels = 4
+//!
+//! [evaluation]         # optional
+//! method = "fmm"       # direct | treecode | fmm | ppm (whatever fmm::Method parses)
+//! order = 10
+//! theta = 0.5
+//! leaf_size = 64
+//! core_cutoff = 6.0
+//!
+//! [initial]
+//! kind = "taylor-green"  # taylor-green | taylor-green-2d | isotropic | ring | two-rings | blob
+//! n = 32                 # grid / lattice points per direction (periodic kinds)
+//! overlap = 1.0          # sigma0 / h
+//!
+//! [reinterpolation]    # optional
+//! ratio = 1.2          # re-interpolate when sigma / sigma0 exceeds this ...
+//! every = 0            # ... or every this many steps (0: never by count)
+//! tolerance = 1e-8
+//!
+//! [output]             # optional
+//! diagnostics_every = 10
+//! checkpoint_every = 100
+//! snapshot_every = 0
+//! ```
+
+use crate::error::{Error, Result};
+use crate::reinterpolation::{LatticeSpec, RbfSettings};
+use fmm::periodic::Periodic;
+use fmm::{EvalParams, Method};
+use serde::{Deserialize, Serialize};
+use std::f64::consts::PI;
+use std::path::Path;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Kinematic viscosity.
+    pub nu: f64,
+    /// Time step.
+    pub dt: f64,
+    /// Final time.
+    pub t_end: f64,
+    #[serde(default)]
+    pub domain: DomainConfig,
+    #[serde(default)]
+    pub evaluation: EvaluationConfig,
+    pub initial: InitialConfig,
+    #[serde(default)]
+    pub reinterpolation: ReinterpolationConfig,
+    #[serde(default)]
+    pub output: OutputConfig,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DomainConfig {
+    pub periodic: bool,
+    /// Box length `L` (box `[-L/2, L/2)^3`).
+    pub box_length: f64,
+    /// Levels of periodic images above the root (see `fmm::periodic`).
+    pub image_levels: usize,
+}
+
+impl Default for DomainConfig {
+    fn default() -> Self {
+        Self {
+            periodic: false,
+            box_length: 2.0 * PI,
+            image_levels: 4,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EvaluationConfig {
+    pub method: String,
+    pub order: usize,
+    pub theta: f64,
+    pub leaf_size: usize,
+    pub core_cutoff: f64,
+}
+
+impl Default for EvaluationConfig {
+    fn default() -> Self {
+        let d = EvalParams::default();
+        Self {
+            method: d.method.to_string(),
+            order: d.order,
+            theta: d.theta,
+            leaf_size: d.leaf_size,
+            core_cutoff: d.core_cutoff,
+        }
+    }
+}
+
+/// Which initial condition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InitialKind {
+    /// 3-D Taylor-Green vortex of the spectral crate (periodic box of length 2 pi).
+    TaylorGreen,
+    /// 2-D Taylor-Green vortex (an exact Navier-Stokes solution decaying as exp(-2 nu t)).
+    #[serde(rename = "taylor-green-2d")]
+    TaylorGreen2d,
+    /// Isotropic random field of the spectral crate.
+    Isotropic,
+    /// One vortex ring with a Gaussian core (free space).
+    Ring,
+    /// Two coaxial rings, leapfrogging or colliding head-on (free space).
+    TwoRings,
+    /// One Gaussian blob (tests of core spreading).
+    Blob,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RingPair {
+    Leapfrog,
+    Collide,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InitialConfig {
+    pub kind: InitialKind,
+    /// Grid points per direction of the periodic kinds (the spectral solver's grid).
+    pub n: Option<usize>,
+    /// `sigma0 / h` (core radius over lattice spacing); 1 in the core paper.
+    #[serde(default = "one")]
+    pub overlap: f64,
+    // isotropic
+    pub k_peak: Option<f64>,
+    pub re_lambda: Option<f64>,
+    pub energy: Option<f64>,
+    pub seed: Option<u64>,
+    // rings
+    /// Ring radius `R`.
+    pub radius: Option<f64>,
+    /// Circulation `Gamma`.
+    pub circulation: Option<f64>,
+    /// Standard deviation `s` of the Gaussian core, `omega = Gamma / (2 pi s^2) exp(-d^2 / 2 s^2)`.
+    pub core: Option<f64>,
+    /// Lattice spacing `h` in free space.
+    pub spacing: Option<f64>,
+    /// Centre of the (first) ring / the blob.
+    pub center: Option<[f64; 3]>,
+    /// Axial distance between two rings.
+    pub separation: Option<f64>,
+    pub pair: Option<RingPair>,
+    // blob
+    /// Core radius of the blob.
+    pub sigma: Option<f64>,
+    /// Strength vector of the blob.
+    pub strength: Option<[f64; 3]>,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReinterpolationConfig {
+    /// Re-interpolate when `sigma / sigma0` exceeds this (`> 1`); `0` disables the criterion.
+    pub ratio: f64,
+    /// Also re-interpolate every this many steps (0: never by count).
+    pub every: u64,
+    /// CG relative residual.
+    pub tolerance: f64,
+    pub max_iterations: usize,
+    /// Truncation of the Gaussian sums, in core radii.
+    pub cutoff: f64,
+    /// Free space: drop strengths below `drop * max |alpha|`.
+    pub drop: f64,
+    /// Periodic lattice points per direction (default: `initial.n`).
+    pub n: Option<usize>,
+    /// Free-space lattice spacing (default: `initial.spacing`).
+    pub spacing: Option<f64>,
+}
+
+impl Default for ReinterpolationConfig {
+    fn default() -> Self {
+        let r = RbfSettings::default();
+        Self {
+            ratio: 1.2,
+            every: 0,
+            tolerance: r.tolerance,
+            max_iterations: r.max_iterations,
+            cutoff: r.cutoff,
+            drop: r.drop,
+            n: None,
+            spacing: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutputConfig {
+    /// Diagnostics (a row of `diagnostics.csv`) every this many steps (0: only first and last).
+    pub diagnostics_every: u64,
+    /// Points per direction of the grid on which the velocity is evaluated for energy, enstrophy
+    /// and spectra in a periodic box (default: the lattice `n`).
+    pub grid: Option<usize>,
+    /// Write the energy spectrum with each diagnostics row (periodic only).
+    pub spectra: bool,
+    /// VTK particle snapshots every this many steps (0: none; the last step is always written
+    /// when nonzero).
+    pub snapshot_every: u64,
+    /// Checkpoints every this many steps (0: only at the end).
+    pub checkpoint_every: u64,
+    /// Stop when the energy exceeds this factor times its initial value.
+    pub energy_growth_limit: f64,
+    /// Progress bar on stderr.
+    pub progress: bool,
+    /// PNG plots of energy and spectra at the end.
+    pub plots: bool,
+}
+
+impl Default for OutputConfig {
+    fn default() -> Self {
+        Self {
+            diagnostics_every: 10,
+            grid: None,
+            spectra: true,
+            snapshot_every: 0,
+            checkpoint_every: 0,
+            energy_growth_limit: 10.0,
+            progress: true,
+            plots: true,
+        }
+    }
+}
+
+fn bad(file: &str, key: &str, msg: impl Into<String>) -> Error {
+    Error::Config {
+        file: file.to_string(),
+        key: key.to_string(),
+        msg: msg.into(),
+    }
+}
+
+impl Config {
+    /// Reads and validates a configuration file.
+    pub fn from_file(path: &Path) -> Result<Config> {
+        let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
+        Self::from_str_named(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates TOML text; `file` names it in error messages.
+    pub fn from_str_named(text: &str, file: &str) -> Result<Config> {
+        let c: Config = toml::from_str(text).map_err(|e| Error::ConfigParse {
+            file: file.to_string(),
+            msg: e.to_string().trim_end().to_string(),
+        })?;
+        c.validate(file)?;
+        Ok(c)
+    }
+
+    /// Number of steps to `t_end`.
+    pub fn steps(&self) -> u64 {
+        (self.t_end / self.dt).round() as u64
+    }
+
+    pub fn method(&self) -> Method {
+        self.evaluation.method.parse().expect("validated")
+    }
+
+    pub fn periodic(&self) -> Option<Periodic> {
+        self.domain.periodic.then_some(Periodic {
+            box_length: self.domain.box_length,
+            image_levels: self.domain.image_levels,
+        })
+    }
+
+    pub fn eval_params(&self) -> EvalParams {
+        EvalParams {
+            method: self.method(),
+            order: self.evaluation.order,
+            theta: self.evaluation.theta,
+            leaf_size: self.evaluation.leaf_size,
+            core_cutoff: self.evaluation.core_cutoff,
+            periodic: self.periodic(),
+        }
+    }
+
+    pub fn rbf_settings(&self) -> RbfSettings {
+        RbfSettings {
+            tolerance: self.reinterpolation.tolerance,
+            max_iterations: self.reinterpolation.max_iterations,
+            cutoff: self.reinterpolation.cutoff,
+            drop: if self.domain.periodic {
+                0.0
+            } else {
+                self.reinterpolation.drop
+            },
+        }
+    }
+
+    /// Lattice points per direction of the periodic kinds.
+    pub fn lattice_n(&self) -> Option<usize> {
+        self.reinterpolation.n.or(self.initial.n)
+    }
+
+    /// Lattice spacing `h` (periodic: `L / n`).
+    pub fn lattice_h(&self) -> f64 {
+        if self.domain.periodic {
+            self.domain.box_length / self.lattice_n().unwrap_or(1) as f64
+        } else {
+            self.reinterpolation
+                .spacing
+                .or(self.initial.spacing)
+                .unwrap_or(f64::NAN)
+        }
+    }
+
+    /// Core radius of freshly created particles, `overlap * h`.
+    pub fn sigma0(&self) -> f64 {
+        self.initial.overlap * self.lattice_h()
+    }
+
+    pub fn lattice_spec(&self) -> LatticeSpec {
+        if self.domain.periodic {
+            LatticeSpec::Periodic {
+                n: self.lattice_n().unwrap_or(1),
+                box_length: self.domain.box_length,
+            }
+        } else {
+            LatticeSpec::Free {
+                h: self.lattice_h(),
+                margin: 4.0,
+            }
+        }
+    }
+
+    /// What a checkpoint must agree on to be continued by this configuration (everything that
+    /// changes the state's trajectory; `t_end` and the outputs may change).
+    pub fn fingerprint(&self) -> String {
+        format!(
+            "nu={:e} dt={:e} domain={:?} evaluation={:?} initial={:?} reinterpolation={:?}",
+            self.nu, self.dt, self.domain, self.evaluation, self.initial, self.reinterpolation
+        )
+    }
+
+    /// Checks ranges and consistency.
+    pub fn validate(&self, file: &str) -> Result<()> {
+        let pos = |key: &str, v: f64| -> Result<()> {
+            if !(v > 0.0 && v.is_finite()) {
+                return Err(bad(file, key, format!("must be positive and finite, got {v}")));
+            }
+            Ok(())
+        };
+        if !(self.nu >= 0.0 && self.nu.is_finite()) {
+            return Err(bad(
+                file,
+                "nu",
+                format!("the viscosity must be >= 0 (0: inviscid), got {}", self.nu),
+            ));
+        }
+        pos("dt", self.dt)?;
+        pos("t_end", self.t_end)?;
+        if self.t_end < self.dt {
+            return Err(bad(file, "t_end", format!("t_end = {} is shorter than one step dt = {}", self.t_end, self.dt)));
+        }
+        let steps = self.t_end / self.dt;
+        if (steps - steps.round()).abs() > 1e-6 * steps.max(1.0) {
+            return Err(bad(
+                file,
+                "t_end",
+                format!("t_end = {} is not a whole number of steps dt = {} (t_end/dt = {steps})", self.t_end, self.dt),
+            ));
+        }
+        // evaluation
+        let method: std::result::Result<Method, String> = self.evaluation.method.parse();
+        if let Err(e) = method {
+            return Err(bad(file, "evaluation.method", e));
+        }
+        let e = &self.evaluation;
+        if e.order == 0 || e.order > fmm::MAX_ORDER {
+            return Err(bad(file, "evaluation.order", format!("must lie in 1..={}, got {}", fmm::MAX_ORDER, e.order)));
+        }
+        if !(e.theta > 0.0 && e.theta < 1.0) {
+            return Err(bad(file, "evaluation.theta", format!("the opening angle must lie in (0, 1), got {}", e.theta)));
+        }
+        if e.leaf_size == 0 {
+            return Err(bad(file, "evaluation.leaf_size", "must be at least 1"));
+        }
+        if !(e.core_cutoff >= 0.0 && e.core_cutoff.is_finite()) {
+            return Err(bad(file, "evaluation.core_cutoff", format!("must be >= 0, got {}", e.core_cutoff)));
+        }
+        // domain
+        if self.domain.periodic {
+            pos("domain.box_length", self.domain.box_length)?;
+            if self.domain.image_levels > 12 {
+                return Err(bad(file, "domain.image_levels", format!("at most 12, got {}", self.domain.image_levels)));
+            }
+        }
+        // reinterpolation
+        let r = &self.reinterpolation;
+        if !(r.ratio == 0.0 || (r.ratio > 1.0 && r.ratio.is_finite())) {
+            return Err(bad(
+                file,
+                "reinterpolation.ratio",
+                format!("the core growth ratio sigma/sigma0 that triggers re-interpolation must be > 1 (or 0 to disable), got {}", r.ratio),
+            ));
+        }
+        if !(r.tolerance > 0.0 && r.tolerance < 1.0) {
+            return Err(bad(file, "reinterpolation.tolerance", format!("must lie in (0, 1), got {}", r.tolerance)));
+        }
+        if r.max_iterations == 0 {
+            return Err(bad(file, "reinterpolation.max_iterations", "must be at least 1"));
+        }
+        if !(r.cutoff >= 3.0 && r.cutoff.is_finite()) {
+            return Err(bad(file, "reinterpolation.cutoff", format!("must be >= 3 core radii, got {}", r.cutoff)));
+        }
+        if !(r.drop >= 0.0 && r.drop < 1.0) {
+            return Err(bad(file, "reinterpolation.drop", format!("must lie in [0, 1), got {}", r.drop)));
+        }
+        // initial condition
+        let i = &self.initial;
+        pos("initial.overlap", i.overlap)?;
+        let need = |key: &str, v: Option<f64>| -> Result<f64> {
+            let v = v.ok_or_else(|| bad(file, &format!("initial.{key}"), format!("required for kind = \"{}\"", kind_name(i.kind))))?;
+            pos(&format!("initial.{key}"), v)?;
+            Ok(v)
+        };
+        match i.kind {
+            InitialKind::TaylorGreen | InitialKind::TaylorGreen2d | InitialKind::Isotropic => {
+                if !self.domain.periodic {
+                    return Err(bad(file, "domain.periodic", format!("kind = \"{}\" is a periodic field: set domain.periodic = true", kind_name(i.kind))));
+                }
+                if (self.domain.box_length - 2.0 * PI).abs() > 1e-12 {
+                    return Err(bad(file, "domain.box_length", format!("the spectral fields live in the box [-pi, pi)^3: box_length must be 2 pi, got {}", self.domain.box_length)));
+                }
+                let n = i.n.ok_or_else(|| bad(file, "initial.n", "required: grid points per direction"))?;
+                if n < 4 || n % 2 != 0 {
+                    return Err(bad(file, "initial.n", format!("must be even and >= 4, got {n}")));
+                }
+                if i.kind == InitialKind::Isotropic {
+                    need("k_peak", i.k_peak)?;
+                    if let Some(re) = i.re_lambda {
+                        pos("initial.re_lambda", re)?;
+                        if self.nu == 0.0 {
+                            return Err(bad(file, "initial.re_lambda", "a Reynolds number needs nu > 0 (give initial.energy instead)"));
+                        }
+                    }
+                    if let Some(e) = i.energy {
+                        pos("initial.energy", e)?;
+                    }
+                }
+            }
+            InitialKind::Ring | InitialKind::TwoRings | InitialKind::Blob => {
+                if self.domain.periodic {
+                    return Err(bad(file, "domain.periodic", format!("kind = \"{}\" is a free-space initial condition (its total strength is not zero)", kind_name(i.kind))));
+                }
+                need("spacing", i.spacing.or(r.spacing))?;
+                if i.kind == InitialKind::Blob {
+                    need("sigma", i.sigma)?;
+                    if i.strength.is_none() {
+                        return Err(bad(file, "initial.strength", "required for kind = \"blob\""));
+                    }
+                } else {
+                    let rad = need("radius", i.radius)?;
+                    need("circulation", i.circulation.map(f64::abs))?;
+                    let core = need("core", i.core)?;
+                    if core >= 0.5 * rad {
+                        return Err(bad(file, "initial.core", format!("the core ({core}) must be thin compared with the radius ({rad})")));
+                    }
+                    if i.kind == InitialKind::TwoRings {
+                        need("separation", i.separation)?;
+                        if i.pair.is_none() {
+                            return Err(bad(file, "initial.pair", "required for two rings: \"leapfrog\" or \"collide\""));
+                        }
+                    }
+                }
+            }
+        }
+        if self.domain.periodic {
+            let n = self.lattice_n().ok_or_else(|| bad(file, "reinterpolation.n", "the periodic lattice needs n"))?;
+            if n < 2 {
+                return Err(bad(file, "reinterpolation.n", "at least 2 points per direction"));
+            }
+            if let Some(h) = r.spacing.or(i.spacing) {
+                let m = self.domain.box_length / h;
+                if (m - m.round()).abs() > 1e-9 * m || m.round() as usize != n {
+                    return Err(bad(file, "reinterpolation.spacing", format!("a lattice of spacing {h} does not fit the box of length {} with n = {n} points", self.domain.box_length)));
+                }
+            }
+            if let Some(g) = self.output.grid {
+                if g < 4 || g % 2 != 0 {
+                    return Err(bad(file, "output.grid", format!("must be even and >= 4, got {g}")));
+                }
+            }
+        }
+        if !(self.output.energy_growth_limit > 1.0) {
+            return Err(bad(file, "output.energy_growth_limit", format!("must be > 1, got {}", self.output.energy_growth_limit)));
+        }
+        Ok(())
+    }
+}
+
+pub fn kind_name(k: InitialKind) -> &'static str {
+    match k {
+        InitialKind::TaylorGreen => "taylor-green",
+        InitialKind::TaylorGreen2d => "taylor-green-2d",
+        InitialKind::Isotropic => "isotropic",
+        InitialKind::Ring => "ring",
+        InitialKind::TwoRings => "two-rings",
+        InitialKind::Blob => "blob",
+    }
+}

@@ -1,0 +1,53 @@
+//! Errors of the vortex method. Every message says what went wrong and where (file, key, step).
+
+use std::path::PathBuf;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum Error {
+    /// The configuration file could not be parsed (unknown key, wrong type): the message of the
+    /// TOML parser, which names the key and the line.
+    #[error("{file}: {msg}")]
+    ConfigParse { file: String, msg: String },
+    /// A value in the configuration is out of range or inconsistent with another.
+    #[error("{file}: `{key}`: {msg}")]
+    Config {
+        file: String,
+        key: String,
+        msg: String,
+    },
+    #[error("evaluation failed at step {step}: {source}")]
+    Fmm {
+        step: u64,
+        #[source]
+        source: fmm::FmmError,
+    },
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("checkpoint {path}: {msg}")]
+    Checkpoint { path: PathBuf, msg: String },
+    #[error("RBF re-interpolation: {0}")]
+    Rbf(String),
+    #[error("blow-up at step {step} (t = {t}): {what}; the last good checkpoint is {last_checkpoint}")]
+    BlowUp {
+        step: u64,
+        t: f64,
+        what: String,
+        last_checkpoint: String,
+    },
+    #[error("{0}")]
+    Other(String),
+}
+
+impl Error {
+    pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
+        let path = path.into();
+        move |source| Error::Io { path, source }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

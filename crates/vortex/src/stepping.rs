@@ -1,0 +1,269 @@
+//! Time stepping: second-order Adams-Bashforth for positions and strengths (core paper Sec. 2),
+//! started (and restarted after every re-interpolation, which replaces the particles) by one Heun
+//! (explicit trapezoidal RK2) step, so the scheme is second order throughout. Diffusion is the
+//! core spreading of [`crate::core_spreading`], evaluated exactly at each stage time; the cores
+//! are reset by RBF re-interpolation when they have grown past a ratio or every `M` steps.
+//!
+//! With `f_n = f(y_n)` (velocity and stretching at step `n`):
+//! * AB2:  `y_{n+1} = y_n + dt (3/2 f_n - 1/2 f_{n-1})`;
+//! * Heun: `y* = y_n + dt f_n`, `y_{n+1} = y_n + dt/2 (f_n + f(y*))`, with the cores of `y*` at
+//!   `t_{n+1}`.
+//!
+//! Time is `t_n = n dt` (no accumulated round-off), so a restart continues bit for bit.
+
+use crate::config::Config;
+use crate::core_spreading;
+use crate::error::{Error, Result};
+use crate::particles::Particles;
+use crate::reinterpolation::{reinterpolate, LatticeSpec, RbfReport, RbfSettings};
+use crate::rhs::{Derivatives, FmmRhs, RightHandSide};
+use fmm::Backend;
+use serde::{Deserialize, Serialize};
+use std::time::Instant;
+
+/// Everything that evolves (what a checkpoint holds).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct State {
+    /// Steps taken; `t = step * dt`.
+    pub step: u64,
+    /// Step of the last reset of the cores (start or re-interpolation).
+    pub step_reset: u64,
+    pub particles: Particles,
+    /// `f_{n-1}` for Adams-Bashforth (`None`: the next step is a Heun step).
+    pub previous: Option<Derivatives>,
+    pub reinterpolations: u64,
+}
+
+/// Which scheme a step used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scheme {
+    Heun,
+    AdamsBashforth2,
+}
+
+/// What one step did.
+#[derive(Clone, Debug)]
+pub struct StepReport {
+    pub scheme: Scheme,
+    /// Evaluations of the right-hand side in this step beyond `f_n`.
+    pub extra_evaluations: u32,
+    pub reinterpolation: Option<RbfReport>,
+}
+
+/// The fixed parameters of the time stepping.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stepper {
+    pub dt: f64,
+    pub nu: f64,
+    /// Periodic box length (positions wrapped, mean strength removed after each update).
+    pub period: Option<f64>,
+    pub lattice: LatticeSpec,
+    /// Core radius of re-interpolated particles.
+    pub sigma0: f64,
+    pub rbf: RbfSettings,
+    /// Re-interpolate when `sigma / sigma0 > ratio` (0: off).
+    pub ratio: f64,
+    /// Re-interpolate every this many steps (0: off).
+    pub every: u64,
+}
+
+fn axpy(y: &mut [[f64; 3]], a: f64, x: &[[f64; 3]]) {
+    for (y, x) in y.iter_mut().zip(x) {
+        for c in 0..3 {
+            y[c] += a * x[c];
+        }
+    }
+}
+
+fn ab2_combine(y: &mut [[f64; 3]], dt: f64, f: &[[f64; 3]], g: &[[f64; 3]]) {
+    for ((y, f), g) in y.iter_mut().zip(f).zip(g) {
+        for c in 0..3 {
+            y[c] += dt * (1.5 * f[c] - 0.5 * g[c]);
+        }
+    }
+}
+
+impl Stepper {
+    pub fn from_config(c: &Config) -> Self {
+        Self {
+            dt: c.dt,
+            nu: c.nu,
+            period: c.periodic().map(|p| p.box_length),
+            lattice: c.lattice_spec(),
+            sigma0: c.sigma0(),
+            rbf: c.rbf_settings(),
+            ratio: c.reinterpolation.ratio,
+            every: c.reinterpolation.every,
+        }
+    }
+
+    pub fn time(&self, step: u64) -> f64 {
+        step as f64 * self.dt
+    }
+
+    fn tidy(&self, p: &mut Particles) {
+        if let Some(l) = self.period {
+            let per = fmm::periodic::Periodic {
+                box_length: l,
+                image_levels: 0,
+            };
+            for x in &mut p.position {
+                *x = per.wrap(*x);
+            }
+            p.subtract_mean_strength();
+        }
+    }
+
+    /// Advances `st` by one step, given `f_n` = the derivatives at the current state.
+    pub fn advance<R: RightHandSide>(
+        &self,
+        st: &mut State,
+        f_n: Derivatives,
+        rhs: &mut R,
+    ) -> Result<StepReport> {
+        let dt = self.dt;
+        let elapsed_next = self.time(st.step + 1) - self.time(st.step_reset);
+        let p = &mut st.particles;
+        let (scheme, extra) = match st.previous.take() {
+            Some(prev) if prev.velocity.len() == p.len() => {
+                ab2_combine(&mut p.position, dt, &f_n.velocity, &prev.velocity);
+                ab2_combine(&mut p.strength, dt, &f_n.stretching, &prev.stretching);
+                (Scheme::AdamsBashforth2, 0)
+            }
+            _ => {
+                let mut star = p.clone();
+                axpy(&mut star.position, dt, &f_n.velocity);
+                axpy(&mut star.strength, dt, &f_n.stretching);
+                core_spreading::apply(&mut star, self.nu, elapsed_next);
+                self.tidy(&mut star);
+                let f_star = rhs.eval(&star)?;
+                axpy(&mut p.position, 0.5 * dt, &f_n.velocity);
+                axpy(&mut p.position, 0.5 * dt, &f_star.velocity);
+                axpy(&mut p.strength, 0.5 * dt, &f_n.stretching);
+                axpy(&mut p.strength, 0.5 * dt, &f_star.stretching);
+                (Scheme::Heun, 1)
+            }
+        };
+        core_spreading::apply(p, self.nu, elapsed_next);
+        self.tidy(p);
+        st.previous = Some(f_n);
+        st.step += 1;
+        let due_ratio = self.ratio > 0.0 && p.max_core_ratio() > self.ratio;
+        let due_count = self.every > 0 && st.step - st.step_reset >= self.every;
+        let mut reinterpolation = None;
+        if due_ratio || due_count {
+            let (fresh, report) = reinterpolate(p, &self.lattice, self.sigma0, &self.rbf)?;
+            if fresh.is_empty() {
+                return Err(Error::Rbf(format!(
+                    "no particle left after re-interpolation at step {}",
+                    st.step
+                )));
+            }
+            *p = fresh;
+            st.step_reset = st.step;
+            st.previous = None;
+            st.reinterpolations += 1;
+            reinterpolation = Some(report);
+        }
+        Ok(StepReport {
+            scheme,
+            extra_evaluations: extra,
+            reinterpolation,
+        })
+    }
+}
+
+/// Wall-clock seconds of the phases of the steps since the last [`Simulation::take_times`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StepTimes {
+    pub fmm: f64,
+    pub rbf: f64,
+    pub update: f64,
+    pub steps: u64,
+}
+
+/// A vortex-method simulation on one backend: state, stepper, right-hand side.
+pub struct Simulation<B: Backend> {
+    pub config: Config,
+    pub stepper: Stepper,
+    pub state: State,
+    pub rhs: FmmRhs<B>,
+    current: Option<Derivatives>,
+    pub times: StepTimes,
+    /// Report of the initial RBF solve (fresh start only).
+    pub initial_report: Option<RbfReport>,
+}
+
+impl<B: Backend> Simulation<B> {
+    /// A fresh start from the configuration's initial condition.
+    pub fn new(config: Config, backend: B) -> Result<Self> {
+        let (particles, report) = crate::initial::build(&config)?;
+        let state = State {
+            step: 0,
+            step_reset: 0,
+            particles,
+            previous: None,
+            reinterpolations: 0,
+        };
+        let mut s = Self::resume(config, backend, state);
+        s.initial_report = report;
+        Ok(s)
+    }
+
+    /// Continues from a saved state.
+    pub fn resume(config: Config, backend: B, state: State) -> Self {
+        let stepper = Stepper::from_config(&config);
+        let rhs = FmmRhs::new(backend, config.eval_params());
+        Self {
+            config,
+            stepper,
+            state,
+            rhs,
+            current: None,
+            times: StepTimes::default(),
+            initial_report: None,
+        }
+    }
+
+    pub fn t(&self) -> f64 {
+        self.stepper.time(self.state.step)
+    }
+
+    pub fn particles(&self) -> &Particles {
+        &self.state.particles
+    }
+
+    /// `f_n`: velocity and stretching at the current state (evaluated once, then cached).
+    pub fn derivatives(&mut self) -> Result<&Derivatives> {
+        if self.current.is_none() {
+            let t0 = Instant::now();
+            self.rhs.step = self.state.step;
+            let f = self.rhs.eval(&self.state.particles)?;
+            self.times.fmm += t0.elapsed().as_secs_f64();
+            self.current = Some(f);
+        }
+        Ok(self.current.as_ref().unwrap())
+    }
+
+    /// One time step.
+    pub fn step(&mut self) -> Result<StepReport> {
+        self.derivatives()?;
+        let f_n = self.current.take().unwrap();
+        let t0 = Instant::now();
+        let fmm_before = self.rhs.times.total;
+        self.rhs.step = self.state.step;
+        let report = self.stepper.advance(&mut self.state, f_n, &mut self.rhs)?;
+        let total = t0.elapsed().as_secs_f64();
+        let fmm = self.rhs.times.total - fmm_before;
+        let rbf = report.reinterpolation.as_ref().map_or(0.0, |r| r.seconds);
+        self.times.fmm += fmm;
+        self.times.rbf += rbf;
+        self.times.update += (total - fmm - rbf).max(0.0);
+        self.times.steps += 1;
+        Ok(report)
+    }
+
+    pub fn take_times(&mut self) -> StepTimes {
+        std::mem::take(&mut self.times)
+    }
+}

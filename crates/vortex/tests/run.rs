@@ -1,0 +1,127 @@
+//! The run command: restart bit for bit, outputs, configuration errors.
+
+use method::config::Config;
+use method::{checkpoint, run};
+use std::path::Path;
+
+const TINY: &str = r#"
+nu = 0.05
+dt = 0.1
+t_end = 0.6
+[domain]
+periodic = true
+image_levels = 1
+[evaluation]
+method = "fmm"
+order = 6
+[initial]
+kind = "taylor-green"
+n = 6
+[reinterpolation]
+ratio = 0.0
+every = 2
+[output]
+diagnostics_every = 2
+checkpoint_every = 3
+snapshot_every = 3
+progress = false
+plots = false
+"#;
+
+#[test]
+fn restart_continues_bit_for_bit() {
+    let dir = tempfile::tempdir().unwrap();
+    let full = Config::from_str_named(TINY, "tiny.toml").unwrap();
+    let a = dir.path().join("a");
+    run::run_config(full.clone(), &a, None, fmm::CpuBackend).unwrap();
+    // the same run stopped after 3 steps (AB2 history and a re-interpolation behind it) ...
+    let mut half = full.clone();
+    half.t_end = 0.3;
+    let b = dir.path().join("b");
+    run::run_config(half, &b, None, fmm::CpuBackend).unwrap();
+    let ck_b = checkpoint::read(&b.join("checkpoint.bin")).unwrap();
+    assert_eq!(ck_b.state.step, 3);
+    assert!(ck_b.state.previous.is_some());
+    // ... and continued to the end
+    run::run_config(full.clone(), &b, Some(&b.join("checkpoint.bin")), fmm::CpuBackend).unwrap();
+    let sa = checkpoint::read(&a.join("checkpoint.bin")).unwrap().state;
+    let sb = checkpoint::read(&b.join("checkpoint.bin")).unwrap().state;
+    assert_eq!(sa.step, 6);
+    assert!(sa.reinterpolations >= 2);
+    let bits = |p: &method::Particles| -> Vec<u64> {
+        p.position
+            .iter()
+            .chain(&p.strength)
+            .flat_map(|v| v.iter().map(|x| x.to_bits()))
+            .chain(p.sigma.iter().map(|x| x.to_bits()))
+            .collect()
+    };
+    assert_eq!(bits(&sa.particles), bits(&sb.particles));
+    assert_eq!(sa, sb);
+    // identical diagnostics (apart from the timing columns)
+    let strip = |p: &Path| -> Vec<String> {
+        std::fs::read_to_string(p.join("diagnostics.csv"))
+            .unwrap()
+            .lines()
+            .map(|l| l.split(',').take(16).collect::<Vec<_>>().join(","))
+            .collect()
+    };
+    assert_eq!(strip(&a), strip(&b));
+    assert_eq!(strip(&a).len(), 1 + 4); // header + steps 0, 2, 4, 6
+    for f in ["particles_000000.vtk", "particles_000006.vtk", "grid_000006.vtk", "spectrum_000006.csv"] {
+        assert!(a.join(f).exists(), "{f} missing");
+    }
+    let vtk = std::fs::read_to_string(a.join("particles_000006.vtk")).unwrap();
+    assert!(vtk.contains("POINTS 216 double") && vtk.contains("VECTORS velocity double"));
+    // a checkpoint of another configuration is refused
+    let mut other = full.clone();
+    other.nu = 0.01;
+    let e = run::run_config(other, &dir.path().join("c"), Some(&a.join("checkpoint.bin")), fmm::CpuBackend)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("another configuration"), "{e}");
+    // a file that is not a checkpoint is refused
+    let junk = dir.path().join("junk.bin");
+    std::fs::write(&junk, b"not a checkpoint at all").unwrap();
+    let e = checkpoint::read(&junk).unwrap_err().to_string();
+    assert!(e.contains("bad magic"), "{e}");
+}
+
+fn err(text: &str) -> String {
+    Config::from_str_named(text, "bad.toml").unwrap_err().to_string()
+}
+
+const RING: &str = "nu = 0.0\ndt = 0.1\nt_end = 1.0\n[initial]\nkind = \"ring\"\nradius = 1.0\ncirculation = 1.0\ncore = 0.1\nspacing = 0.05\n";
+
+#[test]
+fn configuration_errors_name_the_file_and_the_key() {
+    assert!(Config::from_str_named(RING, "ok.toml").is_ok());
+    let e = err(&format!("{RING}bogus = 1\n"));
+    assert!(e.contains("bad.toml") && e.contains("bogus"), "{e}");
+    let e = err(&RING.replace("nu = 0.0", "nu = -0.1"));
+    assert!(e.contains("bad.toml") && e.contains("`nu`") && e.contains(">= 0"), "{e}");
+    let e = err(&RING.replace("dt = 0.1", "dt = 0.0"));
+    assert!(e.contains("`dt`"), "{e}");
+    let e = err(&format!("{RING}[reinterpolation]\nratio = 0.9\n"));
+    assert!(e.contains("reinterpolation.ratio"), "{e}");
+    let e = err(&format!("{RING}[domain]\nperiodic = true\n"));
+    assert!(e.contains("domain.periodic") && e.contains("free-space"), "{e}");
+    let e = err(&format!("{RING}[evaluation]\nmethod = \"nonsense\"\n"));
+    assert!(e.contains("evaluation.method"), "{e}");
+    let e = err(&format!("{RING}[evaluation]\nmethd = \"fmm\"\n"));
+    assert!(e.contains("methd"), "{e}");
+    let e = err(&RING.replace("radius = 1.0\n", ""));
+    assert!(e.contains("initial.radius"), "{e}");
+    let tg = "nu = 0.01\ndt = 0.1\nt_end = 1.0\n[domain]\nperiodic = true\n[initial]\nkind = \"taylor-green\"\nn = 16\n";
+    assert!(Config::from_str_named(tg, "ok.toml").is_ok());
+    let e = err(&format!("{tg}[reinterpolation]\nspacing = 0.3\n"));
+    assert!(e.contains("does not fit the box"), "{e}");
+    let e = err(&tg.replace("t_end = 1.0", "t_end = 1.05"));
+    assert!(e.contains("whole number of steps"), "{e}");
+}
+
+#[test]
+fn run_entry_point_reports_a_missing_file() {
+    let e = run::run(Path::new("/nonexistent/x.toml"), None, None).unwrap_err().to_string();
+    assert!(e.contains("/nonexistent/x.toml"), "{e}");
+}

@@ -1,0 +1,37 @@
+//! The communicator of this process: MPI under `mpirun` when built with the `mpi` feature,
+//! otherwise a single process. Both go through the same `domain` code path.
+
+use anyhow::Result;
+use domain::Comm;
+
+/// Runs `f` with the communicator and this rank's node-local rank (for GPU selection).
+pub fn with_comm<R>(f: impl FnOnce(&dyn Comm, usize) -> Result<R>) -> Result<R> {
+    #[cfg(feature = "mpi")]
+    {
+        use mpi::traits::Communicator;
+        let (universe, _threading) =
+            mpi::initialize_with_threading(mpi::Threading::Funneled)
+                .ok_or_else(|| anyhow::anyhow!("MPI could not be initialized"))?;
+        let world = universe.world();
+        log::debug!("MPI rank {} of {}", world.rank(), world.size());
+        let comm = domain::MpiComm::new(world);
+        let local = comm.local_rank();
+        f(&comm, local)
+    }
+    #[cfg(not(feature = "mpi"))]
+    {
+        f(&domain::SelfComm, 0)
+    }
+}
+
+/// Makes every rank agree on the outcome of a step that only rank 0 performed (reading input):
+/// all ranks return an error if rank 0 failed, so none waits forever in a collective.
+pub fn agree<T>(comm: &dyn Comm, result: Result<T>) -> Result<Option<T>> {
+    let mut flag = [if result.is_err() { 1.0 } else { 0.0 }];
+    comm.allreduce_f64(&mut flag, domain::ReduceOp::Max);
+    match result {
+        Err(e) => Err(e),
+        Ok(v) if flag[0] == 0.0 => Ok(Some(v)),
+        Ok(_) => Err(anyhow::anyhow!("rank 0 failed to read the input (see its message)")),
+    }
+}
