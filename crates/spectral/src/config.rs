@@ -228,7 +228,7 @@ impl Config {
             _ => {}
         }
         if let Some(d) = self.dt_max {
-            if !(d > 0.0) {
+            if d.is_nan() || d <= 0.0 {
                 return Err(bad("dt_max", format!("must be > 0, got {d}")));
             }
         }
@@ -274,23 +274,40 @@ impl Config {
                 match ini.k_peak {
                     Some(k) if k > 0.0 => {}
                     Some(k) => return Err(bad("initial.k_peak", format!("must be > 0, got {k}"))),
-                    None => return Err(bad("initial.k_peak", "missing (required for isotropic)".into())),
+                    None => {
+                        return Err(bad(
+                            "initial.k_peak",
+                            "missing (required for isotropic)".into(),
+                        ))
+                    }
                 }
                 if ini.seed.is_none() {
-                    return Err(bad("initial.seed", "missing (required for isotropic)".into()));
+                    return Err(bad(
+                        "initial.seed",
+                        "missing (required for isotropic)".into(),
+                    ));
                 }
                 match (ini.energy, ini.re_lambda) {
                     (Some(_), Some(_)) => {
-                        return Err(bad("initial.re_lambda", "give energy or re_lambda, not both".into()))
+                        return Err(bad(
+                            "initial.re_lambda",
+                            "give energy or re_lambda, not both".into(),
+                        ))
                     }
                     (None, None) => {
-                        return Err(bad("initial.energy", "missing: give energy or re_lambda".into()))
+                        return Err(bad(
+                            "initial.energy",
+                            "missing: give energy or re_lambda".into(),
+                        ))
                     }
-                    (Some(e), None) if !(e > 0.0) => {
+                    (Some(e), None) if e.is_nan() || e <= 0.0 => {
                         return Err(bad("initial.energy", format!("must be > 0, got {e}")))
                     }
-                    (None, Some(r)) if !(r > 0.0) || self.nu == 0.0 => {
-                        return Err(bad("initial.re_lambda", "needs re_lambda > 0 and nu > 0".into()))
+                    (None, Some(r)) if r.is_nan() || r <= 0.0 || self.nu == 0.0 => {
+                        return Err(bad(
+                            "initial.re_lambda",
+                            "needs re_lambda > 0 and nu > 0".into(),
+                        ))
                     }
                     _ => {}
                 }

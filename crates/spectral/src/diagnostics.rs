@@ -160,8 +160,7 @@ pub fn spectrum_spectral(s: &SpectralField) -> Vec<(f64, f64)> {
         let (kx, ky, kz) = wavevector(idx, n);
         let k = (kx * kx + ky * ky + kz * kz).sqrt();
         let shell = k.round() as usize;
-        e[shell] +=
-            0.5 * r2c_weight(idx % nh, n) * (a.norm_sqr() + b.norm_sqr() + c.norm_sqr());
+        e[shell] += 0.5 * r2c_weight(idx % nh, n) * (a.norm_sqr() + b.norm_sqr() + c.norm_sqr());
     }
     e.into_iter()
         .enumerate()

@@ -120,6 +120,17 @@ impl Fft3 {
 
     /// Forward transform. `input` (length `m^3`) is left unchanged; `out` has length `m^2 (m/2+1)`.
     pub fn forward(&self, input: &[f64], out: &mut [Complex64]) {
+        self.forward_band(input, out, None)
+    }
+
+    /// Inverse transform. `spec` is used as workspace and destroyed; `out` receives `m^3` reals.
+    pub fn inverse(&self, spec: &mut [Complex64], out: &mut [f64]) {
+        self.inverse_band(spec, out, None)
+    }
+
+    /// Forward transform computing only the modes with `|kx|, |ky|, kz <= kcut` (the other entries of
+    /// `out` are left unspecified). Skips the y and x pencils that are not needed.
+    pub fn forward_band(&self, input: &[f64], out: &mut [Complex64], kcut: Option<usize>) {
         let (m, mh) = (self.m, self.mh);
         assert_eq!(input.len(), self.real_len());
         assert_eq!(out.len(), self.complex_len());
@@ -136,15 +147,16 @@ impl Fft3 {
                 }
                 self.give_scratch(s);
             });
-        self.complex_yx(out, true);
+        self.complex_yx(out, true, kcut);
     }
 
-    /// Inverse transform. `spec` is used as workspace and destroyed; `out` receives `m^3` reals.
-    pub fn inverse(&self, spec: &mut [Complex64], out: &mut [f64]) {
+    /// Inverse transform of a spectrum that is zero outside `|kx|, |ky|, kz <= kcut` (the zero pencils
+    /// are not transformed). `spec` is destroyed.
+    pub fn inverse_band(&self, spec: &mut [Complex64], out: &mut [f64], kcut: Option<usize>) {
         let (m, mh) = (self.m, self.mh);
         assert_eq!(out.len(), self.real_len());
         assert_eq!(spec.len(), self.complex_len());
-        self.complex_yx(spec, false);
+        self.complex_yx(spec, false, kcut);
         spec.par_chunks_mut(m * mh)
             .zip(out.par_chunks_mut(m * m))
             .for_each(|(sslab, oslab)| {
@@ -162,31 +174,32 @@ impl Fft3 {
     }
 
     /// Complex transforms along y then x (forward), or x then y (inverse), in place.
-    fn complex_yx(&self, data: &mut [Complex64], forward: bool) {
+    fn complex_yx(&self, data: &mut [Complex64], forward: bool, kcut: Option<usize>) {
+        let nz = kcut.map_or(self.mh, |k| (k + 1).min(self.mh));
         if forward {
-            self.along_y(data, forward);
-            self.along_x(data, forward);
+            self.along_y(data, forward, nz);
+            self.along_x(data, forward, nz, kcut);
         } else {
-            self.along_x(data, forward);
-            self.along_y(data, forward);
+            self.along_x(data, forward, nz, kcut);
+            self.along_y(data, forward, nz);
         }
     }
 
     /// Transform along y: each x-slab (contiguous, m rows of mh) is transposed to [iz][iy], transformed
     /// as a batch of contiguous length-m rows, and transposed back.
-    fn along_y(&self, data: &mut [Complex64], forward: bool) {
+    fn along_y(&self, data: &mut [Complex64], forward: bool, nz: usize) {
         let (m, mh) = (self.m, self.mh);
         let plan = if forward { &self.fwd } else { &self.inv };
         data.par_chunks_mut(m * mh).for_each(|slab| {
             let mut s = self.take_scratch();
             for iy in 0..m {
-                for iz in 0..mh {
+                for iz in 0..nz {
                     s.plane[iz * m + iy] = slab[iy * mh + iz];
                 }
             }
-            plan.process_with_scratch(&mut s.plane, &mut s.fft);
+            plan.process_with_scratch(&mut s.plane[..nz * m], &mut s.fft);
             for iy in 0..m {
-                for iz in 0..mh {
+                for iz in 0..nz {
                     slab[iy * mh + iz] = s.plane[iz * m + iy];
                 }
             }
@@ -196,27 +209,32 @@ impl Fft3 {
 
     /// Transform along x: for each y index the plane [ix][iz] (rows of mh, stride m*mh) is gathered,
     /// transposed, transformed, and scattered back. Tasks write disjoint elements.
-    fn along_x(&self, data: &mut [Complex64], forward: bool) {
+    fn along_x(&self, data: &mut [Complex64], forward: bool, nz: usize, kcut: Option<usize>) {
         let (m, mh) = (self.m, self.mh);
         let plan = if forward { &self.fwd } else { &self.inv };
         let ptr = SyncPtr(data.as_mut_ptr());
         (0..m).into_par_iter().for_each(|iy| {
+            if let Some(kc) = kcut {
+                if wavenumber(iy, m).unsigned_abs() as usize > kc {
+                    return;
+                }
+            }
             let p = ptr;
             let mut s = self.take_scratch();
             for ix in 0..m {
                 let base = (ix * m + iy) * mh;
                 // SAFETY: indices (ix, iy, *) for this iy are touched by this task only.
                 let row = unsafe { std::slice::from_raw_parts(p.0.add(base), mh) };
-                for (iz, v) in row.iter().enumerate() {
+                for (iz, v) in row[..nz].iter().enumerate() {
                     s.plane[iz * m + ix] = *v;
                 }
             }
-            plan.process_with_scratch(&mut s.plane, &mut s.fft);
+            plan.process_with_scratch(&mut s.plane[..nz * m], &mut s.fft);
             for ix in 0..m {
                 let base = (ix * m + iy) * mh;
                 // SAFETY: as above, disjoint per iy.
                 let row = unsafe { std::slice::from_raw_parts_mut(p.0.add(base), mh) };
-                for (iz, v) in row.iter_mut().enumerate() {
+                for (iz, v) in row[..nz].iter_mut().enumerate() {
                     *v = s.plane[iz * m + ix];
                 }
             }

@@ -10,7 +10,11 @@ use rand_chacha::ChaCha20Rng;
 /// with `V0 = 1`, `L = 1`.)
 pub fn taylor_green(n: usize) -> VelocityField {
     VelocityField::from_fn(n, |x, y, z| {
-        [x.sin() * y.cos() * z.cos(), -x.cos() * y.sin() * z.cos(), 0.0]
+        [
+            x.sin() * y.cos() * z.cos(),
+            -x.cos() * y.sin() * z.cos(),
+            0.0,
+        ]
     })
 }
 

@@ -1,1 +1,23 @@
-//! Pseudo-spectral solver (work in progress).
+//! Pseudo-spectral incompressible Navier-Stokes solver in the periodic box `[-pi, pi)^3`.
+//!
+//! - [`fft`]: r2c 3-D transforms (realfft along z, rustfft along y and x, rayon over pencils);
+//! - [`field`]: [`VelocityField`] (physical, index `(i*n + j)*n + k`, z fastest) and
+//!   [`field::SpectralField`];
+//! - [`initial`]: Taylor-Green and isotropic random initial fields;
+//! - [`diagnostics`]: energy, enstrophy, spectrum and the scales of `shared/CONVENTIONS.md`;
+//! - [`solver`]: RK4 with an integrating factor, 3/2-rule (or 2/3-rule) dealiasing;
+//! - [`config`], [`run`], [`io`], [`plot`]: the `vortex spectral` command.
+
+pub mod config;
+pub mod diagnostics;
+pub mod fft;
+pub mod field;
+pub mod initial;
+pub mod io;
+pub mod plot;
+pub mod run;
+pub mod solver;
+
+pub use config::{Config, ConfigError, Dealias};
+pub use field::{SpectralField, VelocityField};
+pub use solver::{Solver, SolverError, StepMode};

@@ -1,0 +1,191 @@
+use spectral::config::{Config, ConfigError};
+use spectral::io;
+use spectral::run::{run_config, RunError, RunOptions, CHECKPOINT_FILE};
+
+const BASE: &str = r#"
+n = 16
+nu = 0.02
+t_end = 0.5
+dt = 0.025
+stats_every = 0.05
+spectrum_times = [0.0, 0.5]
+field_times = [0.5]
+field_formats = ["npy", "vtk"]
+vorticity = true
+checkpoint_every = 0.25
+threads = 2
+[initial]
+type = "isotropic"
+k_peak = 3.0
+seed = 5
+energy = 0.5
+"#;
+
+fn cfg(text: &str) -> Config {
+    Config::from_str_named(text, "test.toml").unwrap()
+}
+
+fn opts(dir: &std::path::Path, restart: Option<std::path::PathBuf>) -> RunOptions {
+    RunOptions {
+        out: dir.to_path_buf(),
+        restart,
+        progress: false,
+    }
+}
+
+#[test]
+fn config_errors_name_file_and_key() {
+    let e = Config::from_str_named(&format!("{BASE}\nbogus_key = 1\n"), "x.toml").unwrap_err();
+    let s = e.to_string();
+    assert!(s.contains("x.toml") && s.contains("bogus_key"), "{s}");
+    let e = Config::from_str_named(
+        &BASE.replace("k_peak = 3.0", "k_peak = 3.0\nkpeak = 2"),
+        "x.toml",
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("kpeak"), "{e}");
+    let e = Config::from_str_named(&BASE.replace("n = 16", "n = 17"), "x.toml").unwrap_err();
+    assert!(
+        matches!(&e, ConfigError::Invalid { key, .. } if key == "n"),
+        "{e}"
+    );
+    let e = Config::from_str_named(&BASE.replace("n = 16", "n = 6"), "x.toml").unwrap_err();
+    assert!(e.to_string().contains("`n`"), "{e}");
+    let e = Config::from_str_named(&BASE.replace("nu = 0.02", "nu = -0.1"), "x.toml").unwrap_err();
+    assert!(
+        matches!(&e, ConfigError::Invalid { key, .. } if key == "nu"),
+        "{e}"
+    );
+    let e = Config::from_str_named(&BASE.replace("nu = 0.02", "nu = 0.0"), "x.toml").unwrap_err();
+    assert!(e.to_string().contains("inviscid"), "{e}");
+    let e = Config::from_str_named(&BASE.replace("t_end = 0.5\n", ""), "x.toml").unwrap_err();
+    assert!(e.to_string().contains("t_end"), "{e}");
+    let e = Config::from_str_named(&BASE.replace("seed = 5\n", ""), "x.toml").unwrap_err();
+    assert!(e.to_string().contains("initial.seed"), "{e}");
+    let e = Config::from_str_named(
+        &BASE.replace("dt = 0.025", "cfl = 0.5\ndt = 0.025"),
+        "x.toml",
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("cfl"), "{e}");
+    assert!(Config::from_str_named(
+        &BASE.replace("nu = 0.02", "nu = 0.0\ninviscid = true"),
+        "x.toml"
+    )
+    .is_ok());
+    let e = Config::from_file(std::path::Path::new("/nonexistent/c.toml")).unwrap_err();
+    assert!(e.to_string().contains("/nonexistent/c.toml"));
+}
+
+#[test]
+fn run_writes_outputs_and_restart_is_bit_for_bit() {
+    let d = tempfile::tempdir().unwrap();
+    let full = d.path().join("full");
+    let c = cfg(BASE);
+    run_config(&c, &opts(&full, None)).unwrap();
+    for f in [
+        "energy.csv",
+        "energy.png",
+        "spectra.png",
+        CHECKPOINT_FILE,
+        "velocity_00000.5000.npy",
+        "vorticity_00000.5000.npy",
+        "fields_00000.5000.vtk",
+        "spectrum_00000.0000.csv",
+        "spectrum_00000.5000.csv",
+    ] {
+        assert!(full.join(f).exists(), "missing {f}");
+    }
+    let csv = std::fs::read_to_string(full.join("energy.csv")).unwrap();
+    assert!(csv.starts_with("t,energy,enstrophy,dissipation,u_rms,taylor_microscale,re_lambda,integral_scale,eddy_turnover,kmax_eta\n"));
+    assert_eq!(csv.lines().count(), 1 + 11, "{csv}");
+    let npy = std::fs::read(full.join("velocity_00000.5000.npy")).unwrap();
+    assert_eq!(npy.len() % 64, (16 * 16 * 16 * 3 * 8) % 64);
+    assert!(String::from_utf8_lossy(&npy[..128]).contains("(16, 16, 16, 3)"));
+
+    // Half run, then restart to the end.
+    let half = d.path().join("half");
+    let mut c1 = c.clone();
+    c1.t_end = 0.25;
+    run_config(&c1, &opts(&half, None)).unwrap();
+    let ck = half.join("restart.bin");
+    std::fs::copy(half.join(CHECKPOINT_FILE), &ck).unwrap();
+    run_config(&c, &opts(&half, Some(ck))).unwrap();
+    let a = io::read_checkpoint(&full.join(CHECKPOINT_FILE)).unwrap();
+    let b = io::read_checkpoint(&half.join(CHECKPOINT_FILE)).unwrap();
+    assert_eq!(a.steps, b.steps);
+    assert_eq!(a.t.to_bits(), b.t.to_bits());
+    assert!(
+        a.data
+            .iter()
+            .zip(&b.data)
+            .all(|(x, y)| x.to_bits() == y.to_bits()),
+        "restart differs"
+    );
+    let csv2 = std::fs::read_to_string(half.join("energy.csv")).unwrap();
+    assert_eq!(csv2.lines().count(), csv.lines().count());
+}
+
+#[test]
+fn corrupt_or_mismatched_checkpoint_is_rejected_without_overwriting() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("o");
+    let mut c = cfg(BASE);
+    c.t_end = 0.05;
+    c.field_times.clear();
+    run_config(&c, &opts(&out, None)).unwrap();
+    let ck = out.join(CHECKPOINT_FILE);
+    let before_ck = std::fs::read(&ck).unwrap();
+    let before_csv = std::fs::read(out.join("energy.csv")).unwrap();
+    // Flip one byte of the payload.
+    let bad = d.path().join("bad.bin");
+    let mut bytes = before_ck.clone();
+    let i = bytes.len() - 100;
+    bytes[i] ^= 0x55;
+    std::fs::write(&bad, &bytes).unwrap();
+    let mut c2 = c.clone();
+    c2.t_end = 0.1;
+    let e = run_config(&c2, &opts(&out, Some(bad.clone()))).unwrap_err();
+    assert!(e.to_string().contains("checksum"), "{e}");
+    // Truncated.
+    std::fs::write(&bad, &before_ck[..before_ck.len() / 2]).unwrap();
+    let e = run_config(&c2, &opts(&out, Some(bad.clone()))).unwrap_err();
+    assert!(e.to_string().contains("truncated"), "{e}");
+    // Not a checkpoint.
+    std::fs::write(&bad, b"hello").unwrap();
+    let e = run_config(&c2, &opts(&out, Some(bad.clone()))).unwrap_err();
+    assert!(e.to_string().contains("magic"), "{e}");
+    // Mismatched grid.
+    let mut c3 = c2.clone();
+    c3.n = 32;
+    let e = run_config(&c3, &opts(&out, Some(ck.clone()))).unwrap_err();
+    assert!(matches!(e, RunError::Mismatch { .. }), "{e}");
+    assert_eq!(std::fs::read(&ck).unwrap(), before_ck);
+    assert_eq!(std::fs::read(out.join("energy.csv")).unwrap(), before_csv);
+}
+
+#[test]
+fn blow_up_stops_with_step_and_keeps_checkpoint() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("o");
+    let text = r#"
+n = 16
+nu = 0.0
+inviscid = true
+t_end = 1000.0
+dt = 2.0
+checkpoint_every = 2.0
+[initial]
+type = "taylor-green"
+amplitude = 20.0
+"#;
+    let c = cfg(text);
+    let e = run_config(&c, &opts(&out, None)).unwrap_err();
+    let s = e.to_string();
+    assert!(matches!(e, RunError::BlewUp { .. }), "{s}");
+    assert!(s.contains("at step"), "{s}");
+    if out.join(CHECKPOINT_FILE).exists() {
+        let ck = io::read_checkpoint(&out.join(CHECKPOINT_FILE)).unwrap();
+        assert!(ck.data.iter().all(|v| v.is_finite()));
+    }
+}
