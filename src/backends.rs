@@ -64,10 +64,14 @@ pub fn evaluate_on(
 }
 
 #[cfg(feature = "cuda")]
-fn cuda(device: usize, params: &EvalParams, sources: &Sources, targets: &Targets) -> Result<BackendRun> {
+fn cuda(
+    device: usize,
+    params: &EvalParams,
+    sources: &Sources,
+    targets: &Targets,
+) -> Result<BackendRun> {
     use fmm::Backend;
-    let b = gpu::CudaBackend::new(device)
-        .map_err(|e| anyhow::anyhow!("--backend cuda: {e}"))?;
+    let b = gpu::CudaBackend::new(device).map_err(|e| anyhow::anyhow!("--backend cuda: {e}"))?;
     let evaluation = evaluate(&b, params, sources, targets)?;
     Ok(BackendRun {
         evaluation,

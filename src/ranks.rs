@@ -9,9 +9,8 @@ pub fn with_comm<R>(f: impl FnOnce(&dyn Comm, usize) -> Result<R>) -> Result<R> 
     #[cfg(feature = "mpi")]
     {
         use mpi::traits::Communicator;
-        let (universe, _threading) =
-            mpi::initialize_with_threading(mpi::Threading::Funneled)
-                .ok_or_else(|| anyhow::anyhow!("MPI could not be initialized"))?;
+        let (universe, _threading) = mpi::initialize_with_threading(mpi::Threading::Funneled)
+            .ok_or_else(|| anyhow::anyhow!("MPI could not be initialized"))?;
         let world = universe.world();
         log::debug!("MPI rank {} of {}", world.rank(), world.size());
         let comm = domain::MpiComm::new(world);
@@ -32,6 +31,8 @@ pub fn agree<T>(comm: &dyn Comm, result: Result<T>) -> Result<Option<T>> {
     match result {
         Err(e) => Err(e),
         Ok(v) if flag[0] == 0.0 => Ok(Some(v)),
-        Ok(_) => Err(anyhow::anyhow!("rank 0 failed to read the input (see its message)")),
+        Ok(_) => Err(anyhow::anyhow!(
+            "rank 0 failed to read the input (see its message)"
+        )),
     }
 }

@@ -21,8 +21,7 @@ fn write_npy_f64(path: &Path, shape: &[usize], data: &[f64]) {
         [a, b] => format!("({a}, {b})"),
         _ => unreachable!(),
     };
-    let mut header =
-        format!("{{'descr': '<f8', 'fortran_order': False, 'shape': {shape_s}, }}");
+    let mut header = format!("{{'descr': '<f8', 'fortran_order': False, 'shape': {shape_s}, }}");
     while (10 + header.len() + 1) % 64 != 0 {
         header.push(' ');
     }
@@ -53,10 +52,22 @@ fn eval_matches_direct_and_writes_outputs() {
     assert!(vortex(&["particles", "--n", "1500", "--seed", "5", "--out", p_s]).0);
     let fmm_dir = dir.path().join("fmm");
     let dir_dir = dir.path().join("direct");
-    let (ok, err) = vortex(&["eval", "--particles", p_s, "--out", fmm_dir.to_str().unwrap()]);
+    let (ok, err) = vortex(&[
+        "eval",
+        "--particles",
+        p_s,
+        "--out",
+        fmm_dir.to_str().unwrap(),
+    ]);
     assert!(ok, "{err}");
     let (ok, err) = vortex(&[
-        "eval", "--particles", p_s, "--out", dir_dir.to_str().unwrap(), "--method", "direct",
+        "eval",
+        "--particles",
+        p_s,
+        "--out",
+        dir_dir.to_str().unwrap(),
+        "--method",
+        "direct",
     ]);
     assert!(ok, "{err}");
     for f in ["velocity.npy", "stretching.npy"] {
@@ -68,8 +79,13 @@ fn eval_matches_direct_and_writes_outputs() {
         assert!((num / den).sqrt() < 1e-4, "{f}: {}", (num / den).sqrt());
     }
     let timing = std::fs::read_to_string(fmm_dir.join("timing.json")).unwrap();
-    for k in ["tree", "lists", "P2M", "M2M", "M2L", "L2L", "L2P", "P2P", "total"] {
-        assert!(timing.contains(&format!("\"{k}\"")), "timing.json lacks {k}");
+    for k in [
+        "tree", "lists", "P2M", "M2M", "M2L", "L2L", "L2P", "P2P", "total",
+    ] {
+        assert!(
+            timing.contains(&format!("\"{k}\"")),
+            "timing.json lacks {k}"
+        );
     }
 }
 
@@ -80,13 +96,23 @@ fn bad_inputs_fail_with_clear_messages() {
     let out = d("out");
     let out_s = out.to_str().unwrap();
     let case = |file: &Path, extra: &[&str], expect: &[&str]| {
-        let mut args = vec!["eval", "--particles", file.to_str().unwrap(), "--out", out_s];
+        let mut args = vec![
+            "eval",
+            "--particles",
+            file.to_str().unwrap(),
+            "--out",
+            out_s,
+        ];
         args.extend_from_slice(extra);
         let (ok, err) = vortex(&args);
         assert!(!ok, "accepted bad input {}", file.display());
         assert!(!err.contains("panicked"), "panic: {err}");
         for e in expect {
-            assert!(err.contains(e), "message for {} lacks '{e}': {err}", file.display());
+            assert!(
+                err.contains(e),
+                "message for {} lacks '{e}': {err}",
+                file.display()
+            );
         }
     };
     case(&d("missing.npy"), &[], &["missing.npy", "does not exist"]);

@@ -4,13 +4,13 @@
 //!   stretching against the f64 direct sum on a random sample of targets.
 //! * `vortex bench m2l`: time of one M2L translation, rotation-based O(p^3) vs plain O(p^4).
 
+use crate::backends::{evaluate_on, BackendChoice};
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use fmm::evaluators::direct::direct;
 use fmm::expansions::{expansion_len, Complex64};
 use fmm::operators::{Operators, Scratch};
 use fmm::testsets::{generate, Distribution};
-use crate::backends::{evaluate_on, BackendChoice};
 use fmm::{relative_l2_error, EvalParams, Method, Targets};
 use rand::{seq::index::sample, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -138,9 +138,8 @@ fn bench_fmm(b: &FmmBench) -> Result<()> {
             };
             let mut best: Option<crate::backends::BackendRun> = None;
             for _ in 0..b.repeat.max(1) {
-                let run = pool.install(|| {
-                    evaluate_on(b.backend, b.device, &params, &sources, &targets)
-                })?;
+                let run =
+                    pool.install(|| evaluate_on(b.backend, b.device, &params, &sources, &targets))?;
                 if best
                     .as_ref()
                     .is_none_or(|r| run.evaluation.times.total < r.evaluation.times.total)
@@ -170,8 +169,14 @@ fn bench_fmm(b: &FmmBench) -> Result<()> {
 }
 
 fn bench_m2l(b: &M2lBench) -> Result<()> {
-    println!("# vortex bench m2l: seconds per M2L (3 components), commit {}", env!("VORTEX_GIT_COMMIT"));
-    println!("{:>3} {:>12} {:>12} {:>8}", "p", "rotation", "direct", "speedup");
+    println!(
+        "# vortex bench m2l: seconds per M2L (3 components), commit {}",
+        env!("VORTEX_GIT_COMMIT")
+    );
+    println!(
+        "{:>3} {:>12} {:>12} {:>8}",
+        "p", "rotation", "direct", "speedup"
+    );
     for p in parse_orders(&b.orders)? {
         let ops = Operators::new(p);
         let len = expansion_len(p);

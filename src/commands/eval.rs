@@ -1,9 +1,9 @@
 //! `vortex eval`: one velocity + stretching evaluation of a particle file.
 
+use crate::backends::{evaluate_distributed_on, BackendChoice};
 use anyhow::{Context, Result};
 use clap::Args;
 use fmm::periodic::Periodic;
-use crate::backends::{evaluate_distributed_on, BackendChoice};
 use fmm::{EvalParams, Method};
 use std::path::PathBuf;
 
@@ -86,10 +86,8 @@ pub fn run(args: &EvalArgs) -> Result<()> {
             Ok(None)
         };
         let input = crate::ranks::agree(comm, input)?.flatten();
-        let local_sources =
-            domain::scatter_sources_from_root(comm, input.as_ref().map(|(s, _)| s));
-        let local_targets =
-            domain::scatter_targets_from_root(comm, input.as_ref().map(|(_, t)| t));
+        let local_sources = domain::scatter_sources_from_root(comm, input.as_ref().map(|(s, _)| s));
+        let local_targets = domain::scatter_targets_from_root(comm, input.as_ref().map(|(_, t)| t));
         let (ev, backend) = evaluate_distributed_on(
             args.backend,
             args.device,
@@ -112,8 +110,14 @@ pub fn run(args: &EvalArgs) -> Result<()> {
             .map(|(k, v)| (k.to_string(), serde_json::json!(v)))
             .collect();
         timing.insert("ranks".into(), serde_json::json!(comm.size()));
-        timing.insert("bytes_p2pcomm".into(), serde_json::json!(ev.stats.bytes_p2p));
-        timing.insert("bytes_m2lcomm".into(), serde_json::json!(ev.stats.bytes_m2l));
+        timing.insert(
+            "bytes_p2pcomm".into(),
+            serde_json::json!(ev.stats.bytes_p2p),
+        );
+        timing.insert(
+            "bytes_m2lcomm".into(),
+            serde_json::json!(ev.stats.bytes_m2l),
+        );
         let path = args.out.join("timing.json");
         std::fs::write(&path, serde_json::to_string_pretty(&timing)? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;

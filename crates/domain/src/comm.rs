@@ -35,7 +35,11 @@ pub trait Comm {
         let mine: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
         let all = self.allgatherv(&mine);
         for (r, buf) in all.iter().enumerate() {
-            assert_eq!(buf.len(), mine.len(), "allreduce: ranks disagree on the length");
+            assert_eq!(
+                buf.len(),
+                mine.len(),
+                "allreduce: ranks disagree on the length"
+            );
             for (k, ch) in buf.chunks_exact(8).enumerate() {
                 let v = f64::from_le_bytes(ch.try_into().unwrap());
                 data[k] = if r == 0 {
@@ -92,7 +96,8 @@ impl ThreadComm {
     pub fn create(n: usize) -> Vec<ThreadComm> {
         assert!(n >= 1);
         // chan[from][to]
-        let mut senders: Vec<Vec<Option<Sender<Vec<u8>>>>> = (0..n).map(|_| vec![None; n]).collect();
+        let mut senders: Vec<Vec<Option<Sender<Vec<u8>>>>> =
+            (0..n).map(|_| vec![None; n]).collect();
         let mut receivers: Vec<Vec<Option<Receiver<Vec<u8>>>>> =
             (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
         for from in 0..n {
@@ -125,7 +130,10 @@ impl ThreadComm {
                     s.spawn(move || f(c))
                 })
                 .collect();
-            handles.into_iter().map(|h| h.join().expect("rank thread panicked")).collect()
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("rank thread panicked"))
+                .collect()
         })
     }
 
@@ -192,9 +200,7 @@ mod mpi_comm {
         }
         /// Rank within the node (for GPU selection: `local_rank % gpus_per_node`).
         pub fn local_rank(&self) -> usize {
-            self.comm
-                .split_shared(self.comm.rank())
-                .rank() as usize
+            self.comm.split_shared(self.comm.rank()).rank() as usize
         }
     }
 
@@ -233,7 +239,8 @@ mod mpi_comm {
         fn allgatherv(&self, send: &[u8]) -> Vec<Vec<u8>> {
             let n = self.size();
             let mut counts = vec![0 as Count; n];
-            self.comm.all_gather_into(&count(send.len()), &mut counts[..]);
+            self.comm
+                .all_gather_into(&count(send.len()), &mut counts[..]);
             let d = displs(&counts);
             let total: usize = counts.iter().map(|&c| c as usize).sum();
             let mut buf = buffer(total);

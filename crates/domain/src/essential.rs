@@ -31,9 +31,9 @@ use crate::{CommStats, DomainError};
 use fmm::backend::{timed, Backend, FarField, PhaseTimes, Plan};
 use fmm::evaluators::Method;
 use fmm::expansions::{expansion_len, Complex64};
-use fmm::ppm::PseudoParticles;
 use fmm::lists::{CsrList, InteractionLists, ListParams, COMPLETE, NO_PARTICLES, TRUNCATED};
 use fmm::operators::{Operators, Scratch};
+use fmm::ppm::PseudoParticles;
 use fmm::tree::MAX_LEVEL;
 use fmm::{EvalParams, Fields, Sources, Targets};
 use rayon::prelude::*;
@@ -136,20 +136,43 @@ impl Mac {
     /// Whether rank `view`'s traversal may need the children (internal `s`) or the particles
     /// (leaf `s`) of source cell `s`.
     #[allow(clippy::too_many_arguments)]
-    fn needs_open(&self, view: &View, center: [f64; 3], level: u32, hw: f64, rs: f64, sigma: f64, leaf: bool) -> bool {
+    fn needs_open(
+        &self,
+        view: &View,
+        center: [f64; 3],
+        level: u32,
+        hw: f64,
+        rs: f64,
+        sigma: f64,
+        leaf: bool,
+    ) -> bool {
         // radius of a cell in the criterion: tight (bounded by sqrt(3) hw), or the PPM sphere
         let rs = self.sphere.map_or(rs, |f| f * hw);
         let rad = |tight: f64, h: f64| self.sphere.map_or(tight, |f| f * h);
-        let cube_r = |h: f64| self.sphere.map_or(SQRT3 * h * (1.0 + 1e-12), |f| f * h * (1.0 + 1e-12));
+        let cube_r = |h: f64| {
+            self.sphere
+                .map_or(SQRT3 * h * (1.0 + 1e-12), |f| f * h * (1.0 + 1e-12))
+        };
         if !leaf {
             for t in &view.tops {
-                if t.hw < hw && self.may_fail(rad(t.radius, t.hw), rs, sigma, self.box_dist(center, t.center, t.center)) {
+                if t.hw < hw
+                    && self.may_fail(
+                        rad(t.radius, t.hw),
+                        rs,
+                        sigma,
+                        self.box_dist(center, t.center, t.center),
+                    )
+                {
                     return true;
                 }
             }
         }
-        let rmax = self.sphere.map_or(view.rmax, |f| f * view.hwmax * (1.0 + 1e-12));
-        if view.regions.is_empty() || !self.may_fail(rmax, rs, sigma, self.box_dist(center, view.lo, view.hi)) {
+        let rmax = self
+            .sphere
+            .map_or(view.rmax, |f| f * view.hwmax * (1.0 + 1e-12));
+        if view.regions.is_empty()
+            || !self.may_fail(rmax, rs, sigma, self.box_dist(center, view.lo, view.hi))
+        {
             return false;
         }
         for b in &view.regions {
@@ -194,7 +217,11 @@ fn key_range(keys: &[u64], level: u32, key: u64) -> std::ops::Range<usize> {
 
 /// Agrees on failure: if any rank has an error, every rank returns one (no hang).
 fn agree<C: Comm + ?Sized, T>(comm: &C, r: Result<T, DomainError>) -> Result<T, DomainError> {
-    let mut flag = [if r.is_err() { (comm.rank() + 1) as f64 } else { 0.0 }];
+    let mut flag = [if r.is_err() {
+        (comm.rank() + 1) as f64
+    } else {
+        0.0
+    }];
     comm.allreduce_f64(&mut flag, ReduceOp::Max);
     match r {
         Err(e) => Err(e),
@@ -298,14 +325,20 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
             if pc.n_tgt > 0 {
                 let r = key_range(&tgt.key, pc.level, pc.key);
                 let start = own_tgt.len();
-                subtree_cells(&tgt.key[r.clone()], pc.level, pc.key, leaf_size, &mut own_tgt);
+                subtree_cells(
+                    &tgt.key[r.clone()],
+                    pc.level,
+                    pc.key,
+                    leaf_size,
+                    &mut own_tgt,
+                );
                 // leaf levels: a cell is a leaf when no later cell of the subtree is its child
                 let cells = &own_tgt[start..];
                 let (mut lo, mut hi) = (u32::MAX, 0u32);
                 for (i, &(l, k)) in cells.iter().enumerate() {
-                    let leaf = cells
-                        .get(i + 1)
-                        .map_or(true, |&(l2, k2)| !(l2 == l + 1 && k2 & !(key_span(l) - 1) == k));
+                    let leaf = cells.get(i + 1).map_or(true, |&(l2, k2)| {
+                        !(l2 == l + 1 && k2 & !(key_span(l) - 1) == k)
+                    });
                     if leaf {
                         lo = lo.min(l);
                         hi = hi.max(l);
@@ -442,7 +475,15 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
                 if dparams.sabotage_halo && cell.is_leaf() {
                     return false;
                 }
-                mac.needs_open(view, cell.center, cell.level, cell.half_width, cell.radius, own_st.sigma_max[c], cell.is_leaf())
+                mac.needs_open(
+                    view,
+                    cell.center,
+                    cell.level,
+                    cell.half_width,
+                    cell.radius,
+                    own_st.sigma_max[c],
+                    cell.is_leaf(),
+                )
             };
             let mut stack: Vec<(usize, bool)> = own_branches
                 .iter()
@@ -486,7 +527,12 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
         })
         .collect();
     let (send, let_cells): (Vec<Vec<u8>>, Vec<Vec<(u32, u64)>>) = outgoing.into_iter().unzip();
-    stats.bytes_p2p += send.iter().enumerate().filter(|(r, _)| *r != me).map(|(_, b)| b.len() as u64).sum::<u64>();
+    stats.bytes_p2p += send
+        .iter()
+        .enumerate()
+        .filter(|(r, _)| *r != me)
+        .map(|(_, b)| b.len() as u64)
+        .sum::<u64>();
     let recv = comm.alltoallv(&send);
     drop(send);
     // parse
@@ -559,7 +605,11 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
         let mut all = OwnedSources::default();
         all.gid.reserve(n);
         for &(k, g, which, i) in &idx {
-            let s = if which == 0 { &src.sources } else { &halo.sources };
+            let s = if which == 0 {
+                &src.sources
+            } else {
+                &halo.sources
+            };
             all.gid.push(g);
             all.key.push(k);
             all.sources.position.push(s.position[i]);
@@ -606,7 +656,14 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
                 kind: COMPLETE,
             });
         }
-        let tt = assemble(cube, tnodes, &tgt.key, &tgt.targets.position, None, leaf_size);
+        let tt = assemble(
+            cube,
+            tnodes,
+            &tgt.key,
+            &tgt.targets.position,
+            None,
+            leaf_size,
+        );
         (all, ext, tt)
     });
     let has_targets = !tgt.gid.is_empty();
@@ -630,7 +687,10 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
         let (lists, violations) =
             InteractionLists::build_checked(&tt.tree, &ext.tree, &ext.sigma_max, &lp, &ext.kind);
         if violations > 0 {
-            Err(DomainError::IncompleteEssentialTree { rank: me, violations })
+            Err(DomainError::IncompleteEssentialTree {
+                rank: me,
+                violations,
+            })
         } else {
             Ok(lists)
         }
@@ -659,7 +719,9 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
     };
     let ext_index = ext.index;
     let prepared = (|| -> Result<_, DomainError> {
-        let mut state = timed(&mut times.transfer, || backend.prepare(&plan, &ext_src.sources, &tgt.targets))?;
+        let mut state = timed(&mut times.transfer, || {
+            backend.prepare(&plan, &ext_src.sources, &tgt.targets)
+        })?;
         backend.upward(&plan, &mut state, times)?;
         let own_b: Vec<usize> = own_branches
             .iter()
@@ -732,7 +794,13 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
                                 .chunks_exact(2)
                                 .map(|z| Complex64::new(z[0], z[1]))
                                 .collect();
-                            ops.m2m(part.cells[ch].center, pc.center, &child, &mut mc, &mut scratch);
+                            ops.m2m(
+                                part.cells[ch].center,
+                                pc.center,
+                                &child,
+                                &mut mc,
+                                &mut scratch,
+                            );
                         }
                     }
                     for (k, z) in mc.iter().enumerate() {
@@ -744,7 +812,14 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
                     for ch in pc.children.clone() {
                         let cc = &part.cells[ch];
                         if cc.n_src > 0 {
-                            pp.m2m(cc.center, cc.half_width, pc.center, pc.half_width, &pm[ch], &mut m);
+                            pp.m2m(
+                                cc.center,
+                                cc.half_width,
+                                pc.center,
+                                pc.half_width,
+                                &pm[ch],
+                                &mut m,
+                            );
                         }
                     }
                 }
@@ -761,7 +836,12 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
             w.buf
         })
         .collect();
-    stats.bytes_m2l += send.iter().enumerate().filter(|(r, _)| *r != me).map(|(_, b)| b.len() as u64).sum::<u64>();
+    stats.bytes_m2l += send
+        .iter()
+        .enumerate()
+        .filter(|(r, _)| *r != me)
+        .map(|(_, b)| b.len() as u64)
+        .sum::<u64>();
     let recv = comm.alltoallv(&send);
     drop(send);
     let mut set_cells = Vec::new();
@@ -777,7 +857,11 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
         if q == me {
             continue;
         }
-        assert_eq!(buf.len(), recv_cells[q].len() * len * 8, "M2Lcomm size from rank {q}");
+        assert_eq!(
+            buf.len(),
+            recv_cells[q].len() * len * 8,
+            "M2Lcomm size from rank {q}"
+        );
         let mut rd = Reader::new(buf);
         let mut m = vec![0.0; len];
         for lk in &recv_cells[q] {
@@ -793,7 +877,8 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
         backend.set_multipoles(&plan, &mut state, &set_cells, &set_data)?;
         if let Some(p) = &plan.periodic {
             timed(&mut times.m2l, || -> Result<(), DomainError> {
-                let (cells, data) = fmm::evaluators::periodic_far_images(backend, &plan, &state, p)?;
+                let (cells, data) =
+                    fmm::evaluators::periodic_far_images(backend, &plan, &state, p)?;
                 Ok(backend.add_locals(&plan, &mut state, &cells, &data)?)
             })?;
         }

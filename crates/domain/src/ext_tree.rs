@@ -45,7 +45,13 @@ pub struct Assembled {
 
 /// Cells of the subtree that `Tree::build` grows below cell `(level, key)` holding the sorted
 /// keys `keys` (all the points of that cell), root included, appended to `out`.
-pub fn subtree_cells(keys: &[u64], level: u32, key: u64, leaf_size: usize, out: &mut Vec<(u32, u64)>) {
+pub fn subtree_cells(
+    keys: &[u64],
+    level: u32,
+    key: u64,
+    leaf_size: usize,
+    out: &mut Vec<(u32, u64)>,
+) {
     out.push((level, key));
     if keys.len() <= leaf_size.max(1) || level >= MAX_LEVEL {
         return;
@@ -55,7 +61,13 @@ pub fn subtree_cells(keys: &[u64], level: u32, key: u64, leaf_size: usize, out: 
     while b < keys.len() {
         let octant = (keys[b] >> shift) & 7;
         let e = b + keys[b..].partition_point(|k| (k >> shift) & 7 == octant);
-        subtree_cells(&keys[b..e], level + 1, key | (octant << shift), leaf_size, out);
+        subtree_cells(
+            &keys[b..e],
+            level + 1,
+            key | (octant << shift),
+            leaf_size,
+            out,
+        );
         b = e;
     }
 }
@@ -187,7 +199,10 @@ mod tests {
         let cube = BoundingCube::around(&[&pts]);
         let t = Tree::build(&pts, cube, 16);
         let sorted: Vec<[f64; 3]> = t.gather(&pts);
-        let keys: Vec<u64> = sorted.iter().map(|&p| morton_key(cube.grid_coords(p))).collect();
+        let keys: Vec<u64> = sorted
+            .iter()
+            .map(|&p| morton_key(cube.grid_coords(p)))
+            .collect();
         let mut cells = Vec::new();
         subtree_cells(&keys, 0, 0, 16, &mut cells);
         let a = assemble(

@@ -20,9 +20,9 @@ pub mod ext_tree;
 pub mod partition;
 pub mod wire;
 
-pub use comm::{Comm, ReduceOp, SelfComm, ThreadComm};
 #[cfg(feature = "mpi")]
 pub use comm::MpiComm;
+pub use comm::{Comm, ReduceOp, SelfComm, ThreadComm};
 pub use essential::{evaluate_owned, OwnedSources, OwnedTargets};
 pub use partition::Partition;
 
@@ -104,12 +104,17 @@ pub struct DistributedEvaluation {
 }
 
 fn fnv(s: &str) -> u64 {
-    s.bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 /// Fails on every rank unless every rank passed the same parameters.
-fn check_same_params<C: Comm + ?Sized>(comm: &C, params: &EvalParams, dp: &DomainParams) -> Result<(), DomainError> {
+fn check_same_params<C: Comm + ?Sized>(
+    comm: &C,
+    params: &EvalParams,
+    dp: &DomainParams,
+) -> Result<(), DomainError> {
     let text = format!("{params:?} {dp:?}");
     let h = (fnv(&text) & ((1u64 << 52) - 1)) as f64;
     let mut v = [h, -h];
@@ -237,7 +242,11 @@ fn sent<C: Comm + ?Sized>(comm: &C, send: &[Vec<u8>]) -> u64 {
         .sum()
 }
 
-fn validate_local(params: &EvalParams, sources: &Sources, targets: &Targets) -> Result<(), FmmError> {
+fn validate_local(
+    params: &EvalParams,
+    sources: &Sources,
+    targets: &Targets,
+) -> Result<(), FmmError> {
     params.validate()?;
     if !sources.is_empty() {
         sources.validate()?;
@@ -350,8 +359,16 @@ pub fn evaluate_distributed<C: Comm + ?Sized, B: Backend>(
             (sources.position.clone(), targets.position.clone(), cube)
         }
         Some(p) => (
-            sources.position.iter().map(|&x| p.wrap(x)).collect::<Vec<_>>(),
-            targets.position.iter().map(|&x| p.wrap(x)).collect::<Vec<_>>(),
+            sources
+                .position
+                .iter()
+                .map(|&x| p.wrap(x))
+                .collect::<Vec<_>>(),
+            targets
+                .position
+                .iter()
+                .map(|&x| p.wrap(x))
+                .collect::<Vec<_>>(),
             fmm::tree::BoundingCube {
                 lo: [-0.5 * p.box_length; 3],
                 width: p.box_length,
@@ -378,8 +395,12 @@ pub fn evaluate_distributed<C: Comm + ?Sized, B: Backend>(
     stats.t_partition = tp.elapsed().as_secs_f64();
 
     let tr = Instant::now();
-    let sgid: Vec<u64> = (0..sources.len() as u64).map(|i| offsets[0][me] + i).collect();
-    let tgid: Vec<u64> = (0..targets.len() as u64).map(|i| offsets[1][me] + i).collect();
+    let sgid: Vec<u64> = (0..sources.len() as u64)
+        .map(|i| offsets[0][me] + i)
+        .collect();
+    let tgid: Vec<u64> = (0..targets.len() as u64)
+        .map(|i| offsets[1][me] + i)
+        .collect();
     let src_w = Sources {
         position: src_pos,
         strength: sources.strength.clone(),
@@ -393,7 +414,9 @@ pub fn evaluate_distributed<C: Comm + ?Sized, B: Backend>(
     let own_t = redistribute_targets(comm, &part, &tgid, &tgt_w, &mut stats);
     stats.t_redistribute += tr.elapsed().as_secs_f64();
 
-    let fields = essential::evaluate_owned_with(comm, backend, params, dparams, &part, &own_s, &own_t, &mut stats, &mut times)?;
+    let fields = essential::evaluate_owned_with(
+        comm, backend, params, dparams, &part, &own_s, &own_t, &mut stats, &mut times,
+    )?;
 
     // fields back to the ranks and positions they came from
     let tr = Instant::now();
@@ -434,12 +457,18 @@ fn essential_bytes_partition(part: &Partition, nranks: usize) -> u64 {
 }
 
 fn agree_err<C: Comm + ?Sized, T>(comm: &C, r: Result<T, DomainError>) -> Result<T, DomainError> {
-    let mut flag = [if r.is_err() { (comm.rank() + 1) as f64 } else { 0.0 }];
+    let mut flag = [if r.is_err() {
+        (comm.rank() + 1) as f64
+    } else {
+        0.0
+    }];
     comm.allreduce_f64(&mut flag, ReduceOp::Max);
     match r {
         Err(e) => Err(e),
         Ok(v) if flag[0] == 0.0 => Ok(v),
-        Ok(_) => Err(DomainError::Remote { rank: flag[0] as usize - 1 }),
+        Ok(_) => Err(DomainError::Remote {
+            rank: flag[0] as usize - 1,
+        }),
     }
 }
 

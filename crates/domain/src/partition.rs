@@ -22,7 +22,12 @@ pub fn key_span(level: u32) -> u64 {
 /// Centre and half-width of the children of a cell, with exactly the arithmetic of
 /// `Tree::build` (so that centres are bitwise equal to the single-rank tree's).
 #[inline]
-pub fn child_geometry(center: [f64; 3], half_width: f64, child_level: u32, child_key: u64) -> ([f64; 3], f64) {
+pub fn child_geometry(
+    center: [f64; 3],
+    half_width: f64,
+    child_level: u32,
+    child_key: u64,
+) -> ([f64; 3], f64) {
     let shift = 3 * (MAX_LEVEL - child_level);
     let octant = (child_key >> shift) & 7;
     let hw = half_width * 0.5;
@@ -45,7 +50,14 @@ pub fn root_geometry(cube: &BoundingCube) -> ([f64; 3], f64) {
 /// Global bounding cube of all sources and targets, bitwise equal to
 /// `BoundingCube::around(&[all sources, all targets])` of the single-rank run.
 pub fn global_cube<C: Comm + ?Sized>(comm: &C, sets: &[&[[f64; 3]]]) -> BoundingCube {
-    let mut b = [f64::INFINITY, f64::INFINITY, f64::INFINITY, f64::INFINITY, f64::INFINITY, f64::INFINITY];
+    let mut b = [
+        f64::INFINITY,
+        f64::INFINITY,
+        f64::INFINITY,
+        f64::INFINITY,
+        f64::INFINITY,
+        f64::INFINITY,
+    ];
     for set in sets {
         for p in set.iter() {
             for c in 0..3 {
@@ -161,11 +173,18 @@ impl Partition {
             comm.allreduce_f64(&mut counts, ReduceOp::Sum);
             let mut next = Vec::new();
             for (f, &ci) in frontier.iter().enumerate() {
-                let (pkey, plevel, pcenter, phw) =
-                    (cells[ci].key, cells[ci].level, cells[ci].center, cells[ci].half_width);
+                let (pkey, plevel, pcenter, phw) = (
+                    cells[ci].key,
+                    cells[ci].level,
+                    cells[ci].center,
+                    cells[ci].half_width,
+                );
                 let first = cells.len();
                 for o in 0..8u64 {
-                    let (s, t) = (counts[f * 16 + o as usize] as u64, counts[f * 16 + 8 + o as usize] as u64);
+                    let (s, t) = (
+                        counts[f * 16 + o as usize] as u64,
+                        counts[f * 16 + 8 + o as usize] as u64,
+                    );
                     if s + t == 0 {
                         continue;
                     }
@@ -194,7 +213,10 @@ impl Partition {
         let mut branches: Vec<usize> = (0..cells.len()).filter(|&c| cells[c].is_branch()).collect();
         branches.sort_by_key(|&c| cells[c].key);
         // contiguous runs of equal work along the Morton curve
-        let total: f64 = branches.iter().map(|&c| (cells[c].n_src + cells[c].n_tgt) as f64).sum();
+        let total: f64 = branches
+            .iter()
+            .map(|&c| (cells[c].n_src + cells[c].n_tgt) as f64)
+            .sum();
         let mut acc = 0.0;
         for &c in &branches {
             let w = (cells[c].n_src + cells[c].n_tgt) as f64;

@@ -16,7 +16,11 @@ fn piece<T: Clone>(v: &[T], r: usize, n: usize) -> Vec<T> {
 
 fn rel(a: &[[f64; 3]], b: &[[f64; 3]]) -> f64 {
     let scale = b.iter().flatten().fold(0.0f64, |m, v| m.max(v.abs()));
-    let d = a.iter().flatten().zip(b.iter().flatten()).fold(0.0f64, |m, (p, q)| m.max((p - q).abs()));
+    let d = a
+        .iter()
+        .flatten()
+        .zip(b.iter().flatten())
+        .fold(0.0f64, |m, (p, q)| m.max((p - q).abs()));
     d / scale.max(f64::MIN_POSITIVE)
 }
 
@@ -38,8 +42,15 @@ fn main() {
         let s = testsets::standard(n, 1);
         let ls = local(&comm, &s);
         let p = EvalParams::default();
-        let e = evaluate_distributed(&comm, &CpuBackend, &p, &DomainParams::default(), &ls, &ls.as_targets())
-            .unwrap_or_else(|e| comm.abort(&e.to_string()));
+        let e = evaluate_distributed(
+            &comm,
+            &CpuBackend,
+            &p,
+            &DomainParams::default(),
+            &ls,
+            &ls.as_targets(),
+        )
+        .unwrap_or_else(|e| comm.abort(&e.to_string()));
         let line = format!(
             "N = {n}, R = {}, rank {}: bytes sent {} (p2p {}, m2l {}, redistribute {}, summary {}), halo particles {}, remote cells {}, total {:.3} s",
             comm.size(), comm.rank(), e.stats.bytes_total(), e.stats.bytes_p2p, e.stats.bytes_m2l,
@@ -53,30 +64,87 @@ fn main() {
         }
         return;
     }
-    let box_p = Periodic { box_length: 2.0 * std::f64::consts::PI, image_levels: 2 };
+    let box_p = Periodic {
+        box_length: 2.0 * std::f64::consts::PI,
+        image_levels: 2,
+    };
     let cases: Vec<(&str, Method, Option<Periodic>, Sources)> = vec![
-        ("fmm uniform", Method::Fmm, None, testsets::standard(4000, 1)),
+        (
+            "fmm uniform",
+            Method::Fmm,
+            None,
+            testsets::standard(4000, 1),
+        ),
         ("fmm clumps", Method::Fmm, None, testsets::clumps(4000, 2)),
-        ("treecode ring", Method::Treecode, None, testsets::vortex_ring(3000, 3)),
-        ("fmm periodic uniform", Method::Fmm, Some(box_p), testsets::generate(Distribution::Uniform, 3000, 4, true)),
-        ("fmm periodic clumps", Method::Fmm, Some(box_p), testsets::generate(Distribution::Clumps, 3000, 5, true)),
-        ("treecode periodic", Method::Treecode, Some(box_p), testsets::generate(Distribution::Uniform, 3000, 6, true)),
-        ("ppm uniform", Method::Ppm, None, testsets::standard(3000, 7)),
+        (
+            "treecode ring",
+            Method::Treecode,
+            None,
+            testsets::vortex_ring(3000, 3),
+        ),
+        (
+            "fmm periodic uniform",
+            Method::Fmm,
+            Some(box_p),
+            testsets::generate(Distribution::Uniform, 3000, 4, true),
+        ),
+        (
+            "fmm periodic clumps",
+            Method::Fmm,
+            Some(box_p),
+            testsets::generate(Distribution::Clumps, 3000, 5, true),
+        ),
+        (
+            "treecode periodic",
+            Method::Treecode,
+            Some(box_p),
+            testsets::generate(Distribution::Uniform, 3000, 6, true),
+        ),
+        (
+            "ppm uniform",
+            Method::Ppm,
+            None,
+            testsets::standard(3000, 7),
+        ),
     ];
     let mut failed = false;
     for (name, method, periodic, s) in cases {
-        let p = EvalParams { method, order: 6, leaf_size: 24, periodic, ..Default::default() };
+        let p = EvalParams {
+            method,
+            order: 6,
+            leaf_size: 24,
+            periodic,
+            ..Default::default()
+        };
         let ls = local(&comm, &s);
         let lt: Targets = ls.as_targets();
-        let e = evaluate_distributed(&comm, &CpuBackend, &p, &DomainParams { granularity: 4, ..Default::default() }, &ls, &lt)
-            .unwrap_or_else(|e| comm.abort(&format!("{name}: {e}")));
+        let e = evaluate_distributed(
+            &comm,
+            &CpuBackend,
+            &p,
+            &DomainParams {
+                granularity: 4,
+                ..Default::default()
+            },
+            &ls,
+            &lt,
+        )
+        .unwrap_or_else(|e| comm.abort(&format!("{name}: {e}")));
         let bytes = comm.allgatherv(&e.stats.bytes_total().to_le_bytes());
         let gathered: Option<Fields> = gather_to_root(&comm, &e.fields);
         if comm.rank() == 0 {
             let f = gathered.unwrap();
-            let reference = fmm::evaluate(&CpuBackend, &p, &s, &s.as_targets()).unwrap().fields;
-            let (dv, ds) = (rel(&f.velocity, &reference.velocity), rel(&f.stretching, &reference.stretching));
-            let bytes: Vec<u64> = bytes.iter().map(|b| u64::from_le_bytes(b[..8].try_into().unwrap())).collect();
+            let reference = fmm::evaluate(&CpuBackend, &p, &s, &s.as_targets())
+                .unwrap()
+                .fields;
+            let (dv, ds) = (
+                rel(&f.velocity, &reference.velocity),
+                rel(&f.stretching, &reference.stretching),
+            );
+            let bytes: Vec<u64> = bytes
+                .iter()
+                .map(|b| u64::from_le_bytes(b[..8].try_into().unwrap()))
+                .collect();
             let ok = dv < 1e-12 && ds < 1e-12;
             println!(
                 "{} {name}: R = {}: velocity {dv:.2e}, stretching {ds:.2e} relative to the single-rank run; bytes sent per rank {bytes:?}",

@@ -28,7 +28,13 @@ fn rel_diff(a: &Fields, b: &Fields) -> (f64, f64) {
 
 /// Runs the distributed evaluation on `ranks` simulated ranks (contiguous pieces of the input)
 /// and returns the gathered fields (input order) and the bytes sent per rank.
-fn run(ranks: usize, params: &EvalParams, dp: DomainParams, s: &Sources, t: &Targets) -> (Fields, Vec<u64>) {
+fn run(
+    ranks: usize,
+    params: &EvalParams,
+    dp: DomainParams,
+    s: &Sources,
+    t: &Targets,
+) -> (Fields, Vec<u64>) {
     let out = ThreadComm::run(ranks, |comm| {
         use domain::Comm;
         let (r, n) = (comm.rank(), comm.size());
@@ -52,10 +58,22 @@ fn check(name: &str, params: EvalParams, s: &Sources, t: &Targets, granularities
     let reference = fmm::evaluate(&CpuBackend, &params, s, t).unwrap().fields;
     for &g in granularities {
         for ranks in 1..=4 {
-            let (f, bytes) = run(ranks, &params, DomainParams { granularity: g, ..Default::default() }, s, t);
+            let (f, bytes) = run(
+                ranks,
+                &params,
+                DomainParams {
+                    granularity: g,
+                    ..Default::default()
+                },
+                s,
+                t,
+            );
             let (dv, ds) = rel_diff(&f, &reference);
             eprintln!("{name}: R = {ranks}, granularity {g}: velocity {dv:.2e}, stretching {ds:.2e}, bytes sent {bytes:?}");
-            assert!(dv < 1e-12 && ds < 1e-12, "{name}: R = {ranks}: {dv:e} {ds:e}");
+            assert!(
+                dv < 1e-12 && ds < 1e-12,
+                "{name}: R = {ranks}: {dv:e} {ds:e}"
+            );
         }
     }
 }
@@ -77,48 +95,102 @@ fn params(method: Method, periodic: bool) -> EvalParams {
 #[test]
 fn fmm_uniform_free_space() {
     let s = testsets::standard(3000, 1);
-    check("fmm uniform", params(Method::Fmm, false), &s, &s.as_targets(), &[1, 4, 16]);
+    check(
+        "fmm uniform",
+        params(Method::Fmm, false),
+        &s,
+        &s.as_targets(),
+        &[1, 4, 16],
+    );
 }
 
 #[test]
 fn fmm_clustered_free_space() {
     let s = testsets::clumps(3000, 2);
-    check("fmm clumps", params(Method::Fmm, false), &s, &s.as_targets(), &[2, 16]);
+    check(
+        "fmm clumps",
+        params(Method::Fmm, false),
+        &s,
+        &s.as_targets(),
+        &[2, 16],
+    );
 }
 
 #[test]
 fn treecode_uniform_and_clustered_free_space() {
     let s = testsets::standard(2000, 3);
-    check("treecode uniform", params(Method::Treecode, false), &s, &s.as_targets(), &[4]);
+    check(
+        "treecode uniform",
+        params(Method::Treecode, false),
+        &s,
+        &s.as_targets(),
+        &[4],
+    );
     let s = testsets::vortex_ring(2000, 4);
-    check("treecode ring", params(Method::Treecode, false), &s, &s.as_targets(), &[4]);
+    check(
+        "treecode ring",
+        params(Method::Treecode, false),
+        &s,
+        &s.as_targets(),
+        &[4],
+    );
 }
 
 #[test]
 fn fmm_periodic_uniform_and_clustered() {
     let s = testsets::generate(testsets::Distribution::Uniform, 2500, 5, true);
-    check("fmm periodic uniform", params(Method::Fmm, true), &s, &s.as_targets(), &[1, 8]);
+    check(
+        "fmm periodic uniform",
+        params(Method::Fmm, true),
+        &s,
+        &s.as_targets(),
+        &[1, 8],
+    );
     let mut s = testsets::generate(testsets::Distribution::Clumps, 2500, 6, true);
     for x in &mut s.position {
         for c in x.iter_mut() {
             *c *= 1.4; // clumps reaching across the box faces
         }
     }
-    check("fmm periodic clumps", params(Method::Fmm, true), &s, &s.as_targets(), &[4]);
+    check(
+        "fmm periodic clumps",
+        params(Method::Fmm, true),
+        &s,
+        &s.as_targets(),
+        &[4],
+    );
 }
 
 #[test]
 fn treecode_periodic() {
     let s = testsets::generate(testsets::Distribution::Uniform, 2000, 7, true);
-    check("treecode periodic", params(Method::Treecode, true), &s, &s.as_targets(), &[4]);
+    check(
+        "treecode periodic",
+        params(Method::Treecode, true),
+        &s,
+        &s.as_targets(),
+        &[4],
+    );
 }
 
 #[test]
 fn ppm_free_space_and_periodic() {
     let s = testsets::standard(2000, 8);
-    check("ppm uniform", params(Method::Ppm, false), &s, &s.as_targets(), &[4]);
+    check(
+        "ppm uniform",
+        params(Method::Ppm, false),
+        &s,
+        &s.as_targets(),
+        &[4],
+    );
     let s = testsets::generate(testsets::Distribution::Uniform, 2000, 9, true);
-    check("ppm periodic", params(Method::Ppm, true), &s, &s.as_targets(), &[4]);
+    check(
+        "ppm periodic",
+        params(Method::Ppm, true),
+        &s,
+        &s.as_targets(),
+        &[4],
+    );
 }
 
 #[test]
@@ -127,12 +199,22 @@ fn separate_targets_and_direct() {
     let grid: Vec<[f64; 3]> = (0..1000)
         .map(|k| {
             let (i, j, l) = (k % 10, (k / 10) % 10, k / 100);
-            [i as f64 * 0.4 - 2.0, j as f64 * 0.4 - 2.0, l as f64 * 0.4 - 2.0]
+            [
+                i as f64 * 0.4 - 2.0,
+                j as f64 * 0.4 - 2.0,
+                l as f64 * 0.4 - 2.0,
+            ]
         })
         .collect();
     let t = Targets::points(grid);
     check("fmm grid targets", params(Method::Fmm, false), &s, &t, &[4]);
-    check("direct", params(Method::Direct, false), &s, &s.as_targets(), &[4]);
+    check(
+        "direct",
+        params(Method::Direct, false),
+        &s,
+        &s.as_targets(),
+        &[4],
+    );
 }
 
 /// Particles start on arbitrary ranks (not contiguous pieces): results come back in each
@@ -154,7 +236,15 @@ fn scrambled_input_distribution() {
             strength: idx.iter().map(|&i| s.strength[i]).collect(),
             sigma: idx.iter().map(|&i| s.sigma[i]).collect(),
         };
-        let e = evaluate_distributed(comm, &CpuBackend, &p, &DomainParams::default(), &ls, &ls.as_targets()).unwrap();
+        let e = evaluate_distributed(
+            comm,
+            &CpuBackend,
+            &p,
+            &DomainParams::default(),
+            &ls,
+            &ls.as_targets(),
+        )
+        .unwrap();
         (idx, e.fields)
     });
     let mut f = Fields::zeros(s.len());
@@ -184,12 +274,22 @@ fn bad_input_on_one_rank_fails_all() {
         if comm.rank() == 1 {
             ls.sigma[3] = -1.0;
         }
-        evaluate_distributed(comm, &CpuBackend, &p, &DomainParams::default(), &ls, &ls.as_targets())
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+        evaluate_distributed(
+            comm,
+            &CpuBackend,
+            &p,
+            &DomainParams::default(),
+            &ls,
+            &ls.as_targets(),
+        )
+        .map(|_| ())
+        .map_err(|e| e.to_string())
     });
     assert!(out.iter().all(|r| r.is_err()), "{out:?}");
-    assert!(out[1].as_ref().unwrap_err().contains("core radius"), "{out:?}");
+    assert!(
+        out[1].as_ref().unwrap_err().contains("core radius"),
+        "{out:?}"
+    );
 }
 
 /// A locally essential tree that lacks halo particles is detected on every rank, never
@@ -198,7 +298,10 @@ fn bad_input_on_one_rank_fails_all() {
 fn incomplete_essential_tree_is_detected() {
     let s = testsets::standard(1500, 13);
     let p = params(Method::Fmm, false);
-    let dp = DomainParams { granularity: 4, sabotage_halo: true };
+    let dp = DomainParams {
+        granularity: 4,
+        sabotage_halo: true,
+    };
     let out = ThreadComm::run(3, |comm| {
         use domain::Comm;
         let ls = Sources {
@@ -211,5 +314,9 @@ fn incomplete_essential_tree_is_detected() {
             .map_err(|e| e.to_string())
     });
     assert!(out.iter().all(|r| r.is_err()), "{out:?}");
-    assert!(out.iter().any(|r| r.as_ref().unwrap_err().contains("locally essential tree")), "{out:?}");
+    assert!(
+        out.iter()
+            .any(|r| r.as_ref().unwrap_err().contains("locally essential tree")),
+        "{out:?}"
+    );
 }

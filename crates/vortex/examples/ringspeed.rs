@@ -16,13 +16,24 @@ fn z_imp(p: &method::Particles) -> (f64, f64) {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let (method_, spacing, core, dt, steps): (String, f64, f64, f64, u64) = (
-        args[1].clone(), args[2].parse().unwrap(), args[3].parse().unwrap(), args[4].parse().unwrap(), args[5].parse().unwrap());
+        args[1].clone(),
+        args[2].parse().unwrap(),
+        args[3].parse().unwrap(),
+        args[4].parse().unwrap(),
+        args[5].parse().unwrap(),
+    );
     let text = format!("nu = 0.0\ndt = {dt}\nt_end = 1.0\n[evaluation]\nmethod = \"{method_}\"\norder = 10\n[initial]\nkind = \"ring\"\nradius = 1.0\ncirculation = 1.0\ncore = {core}\nspacing = {spacing}\n[reinterpolation]\nratio = 0.0\ndrop = 1e-4\n");
     let cfg = Config::from_str_named(&text, "x").unwrap();
     let t0 = Instant::now();
     let ring = method::initial::rings_of(&cfg)[0];
     let mut sim = Simulation::new(cfg, fmm::CpuBackend).unwrap();
-    println!("init {:.2}s N={} U_saffman={:.6} {:?}", t0.elapsed().as_secs_f64(), sim.state.particles.len(), ring.saffman_speed(), sim.initial_report);
+    println!(
+        "init {:.2}s N={} U_saffman={:.6} {:?}",
+        t0.elapsed().as_secs_f64(),
+        sim.state.particles.len(),
+        ring.saffman_speed(),
+        sim.initial_report
+    );
     let (z0, _) = z_imp(sim.particles());
     let f = sim.derivatives().unwrap().clone();
     let p = sim.particles();
@@ -34,7 +45,12 @@ fn main() {
         num += at * (rho * rho * u[2] + 3.0 * rho * ur * (x[2] - z0));
         den += at * rho * rho;
     }
-    println!("dZ/dt at t=0 = {:.6} ({:.2}%) eval {:.2}s", num / den, 100.0 * (num / den / ring.saffman_speed() - 1.0), t0.elapsed().as_secs_f64());
+    println!(
+        "dZ/dt at t=0 = {:.6} ({:.2}%) eval {:.2}s",
+        num / den,
+        100.0 * (num / den / ring.saffman_speed() - 1.0),
+        t0.elapsed().as_secs_f64()
+    );
     let imp0 = sim.particles().linear_impulse();
     for _ in 0..steps {
         sim.step().unwrap();
@@ -42,5 +58,13 @@ fn main() {
     let (z1, _) = z_imp(sim.particles());
     let imp1 = sim.particles().linear_impulse();
     let u = (z1 - z0) / sim.t();
-    println!("U from Z = {:.6} ({:.2}%), impulse {:?} -> {:?} ({:.2e}) total {:.2}s", u, 100.0 * (u / ring.saffman_speed() - 1.0), imp0, imp1, (imp1[2]-imp0[2])/imp0[2], t0.elapsed().as_secs_f64());
+    println!(
+        "U from Z = {:.6} ({:.2}%), impulse {:?} -> {:?} ({:.2e}) total {:.2}s",
+        u,
+        100.0 * (u / ring.saffman_speed() - 1.0),
+        imp0,
+        imp1,
+        (imp1[2] - imp0[2]) / imp0[2],
+        t0.elapsed().as_secs_f64()
+    );
 }

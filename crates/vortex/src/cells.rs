@@ -105,7 +105,8 @@ impl CellList {
 
     fn cell_of(&self, x: [f64; 3]) -> usize {
         let k = self.coord(x);
-        let k: [usize; 3] = std::array::from_fn(|c| k[c].clamp(0, self.dims[c] as i64 - 1) as usize);
+        let k: [usize; 3] =
+            std::array::from_fn(|c| k[c].clamp(0, self.dims[c] as i64 - 1) as usize);
         (k[0] * self.dims[1] + k[1]) * self.dims[2] + k[2]
     }
 
@@ -260,7 +261,10 @@ mod tests {
             for (y, g) in ys.iter().zip(&got) {
                 let b = brute(&pos, &a, &s, *y, 4.0, period);
                 for c in 0..3 {
-                    assert!((g[c] - b[c]).abs() < 1e-10 * (1.0 + b[c].abs()), "{g:?} {b:?}");
+                    assert!(
+                        (g[c] - b[c]).abs() < 1e-10 * (1.0 + b[c].abs()),
+                        "{g:?} {b:?}"
+                    );
                 }
             }
         }

@@ -39,7 +39,8 @@ pub fn write(path: &Path, ck: &Checkpoint) -> Result<()> {
     {
         let mut f = std::fs::File::create(&tmp).map_err(Error::io(&tmp))?;
         f.write_all(MAGIC).map_err(Error::io(&tmp))?;
-        f.write_all(&VERSION.to_le_bytes()).map_err(Error::io(&tmp))?;
+        f.write_all(&VERSION.to_le_bytes())
+            .map_err(Error::io(&tmp))?;
         f.write_all(&payload).map_err(Error::io(&tmp))?;
         f.sync_all().map_err(Error::io(&tmp))?;
     }
@@ -50,7 +51,10 @@ pub fn write(path: &Path, ck: &Checkpoint) -> Result<()> {
 pub fn read(path: &Path) -> Result<Checkpoint> {
     let bytes = std::fs::read(path).map_err(Error::io(path))?;
     if bytes.len() < 12 || &bytes[..8] != MAGIC {
-        return Err(ck_err(path, "not a vortex-method checkpoint (bad magic bytes)"));
+        return Err(ck_err(
+            path,
+            "not a vortex-method checkpoint (bad magic bytes)",
+        ));
     }
     let v = u32::from_le_bytes(bytes[8..12].try_into().unwrap());
     if v != VERSION {

@@ -358,7 +358,11 @@ impl Config {
     pub fn validate(&self, file: &str) -> Result<()> {
         let pos = |key: &str, v: f64| -> Result<()> {
             if !(v > 0.0 && v.is_finite()) {
-                return Err(bad(file, key, format!("must be positive and finite, got {v}")));
+                return Err(bad(
+                    file,
+                    key,
+                    format!("must be positive and finite, got {v}"),
+                ));
             }
             Ok(())
         };
@@ -372,14 +376,24 @@ impl Config {
         pos("dt", self.dt)?;
         pos("t_end", self.t_end)?;
         if self.t_end < self.dt {
-            return Err(bad(file, "t_end", format!("t_end = {} is shorter than one step dt = {}", self.t_end, self.dt)));
+            return Err(bad(
+                file,
+                "t_end",
+                format!(
+                    "t_end = {} is shorter than one step dt = {}",
+                    self.t_end, self.dt
+                ),
+            ));
         }
         let steps = self.t_end / self.dt;
         if (steps - steps.round()).abs() > 1e-6 * steps.max(1.0) {
             return Err(bad(
                 file,
                 "t_end",
-                format!("t_end = {} is not a whole number of steps dt = {} (t_end/dt = {steps})", self.t_end, self.dt),
+                format!(
+                    "t_end = {} is not a whole number of steps dt = {} (t_end/dt = {steps})",
+                    self.t_end, self.dt
+                ),
             ));
         }
         // evaluation
@@ -389,22 +403,38 @@ impl Config {
         }
         let e = &self.evaluation;
         if e.order == 0 || e.order > fmm::MAX_ORDER {
-            return Err(bad(file, "evaluation.order", format!("must lie in 1..={}, got {}", fmm::MAX_ORDER, e.order)));
+            return Err(bad(
+                file,
+                "evaluation.order",
+                format!("must lie in 1..={}, got {}", fmm::MAX_ORDER, e.order),
+            ));
         }
         if !(e.theta > 0.0 && e.theta < 1.0) {
-            return Err(bad(file, "evaluation.theta", format!("the opening angle must lie in (0, 1), got {}", e.theta)));
+            return Err(bad(
+                file,
+                "evaluation.theta",
+                format!("the opening angle must lie in (0, 1), got {}", e.theta),
+            ));
         }
         if e.leaf_size == 0 {
             return Err(bad(file, "evaluation.leaf_size", "must be at least 1"));
         }
         if !(e.core_cutoff >= 0.0 && e.core_cutoff.is_finite()) {
-            return Err(bad(file, "evaluation.core_cutoff", format!("must be >= 0, got {}", e.core_cutoff)));
+            return Err(bad(
+                file,
+                "evaluation.core_cutoff",
+                format!("must be >= 0, got {}", e.core_cutoff),
+            ));
         }
         // domain
         if self.domain.periodic {
             pos("domain.box_length", self.domain.box_length)?;
             if self.domain.image_levels > 12 {
-                return Err(bad(file, "domain.image_levels", format!("at most 12, got {}", self.domain.image_levels)));
+                return Err(bad(
+                    file,
+                    "domain.image_levels",
+                    format!("at most 12, got {}", self.domain.image_levels),
+                ));
             }
         }
         // reinterpolation
@@ -417,43 +447,82 @@ impl Config {
             ));
         }
         if !(r.tolerance > 0.0 && r.tolerance < 1.0) {
-            return Err(bad(file, "reinterpolation.tolerance", format!("must lie in (0, 1), got {}", r.tolerance)));
+            return Err(bad(
+                file,
+                "reinterpolation.tolerance",
+                format!("must lie in (0, 1), got {}", r.tolerance),
+            ));
         }
         if r.max_iterations == 0 {
-            return Err(bad(file, "reinterpolation.max_iterations", "must be at least 1"));
+            return Err(bad(
+                file,
+                "reinterpolation.max_iterations",
+                "must be at least 1",
+            ));
         }
         if !(r.cutoff >= 3.0 && r.cutoff.is_finite()) {
-            return Err(bad(file, "reinterpolation.cutoff", format!("must be >= 3 core radii, got {}", r.cutoff)));
+            return Err(bad(
+                file,
+                "reinterpolation.cutoff",
+                format!("must be >= 3 core radii, got {}", r.cutoff),
+            ));
         }
         if !(r.drop >= 0.0 && r.drop < 1.0) {
-            return Err(bad(file, "reinterpolation.drop", format!("must lie in [0, 1), got {}", r.drop)));
+            return Err(bad(
+                file,
+                "reinterpolation.drop",
+                format!("must lie in [0, 1), got {}", r.drop),
+            ));
         }
         // initial condition
         let i = &self.initial;
         pos("initial.overlap", i.overlap)?;
         let need = |key: &str, v: Option<f64>| -> Result<f64> {
-            let v = v.ok_or_else(|| bad(file, &format!("initial.{key}"), format!("required for kind = \"{}\"", kind_name(i.kind))))?;
+            let v = v.ok_or_else(|| {
+                bad(
+                    file,
+                    &format!("initial.{key}"),
+                    format!("required for kind = \"{}\"", kind_name(i.kind)),
+                )
+            })?;
             pos(&format!("initial.{key}"), v)?;
             Ok(v)
         };
         match i.kind {
             InitialKind::TaylorGreen | InitialKind::TaylorGreen2d | InitialKind::Isotropic => {
                 if !self.domain.periodic {
-                    return Err(bad(file, "domain.periodic", format!("kind = \"{}\" is a periodic field: set domain.periodic = true", kind_name(i.kind))));
+                    return Err(bad(
+                        file,
+                        "domain.periodic",
+                        format!(
+                            "kind = \"{}\" is a periodic field: set domain.periodic = true",
+                            kind_name(i.kind)
+                        ),
+                    ));
                 }
                 if (self.domain.box_length - 2.0 * PI).abs() > 1e-12 {
                     return Err(bad(file, "domain.box_length", format!("the spectral fields live in the box [-pi, pi)^3: box_length must be 2 pi, got {}", self.domain.box_length)));
                 }
-                let n = i.n.ok_or_else(|| bad(file, "initial.n", "required: grid points per direction"))?;
+                let n = i
+                    .n
+                    .ok_or_else(|| bad(file, "initial.n", "required: grid points per direction"))?;
                 if n < 4 || n % 2 != 0 {
-                    return Err(bad(file, "initial.n", format!("must be even and >= 4, got {n}")));
+                    return Err(bad(
+                        file,
+                        "initial.n",
+                        format!("must be even and >= 4, got {n}"),
+                    ));
                 }
                 if i.kind == InitialKind::Isotropic {
                     need("k_peak", i.k_peak)?;
                     if let Some(re) = i.re_lambda {
                         pos("initial.re_lambda", re)?;
                         if self.nu == 0.0 {
-                            return Err(bad(file, "initial.re_lambda", "a Reynolds number needs nu > 0 (give initial.energy instead)"));
+                            return Err(bad(
+                                file,
+                                "initial.re_lambda",
+                                "a Reynolds number needs nu > 0 (give initial.energy instead)",
+                            ));
                         }
                     }
                     if let Some(e) = i.energy {
@@ -469,28 +538,48 @@ impl Config {
                 if i.kind == InitialKind::Blob {
                     need("sigma", i.sigma)?;
                     if i.strength.is_none() {
-                        return Err(bad(file, "initial.strength", "required for kind = \"blob\""));
+                        return Err(bad(
+                            file,
+                            "initial.strength",
+                            "required for kind = \"blob\"",
+                        ));
                     }
                 } else {
                     let rad = need("radius", i.radius)?;
                     need("circulation", i.circulation.map(f64::abs))?;
                     let core = need("core", i.core)?;
                     if core >= 0.5 * rad {
-                        return Err(bad(file, "initial.core", format!("the core ({core}) must be thin compared with the radius ({rad})")));
+                        return Err(bad(
+                            file,
+                            "initial.core",
+                            format!(
+                                "the core ({core}) must be thin compared with the radius ({rad})"
+                            ),
+                        ));
                     }
                     if i.kind == InitialKind::TwoRings {
                         need("separation", i.separation)?;
                         if i.pair.is_none() {
-                            return Err(bad(file, "initial.pair", "required for two rings: \"leapfrog\" or \"collide\""));
+                            return Err(bad(
+                                file,
+                                "initial.pair",
+                                "required for two rings: \"leapfrog\" or \"collide\"",
+                            ));
                         }
                     }
                 }
             }
         }
         if self.domain.periodic {
-            let n = self.lattice_n().ok_or_else(|| bad(file, "reinterpolation.n", "the periodic lattice needs n"))?;
+            let n = self
+                .lattice_n()
+                .ok_or_else(|| bad(file, "reinterpolation.n", "the periodic lattice needs n"))?;
             if n < 2 {
-                return Err(bad(file, "reinterpolation.n", "at least 2 points per direction"));
+                return Err(bad(
+                    file,
+                    "reinterpolation.n",
+                    "at least 2 points per direction",
+                ));
             }
             if let Some(h) = r.spacing.or(i.spacing) {
                 let m = self.domain.box_length / h;
@@ -500,12 +589,20 @@ impl Config {
             }
             if let Some(g) = self.output.grid {
                 if g < 4 || g % 2 != 0 {
-                    return Err(bad(file, "output.grid", format!("must be even and >= 4, got {g}")));
+                    return Err(bad(
+                        file,
+                        "output.grid",
+                        format!("must be even and >= 4, got {g}"),
+                    ));
                 }
             }
         }
         if !(self.output.energy_growth_limit > 1.0) {
-            return Err(bad(file, "output.energy_growth_limit", format!("must be > 1, got {}", self.output.energy_growth_limit)));
+            return Err(bad(
+                file,
+                "output.energy_growth_limit",
+                format!("must be > 1, got {}", self.output.energy_growth_limit),
+            ));
         }
         Ok(())
     }

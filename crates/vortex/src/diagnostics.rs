@@ -104,12 +104,21 @@ pub fn grid_points(n: usize, l: f64) -> Vec<[f64; 3]> {
 
 /// Free-space energy `sum_i u_i . (x_i x alpha_i)`.
 pub fn free_space_energy(p: &Particles, velocity: &[[f64; 3]]) -> f64 {
-    chunked_sum(p.len(), |i| dot(velocity[i], cross(p.position[i], p.strength[i])))
+    chunked_sum(p.len(), |i| {
+        dot(velocity[i], cross(p.position[i], p.strength[i]))
+    })
 }
 
 /// Free-space enstrophy `(1/2) sum_i alpha_i . omega(x_i)` (Gaussian sums truncated at `cutoff`).
 pub fn free_space_enstrophy(p: &Particles, cutoff: f64) -> f64 {
-    let w = gaussian_sum(&p.position, &p.strength, &p.sigma, &p.position, cutoff, None);
+    let w = gaussian_sum(
+        &p.position,
+        &p.strength,
+        &p.sigma,
+        &p.position,
+        cutoff,
+        None,
+    );
     0.5 * chunked_sum(p.len(), |i| dot(p.strength[i], w[i]))
 }
 
@@ -206,7 +215,10 @@ pub fn write_vtk_particles(
     let n = p.len();
     let title: String = title.chars().filter(|c| *c != '\n').take(200).collect();
     let mut body = || -> std::io::Result<()> {
-        writeln!(w, "# vtk DataFile Version 3.0\n{title}\nASCII\nDATASET POLYDATA")?;
+        writeln!(
+            w,
+            "# vtk DataFile Version 3.0\n{title}\nASCII\nDATASET POLYDATA"
+        )?;
         writeln!(w, "POINTS {n} double")?;
         for x in &p.position {
             writeln!(w, "{:.10e} {:.10e} {:.10e}", x[0], x[1], x[2])?;
@@ -302,16 +314,17 @@ pub fn write_vtk_grid(path: &Path, v: &VelocityField, l: f64, title: &str) -> Re
             o = -0.5 * l,
             np = n * n * n
         )?;
-        let order = |mut g: Box<dyn FnMut(usize) -> std::io::Result<()> + '_>| -> std::io::Result<()> {
-            for k in 0..n {
-                for j in 0..n {
-                    for i in 0..n {
-                        g((i * n + j) * n + k)?;
+        let order =
+            |mut g: Box<dyn FnMut(usize) -> std::io::Result<()> + '_>| -> std::io::Result<()> {
+                for k in 0..n {
+                    for j in 0..n {
+                        for i in 0..n {
+                            g((i * n + j) * n + k)?;
+                        }
                     }
                 }
-            }
-            Ok(())
-        };
+                Ok(())
+            };
         for (name, fld) in [("velocity", v), ("vorticity", &w)] {
             writeln!(f, "VECTORS {name} double")?;
             order(Box::new(|idx| {

@@ -32,7 +32,9 @@ pub enum Error {
     Checkpoint { path: PathBuf, msg: String },
     #[error("RBF re-interpolation: {0}")]
     Rbf(String),
-    #[error("blow-up at step {step} (t = {t}): {what}; the last good checkpoint is {last_checkpoint}")]
+    #[error(
+        "blow-up at step {step} (t = {t}): {what}; the last good checkpoint is {last_checkpoint}"
+    )]
     BlowUp {
         step: u64,
         t: f64,

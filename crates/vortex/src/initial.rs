@@ -89,7 +89,11 @@ pub fn rings(
     let mut lo = [f64::INFINITY; 3];
     let mut hi = [f64::NEG_INFINITY; 3];
     for r in rings {
-        let ext = [r.radius + 6.0 * r.core, r.radius + 6.0 * r.core, 6.0 * r.core];
+        let ext = [
+            r.radius + 6.0 * r.core,
+            r.radius + 6.0 * r.core,
+            6.0 * r.core,
+        ];
         for c in 0..3 {
             lo[c] = lo[c].min(r.center[c] - ext[c] - 3.0 * sigma);
             hi[c] = hi[c].max(r.center[c] + ext[c] + 3.0 * sigma);

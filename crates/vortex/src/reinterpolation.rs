@@ -82,7 +82,10 @@ impl Lattice {
     }
 
     pub fn points(&self) -> Vec<[f64; 3]> {
-        (0..self.len()).into_par_iter().map(|i| self.point(i)).collect()
+        (0..self.len())
+            .into_par_iter()
+            .map(|i| self.point(i))
+            .collect()
     }
 }
 
@@ -226,12 +229,18 @@ pub fn conjugate_gradient(
             break; // not positive definite in floating point: stop with what we have
         }
         let a = rr / pap;
-        x.par_iter_mut().zip(p.par_iter()).for_each(|(x, p)| *x += a * p);
-        r.par_iter_mut().zip(ap.par_iter()).for_each(|(r, q)| *r -= a * q);
+        x.par_iter_mut()
+            .zip(p.par_iter())
+            .for_each(|(x, p)| *x += a * p);
+        r.par_iter_mut()
+            .zip(ap.par_iter())
+            .for_each(|(r, q)| *r -= a * q);
         let rr_new = dot(&r, &r);
         let beta = rr_new / rr;
         rr = rr_new;
-        p.par_iter_mut().zip(r.par_iter()).for_each(|(p, r)| *p = r + beta * *p);
+        p.par_iter_mut()
+            .zip(r.par_iter())
+            .for_each(|(p, r)| *p = r + beta * *p);
         it += 1;
     }
     (it, rr.sqrt() / bnorm)
@@ -376,7 +385,9 @@ mod tests {
                 dims: [6, 5, 7],
                 periodic,
             };
-            let x: Vec<f64> = (0..lat.len()).map(|i| ((i * 37) % 11) as f64 - 5.0).collect();
+            let x: Vec<f64> = (0..lat.len())
+                .map(|i| ((i * 37) % 11) as f64 - 5.0)
+                .collect();
             let (sigma, cut) = (0.3, 4.0);
             let y = apply_gaussian(&lat, sigma, cut, &x);
             let pts = lat.points();

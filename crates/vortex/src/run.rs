@@ -68,7 +68,9 @@ pub fn default_out(config_path: &Path) -> PathBuf {
 /// and logs a summary.
 pub fn run(config_path: &Path, out: Option<&Path>, restart: Option<&Path>) -> Result<()> {
     let config = Config::from_file(config_path)?;
-    let out = out.map(Path::to_path_buf).unwrap_or_else(|| default_out(config_path));
+    let out = out
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| default_out(config_path));
     let summary = run_config(config, &out, restart, fmm::CpuBackend)?;
     log::info!("{}", summary.report());
     eprintln!("{}", summary.report());
@@ -112,7 +114,10 @@ pub fn run_config<B: Backend>(
         Some(p) => {
             let ck = checkpoint::read_for(p, &config)?;
             log::info!("restart from {} at step {}", p.display(), ck.state.step);
-            (Simulation::resume(config, backend, ck.state), Some(ck.initial_energy))
+            (
+                Simulation::resume(config, backend, ck.state),
+                Some(ck.initial_energy),
+            )
         }
         None => {
             let sim = Simulation::new(config, backend)?;
@@ -128,7 +133,9 @@ pub fn run_config<B: Backend>(
     let cfg = sim.config.clone();
     let n_steps = cfg.steps();
     let start_step = sim.state.step;
-    let grid = cfg.periodic().map(|_| cfg.output.grid.or(cfg.lattice_n()).unwrap_or(16));
+    let grid = cfg
+        .periodic()
+        .map(|_| cfg.output.grid.or(cfg.lattice_n()).unwrap_or(16));
     let box_l = cfg.domain.box_length;
 
     // diagnostics.csv: fresh, or the rows before the restart step
@@ -144,7 +151,8 @@ pub fn run_config<B: Backend>(
         head.push_str(r);
         head.push('\n');
     }
-    csv.write_all(head.as_bytes()).map_err(Error::io(&csv_path))?;
+    csv.write_all(head.as_bytes())
+        .map_err(Error::io(&csv_path))?;
 
     let ck_path = out.join("checkpoint.bin");
     let mut last_ck = String::from("(none written yet)");
@@ -171,16 +179,20 @@ pub fn run_config<B: Backend>(
     loop {
         let step = sim.state.step;
         let last = step >= n_steps;
-        let diag_due = (step == start_step && restart.is_none()) || last || every(cfg.output.diagnostics_every, step);
-        let snap_due = cfg.output.snapshot_every > 0
-            && (every(cfg.output.snapshot_every, step) || last);
+        let diag_due = (step == start_step && restart.is_none())
+            || last
+            || every(cfg.output.diagnostics_every, step);
+        let snap_due =
+            cfg.output.snapshot_every > 0 && (every(cfg.output.snapshot_every, step) || last);
         if diag_due || snap_due {
             let f = sim.derivatives()?.clone();
             if diag_due {
                 let d = diagnostics::compute(&mut sim, &f, grid)?;
                 t_diag += d.seconds;
                 let e_ref = *e0.get_or_insert(d.energy);
-                if !d.energy.is_finite() || d.energy.abs() > cfg.output.energy_growth_limit * e_ref.abs() {
+                if !d.energy.is_finite()
+                    || d.energy.abs() > cfg.output.energy_growth_limit * e_ref.abs()
+                {
                     bar.abandon();
                     return Err(Error::BlowUp {
                         step,
@@ -196,7 +208,11 @@ pub fn run_config<B: Backend>(
                 let st = sim.take_times();
                 let nst = st.steps.max(1) as f64;
                 let rt = RowTimes {
-                    s_per_step: if st.steps > 0 { row_clock.elapsed().as_secs_f64() / nst } else { 0.0 },
+                    s_per_step: if st.steps > 0 {
+                        row_clock.elapsed().as_secs_f64() / nst
+                    } else {
+                        0.0
+                    },
                     fmm: st.fmm / nst,
                     rbf: st.rbf / nst,
                     update: st.update / nst,
@@ -209,7 +225,10 @@ pub fn run_config<B: Backend>(
                 writeln!(csv, "{}", d.csv_row(&rt)).map_err(Error::io(&csv_path))?;
                 csv.flush().map_err(Error::io(&csv_path))?;
                 if let (Some(spec), true) = (&d.spectrum, cfg.output.spectra) {
-                    diagnostics::write_spectrum(&out.join(format!("spectrum_{step:06}.csv")), spec)?;
+                    diagnostics::write_spectrum(
+                        &out.join(format!("spectrum_{step:06}.csv")),
+                        spec,
+                    )?;
                     spectra.push((d.t, spec.clone()));
                 }
                 if snap_due {
@@ -229,7 +248,11 @@ pub fn run_config<B: Backend>(
                 if bar.is_hidden() {
                     let done = (step - start_step) as f64;
                     let el = loop_start.elapsed().as_secs_f64();
-                    let eta = if done > 0.0 { el / done * (n_steps - step) as f64 } else { f64::NAN };
+                    let eta = if done > 0.0 {
+                        el / done * (n_steps - step) as f64
+                    } else {
+                        f64::NAN
+                    };
                     log::info!("{msg} ETA {eta:.0} s");
                 } else {
                     bar.println(msg);
@@ -296,7 +319,11 @@ pub fn run_config<B: Backend>(
             .lines()
             .skip(1)
             .filter_map(|l| {
-                let v: Vec<f64> = l.split(',').take(3).filter_map(|x| x.parse().ok()).collect();
+                let v: Vec<f64> = l
+                    .split(',')
+                    .take(3)
+                    .filter_map(|x| x.parse().ok())
+                    .collect();
                 (v.len() == 3).then(|| (v[0], v[1], 2.0 * cfg.nu * v[2]))
             })
             .collect();

@@ -9,7 +9,11 @@ pub fn coarse_ring(m: usize, radius: f64, z: f64, gamma: f64, sigma: f64) -> Par
     for i in 0..m {
         let phi = 2.0 * PI * (i as f64 + 0.5) / m as f64;
         let (s, c) = phi.sin_cos();
-        p.push([radius * c, radius * s, z], [-gamma * ds * s, gamma * ds * c, 0.0], sigma);
+        p.push(
+            [radius * c, radius * s, z],
+            [-gamma * ds * s, gamma * ds * c, 0.0],
+            sigma,
+        );
     }
     p
 }

@@ -26,7 +26,11 @@ fn rbf_solve_reproduces_a_smooth_gaussian_field() {
     let (h, s_field) = (0.1, 0.3);
     let a = [1.0, -0.5, 0.25];
     let lat = Lattice::covering([-1.6; 3], [1.6; 3], h);
-    let omega: Vec<[f64; 3]> = lat.points().iter().map(|&x| exact_gaussian(x, a, s_field)).collect();
+    let omega: Vec<[f64; 3]> = lat
+        .points()
+        .iter()
+        .map(|&x| exact_gaussian(x, a, s_field))
+        .collect();
     let settings = RbfSettings {
         tolerance: 1e-10,
         drop: 0.0,
@@ -117,7 +121,11 @@ fn ring_translates_at_saffman_speed() {
     let u = num / den;
     let us = ring.saffman_speed();
     let dev = u / us - 1.0;
-    eprintln!("ring: N = {}, U = {u:.5}, Saffman {us:.5}, deviation {:.2} %", p0.len(), 100.0 * dev);
+    eprintln!(
+        "ring: N = {}, U = {u:.5}, Saffman {us:.5}, deviation {:.2} %",
+        p0.len(),
+        100.0 * dev
+    );
     assert!(dev.abs() < 0.04, "{u} vs {us}");
     // impulse pi Gamma (R^2 + s^2) of the Gaussian core
     let imp = p0.linear_impulse();
@@ -146,7 +154,10 @@ fn inviscid_rings_conserve_impulse_and_total_strength() {
         dt: 0.05,
         nu: 0.0,
         period: None,
-        lattice: method::reinterpolation::LatticeSpec::Free { h: 0.1, margin: 4.0 },
+        lattice: method::reinterpolation::LatticeSpec::Free {
+            h: 0.1,
+            margin: 4.0,
+        },
         sigma0: 0.1,
         rbf: RbfSettings::default(),
         ratio: 0.0,
@@ -167,7 +178,11 @@ fn inviscid_rings_conserve_impulse_and_total_strength() {
     let s1 = st.particles.total_strength();
     let di = ((i1[0] - i0[0]).powi(2) + (i1[1] - i0[1]).powi(2) + (i1[2] - i0[2]).powi(2)).sqrt()
         / i0[2].abs();
-    let ds = s1.iter().zip(&s0).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+    let ds = s1
+        .iter()
+        .zip(&s0)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
     eprintln!("leapfrog 40 steps: impulse {i0:?} -> {i1:?} (relative change {di:.2e}), total strength change {ds:.1e}");
     assert!(di < 1e-3, "{di}");
     assert!(ds < 1e-3, "{ds}");

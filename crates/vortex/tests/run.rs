@@ -43,7 +43,13 @@ fn restart_continues_bit_for_bit() {
     assert_eq!(ck_b.state.step, 3);
     assert!(ck_b.state.previous.is_some());
     // ... and continued to the end
-    run::run_config(full.clone(), &b, Some(&b.join("checkpoint.bin")), fmm::CpuBackend).unwrap();
+    run::run_config(
+        full.clone(),
+        &b,
+        Some(&b.join("checkpoint.bin")),
+        fmm::CpuBackend,
+    )
+    .unwrap();
     let sa = checkpoint::read(&a.join("checkpoint.bin")).unwrap().state;
     let sb = checkpoint::read(&b.join("checkpoint.bin")).unwrap().state;
     assert_eq!(sa.step, 6);
@@ -68,7 +74,12 @@ fn restart_continues_bit_for_bit() {
     };
     assert_eq!(strip(&a), strip(&b));
     assert_eq!(strip(&a).len(), 1 + 4); // header + steps 0, 2, 4, 6
-    for f in ["particles_000000.vtk", "particles_000006.vtk", "grid_000006.vtk", "spectrum_000006.csv"] {
+    for f in [
+        "particles_000000.vtk",
+        "particles_000006.vtk",
+        "grid_000006.vtk",
+        "spectrum_000006.csv",
+    ] {
         assert!(a.join(f).exists(), "{f} missing");
     }
     let vtk = std::fs::read_to_string(a.join("particles_000006.vtk")).unwrap();
@@ -76,9 +87,14 @@ fn restart_continues_bit_for_bit() {
     // a checkpoint of another configuration is refused
     let mut other = full.clone();
     other.nu = 0.01;
-    let e = run::run_config(other, &dir.path().join("c"), Some(&a.join("checkpoint.bin")), fmm::CpuBackend)
-        .unwrap_err()
-        .to_string();
+    let e = run::run_config(
+        other,
+        &dir.path().join("c"),
+        Some(&a.join("checkpoint.bin")),
+        fmm::CpuBackend,
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("another configuration"), "{e}");
     // a file that is not a checkpoint is refused
     let junk = dir.path().join("junk.bin");
@@ -88,7 +104,9 @@ fn restart_continues_bit_for_bit() {
 }
 
 fn err(text: &str) -> String {
-    Config::from_str_named(text, "bad.toml").unwrap_err().to_string()
+    Config::from_str_named(text, "bad.toml")
+        .unwrap_err()
+        .to_string()
 }
 
 const RING: &str = "nu = 0.0\ndt = 0.1\nt_end = 1.0\n[initial]\nkind = \"ring\"\nradius = 1.0\ncirculation = 1.0\ncore = 0.1\nspacing = 0.05\n";
@@ -99,13 +117,19 @@ fn configuration_errors_name_the_file_and_the_key() {
     let e = err(&format!("{RING}bogus = 1\n"));
     assert!(e.contains("bad.toml") && e.contains("bogus"), "{e}");
     let e = err(&RING.replace("nu = 0.0", "nu = -0.1"));
-    assert!(e.contains("bad.toml") && e.contains("`nu`") && e.contains(">= 0"), "{e}");
+    assert!(
+        e.contains("bad.toml") && e.contains("`nu`") && e.contains(">= 0"),
+        "{e}"
+    );
     let e = err(&RING.replace("dt = 0.1", "dt = 0.0"));
     assert!(e.contains("`dt`"), "{e}");
     let e = err(&format!("{RING}[reinterpolation]\nratio = 0.9\n"));
     assert!(e.contains("reinterpolation.ratio"), "{e}");
     let e = err(&format!("{RING}[domain]\nperiodic = true\n"));
-    assert!(e.contains("domain.periodic") && e.contains("free-space"), "{e}");
+    assert!(
+        e.contains("domain.periodic") && e.contains("free-space"),
+        "{e}"
+    );
     let e = err(&format!("{RING}[evaluation]\nmethod = \"nonsense\"\n"));
     assert!(e.contains("evaluation.method"), "{e}");
     let e = err(&format!("{RING}[evaluation]\nmethd = \"fmm\"\n"));
@@ -122,6 +146,8 @@ fn configuration_errors_name_the_file_and_the_key() {
 
 #[test]
 fn run_entry_point_reports_a_missing_file() {
-    let e = run::run(Path::new("/nonexistent/x.toml"), None, None).unwrap_err().to_string();
+    let e = run::run(Path::new("/nonexistent/x.toml"), None, None)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("/nonexistent/x.toml"), "{e}");
 }

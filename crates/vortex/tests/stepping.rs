@@ -23,7 +23,10 @@ fn stepper(dt: f64) -> Stepper {
         dt,
         nu: 0.0,
         period: None,
-        lattice: LatticeSpec::Free { h: 1.0, margin: 4.0 },
+        lattice: LatticeSpec::Free {
+            h: 1.0,
+            margin: 4.0,
+        },
         sigma0: 0.1,
         rbf: RbfSettings::default(),
         ratio: 0.0,
@@ -45,7 +48,11 @@ fn state(p: Particles) -> State {
 fn one_ab2_and_one_heun_step_match_hand_computation() {
     let dt = 0.1;
     let s = stepper(dt);
-    let mut st = state(Particles::new(vec![[1.0, 0.0, 0.0]], vec![[2.0, 0.0, 0.0]], 0.1));
+    let mut st = state(Particles::new(
+        vec![[1.0, 0.0, 0.0]],
+        vec![[2.0, 0.0, 0.0]],
+        0.1,
+    ));
     // Heun: y* = (1, 0.1, 0), f* = (-0.1, 1, 0); y1 = y0 + dt/2 ((0,1,0) + (-0.1,1,0))
     let f0 = Model.eval(&st.particles).unwrap();
     let r = s.advance(&mut st, f0.clone(), &mut Model).unwrap();
@@ -66,14 +73,23 @@ fn one_ab2_and_one_heun_step_match_hand_computation() {
         0.0,
     ];
     let a2 = a1 + dt * (1.5 * -0.5 * a1 - 0.5 * -1.0);
-    assert!(max_abs_diff(&st.particles.position, &[x2]) < 1e-15, "{:?} {:?}", st.particles.position, x2);
+    assert!(
+        max_abs_diff(&st.particles.position, &[x2]) < 1e-15,
+        "{:?} {:?}",
+        st.particles.position,
+        x2
+    );
     assert!((st.particles.strength[0][0] - a2).abs() < 1e-15);
     assert_eq!(st.step, 2);
 }
 
 fn run_model(dt: f64, t_end: f64) -> Particles {
     let s = stepper(dt);
-    let mut st = state(Particles::new(vec![[1.0, 0.5, 0.2]], vec![[1.0, -1.0, 0.5]], 0.1));
+    let mut st = state(Particles::new(
+        vec![[1.0, 0.5, 0.2]],
+        vec![[1.0, -1.0, 0.5]],
+        0.1,
+    ));
     let n = (t_end / dt).round() as u64;
     for _ in 0..n {
         let f = Model.eval(&st.particles).unwrap();
