@@ -10,8 +10,8 @@
 //! * level `k = 0..K-1` adds the supercells of width `3^k L` at offsets `j 3^k L`,
 //!   `j in {-4..4}^3 \ {-1..1}^3`, whose multipole `M_k` is built from `M_{k-1}` by 27 M2M
 //!   (`M_0` is the root multipole): the images of `9 * 3^(K-1)` boxes per dimension in all,
-//!   at a cost independent of `N`. The far images enter as M2L into the local expansions of the
-//!   cells of level 2 (or shallower leaves), which keeps the M2L well separated.
+//!   at a cost independent of `N`. The far images enter as M2L into the local expansions of
+//!   target cells chosen per shell so that every M2L converges fast ([`outer_image_locals`]).
 //!
 //! Cubic summation differs from the periodic (zero-mean, "tin-foil") solution of the vorticity-
 //! velocity Poisson equation by the surface term of the dipole moment `D_cl = sum_j alpha_jc x_jl`:
@@ -24,6 +24,7 @@
 use crate::expansions::{expansion_len, Complex64};
 use crate::kernel::{cross, INV_4PI};
 use crate::operators::{Operators, Scratch};
+use crate::tree::Tree;
 use crate::{FmmError, Sources, Targets};
 use std::f64::consts::PI;
 
@@ -210,71 +211,131 @@ pub fn fourier_reference(
 }
 
 /// Local expansions of the far images (levels `k = 0..K-1` of the module doc), to be added to
-/// the target cells they are returned for.
+/// the target cells they are returned for: the cells of level 2 and the leaves above it.
 ///
-/// `root_multipole` is the multipole of the whole box about its centre (the origin). The images
-/// of level 0 act on the level-1 cells `level1` (`(cell, centre)`; pass the root itself when the
-/// tree has no level 1), those of coarser levels on the root, translated to the level-1 cells by
-/// L2L: every M2L is then separated by at least `1.3 (r_s + r_t)`.
+/// `root_multipole` is the multipole of the whole box about its centre (the origin). Each shell
+/// acts on cells small enough for its M2L to converge fast: the images at `|j|_inf = 2` on the
+/// level-2 cells, those at `|j|_inf = 3` on the level-1 cells, the rest (and every coarser level)
+/// on the root; the coarser locals are carried down by L2L, which is exact. The ratio
+/// `(r_s + r_t) / d` then stays below 0.55 for every M2L.
 pub fn outer_image_locals(
     ops: &Operators,
     periodic: &Periodic,
     root_multipole: &[Complex64],
-    level1: &[(usize, [f64; 3])],
+    targets: &Tree,
 ) -> Vec<(usize, Vec<Complex64>)> {
     let len = expansion_len(ops.order());
     let zero = Complex64::new(0.0, 0.0);
     let mut scratch = Scratch::new(ops.order());
-    let mut out: Vec<(usize, Vec<Complex64>)> =
-        level1.iter().map(|&(c, _)| (c, vec![zero; len])).collect();
+    // cells that receive the result: level 2, and leaves above it
+    let receivers: Vec<usize> = (0..targets.cells.len())
+        .filter(|&c| {
+            let cell = &targets.cells[c];
+            cell.level == 2 || (cell.level < 2 && cell.is_leaf())
+        })
+        .collect();
     if periodic.image_levels == 0 {
-        return out;
+        return receivers
+            .into_iter()
+            .map(|c| (c, vec![zero; len]))
+            .collect();
     }
     let l = periodic.box_length;
-    let shell: Vec<[f64; 3]> = (-4i32..=4)
-        .flat_map(|x| (-4i32..=4).flat_map(move |y| (-4i32..=4).map(move |z| [x, y, z])))
-        .filter(|j| j.iter().any(|c| c.abs() > 1))
-        .map(|j| j.map(|c| c as f64))
-        .collect();
-    let mut m = root_multipole.to_vec();
-    let mut root_local = vec![zero; len];
-    let origin = [0.0; 3];
-    for k in 0..periodic.image_levels {
-        let width = l * 3f64.powi(k as i32);
-        for j in &shell {
-            let src = j.map(|c| c * width);
-            if k == 0 {
-                for (o, (_, centre)) in out.iter_mut().zip(level1) {
-                    ops.m2l(src, *centre, &m, &mut o.1, &mut scratch);
-                }
-            } else {
-                ops.m2l(src, origin, &m, &mut root_local, &mut scratch);
+    let shell = |lo: i32, hi: i32| -> Vec<[f64; 3]> {
+        (-hi..=hi)
+            .flat_map(|x| (-hi..=hi).flat_map(move |y| (-hi..=hi).map(move |z| [x, y, z])))
+            .filter(|j| {
+                let m = j.iter().map(|c| c.abs()).max().unwrap_or(0);
+                m >= lo && m <= hi
+            })
+            .map(|j| j.map(|c| c as f64 * l))
+            .collect()
+    };
+    let (shell2, shell3, shell4) = (shell(2, 2), shell(3, 3), shell(4, 4));
+    let m0 = root_multipole.to_vec();
+    let add_shell =
+        |centre: [f64; 3], images: &[[f64; 3]], local: &mut [Complex64], sc: &mut Scratch| {
+            for src in images {
+                ops.m2l(*src, centre, &m0, local, sc);
             }
+        };
+    // root: the |j| = 4 shell of level 0 and all coarser levels
+    let origin = [0.0; 3];
+    let mut root_local = vec![zero; len];
+    add_shell(origin, &shell4, &mut root_local, &mut scratch);
+    let outer = shell(2, 4);
+    let mut m = vec![zero; len];
+    // multipole of the 3 x 3 x 3 supercell of width 3L
+    for sh in shell(0, 1) {
+        if sh == origin {
+            m.iter_mut().zip(&m0).for_each(|(a, b)| *a += b);
+        } else {
+            ops.m2m(sh, origin, &m0, &mut m, &mut scratch);
         }
-        // multipole of the 3 x 3 x 3 supercell of the next level
+    }
+    for k in 1..periodic.image_levels {
+        let width = 3f64.powi(k as i32);
+        for j in &outer {
+            let src = j.map(|c| c * width);
+            ops.m2l(src, origin, &m, &mut root_local, &mut scratch);
+        }
         let mut next = vec![zero; len];
-        for x in -1i32..=1 {
-            for y in -1i32..=1 {
-                for z in -1i32..=1 {
-                    if (x, y, z) == (0, 0, 0) {
-                        next.iter_mut().zip(&m).for_each(|(a, b)| *a += b);
-                    } else {
-                        let c = [x as f64 * width, y as f64 * width, z as f64 * width];
-                        ops.m2m(c, origin, &m, &mut next, &mut scratch);
-                    }
-                }
+        for sh in shell(0, 1) {
+            if sh == origin {
+                next.iter_mut().zip(&m).for_each(|(a, b)| *a += b);
+            } else {
+                let c = sh.map(|x| x * width);
+                ops.m2m(c, origin, &m, &mut next, &mut scratch);
             }
         }
         m = next;
     }
-    for (o, (_, centre)) in out.iter_mut().zip(level1) {
-        if *centre == origin {
-            o.1.iter_mut().zip(&root_local).for_each(|(a, b)| *a += b);
+    let shift_local = |from: [f64; 3],
+                       to: [f64; 3],
+                       src: &[Complex64],
+                       dst: &mut [Complex64],
+                       sc: &mut Scratch| {
+        if from == to {
+            dst.iter_mut().zip(src).for_each(|(a, b)| *a += b);
         } else {
-            ops.l2l(origin, *centre, &root_local, &mut o.1, &mut scratch);
+            ops.l2l(from, to, src, dst, sc);
+        }
+    };
+    // level-1 locals: the |j| = 3 shell plus the root's
+    let mut level1: std::collections::HashMap<usize, Vec<Complex64>> = Default::default();
+    for (c, cell) in targets.cells.iter().enumerate() {
+        if cell.level == 1 {
+            let mut loc = vec![zero; len];
+            add_shell(cell.center, &shell3, &mut loc, &mut scratch);
+            shift_local(origin, cell.center, &root_local, &mut loc, &mut scratch);
+            level1.insert(c, loc);
         }
     }
-    out
+    receivers
+        .into_iter()
+        .map(|c| {
+            let cell = &targets.cells[c];
+            let mut loc = vec![zero; len];
+            match cell.level {
+                0 => {
+                    add_shell(cell.center, &shell3, &mut loc, &mut scratch);
+                    add_shell(cell.center, &shell2, &mut loc, &mut scratch);
+                    shift_local(origin, cell.center, &root_local, &mut loc, &mut scratch);
+                }
+                1 => {
+                    add_shell(cell.center, &shell2, &mut loc, &mut scratch);
+                    loc.iter_mut().zip(&level1[&c]).for_each(|(a, b)| *a += b);
+                }
+                _ => {
+                    add_shell(cell.center, &shell2, &mut loc, &mut scratch);
+                    let parent = cell.parent.expect("a level-2 cell has a parent");
+                    let pc = targets.cells[parent].center;
+                    shift_local(pc, cell.center, &level1[&parent], &mut loc, &mut scratch);
+                }
+            }
+            (c, loc)
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -84,3 +84,142 @@ fn nonzero_total_strength_is_refused() {
     .to_string();
     assert!(e.contains("total strength"), "{e}");
 }
+
+/// Quadruples `(x, a), (-x, a), (x + e, -a), (-x - e, -a)`: total strength and all first
+/// moments `sum a_c x_l` vanish, so the plain image sum converges absolutely.
+fn moment_free_set(quads: usize, seed: u64) -> fmm::Sources {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut s = fmm::Sources::default();
+    for _ in 0..quads {
+        let x: [f64; 3] = std::array::from_fn(|_| rng.gen_range(-2.0..2.0));
+        let e: [f64; 3] = std::array::from_fn(|_| rng.gen_range(-0.3..0.3));
+        let a: [f64; 3] = std::array::from_fn(|_| rng.gen_range(-1.0..1.0));
+        for (p, sign) in [
+            (x, 1.0),
+            (x.map(|c| -c), 1.0),
+            (std::array::from_fn(|c| x[c] + e[c]), -1.0),
+            (std::array::from_fn(|c| -x[c] - e[c]), -1.0),
+        ] {
+            s.position.push(p);
+            s.strength.push(a.map(|c| sign * c));
+            s.sigma.push(0.4);
+        }
+    }
+    s
+}
+
+#[test]
+fn fourier_reference_matches_an_explicit_image_sum() {
+    let s = moment_free_set(8, 25);
+    let t = Targets::points(vec![[0.3, -1.1, 2.0], [-2.9, 0.4, 0.1], [1.5, 1.5, -3.0]]);
+    let l = 2.0 * PI;
+    let reference = fourier_reference(&s, &t, l, 8.3);
+    let err = |k: i32| {
+        let shifts: Vec<[f64; 3]> = (-k..=k)
+            .flat_map(|x| (-k..=k).flat_map(move |y| (-k..=k).map(move |z| [x, y, z])))
+            .map(|j| j.map(|c| c as f64 * l))
+            .collect();
+        let f = fmm::evaluators::direct::direct_shifted(&s, &t, &shifts);
+        relative_l2_error(&f.velocity, &reference.velocity)
+    };
+    let (e3, e9) = (err(3), err(9));
+    // the remainder of the absolutely convergent sum falls like 1/K^2 or faster
+    assert!(
+        e9 < 3e-3 && e9 < 0.3 * e3,
+        "image sums: K=3 {e3:e}, K=9 {e9:e}"
+    );
+}
+
+#[test]
+fn near_field_reaches_across_faces_and_corners() {
+    // clusters straddling a corner and a face: the close pairs exist only through the images
+    let h = PI - 0.05;
+    let mut s = fmm::Sources::default();
+    let pts = [
+        [h, h, h],
+        [-h, -h, -h],
+        [h, -h, h],
+        [-h, h, -h],
+        [h, 0.2, 0.1],
+        [-h, 0.25, 0.05],
+        [0.1, 0.3, -0.2],
+        [-0.5, 1.0, 0.4],
+    ];
+    let a = [
+        [1.0, 0.2, -0.3],
+        [-0.4, 0.8, 0.1],
+        [0.3, -0.7, 0.5],
+        [-0.2, 0.1, -0.6],
+        [0.5, 0.5, 0.2],
+        [-0.7, -0.3, 0.4],
+        [0.2, -0.4, -0.1],
+        [0.0, 0.0, 0.0],
+    ];
+    for (p, al) in pts.iter().zip(a) {
+        s.position.push(*p);
+        s.strength.push(al);
+        s.sigma.push(0.15);
+    }
+    fmm::testsets::subtract_mean_strength(&mut s);
+    let t = s.as_targets();
+    let reference = fourier_reference(&s, &t, 2.0 * PI, 8.3);
+    for m in [Method::Fmm, Method::Ppm] {
+        let params = EvalParams {
+            leaf_size: 1,
+            ..periodic_params(m, 10, 4)
+        };
+        let ev = evaluate(&CpuBackend, &params, &s, &t).unwrap();
+        let e = relative_l2_error(&ev.fields.velocity, &reference.velocity);
+        let es = relative_l2_error(&ev.fields.stretching, &reference.stretching);
+        assert!(
+            e < 1e-4 && es < 1e-3,
+            "{m}: velocity {e:e} stretching {es:e}"
+        );
+    }
+}
+
+#[test]
+fn shifting_every_particle_changes_nothing() {
+    let s = generate(Distribution::Uniform, 1500, 26, true);
+    let mut moved = s.clone();
+    for x in &mut moved.position {
+        x[0] += 0.731;
+        x[1] -= 2.05;
+        x[2] += 4.4;
+    }
+    let p = periodic_params(Method::Fmm, 10, 4);
+    let a = evaluate(&CpuBackend, &p, &s, &s.as_targets()).unwrap();
+    let b = evaluate(&CpuBackend, &p, &moved, &moved.as_targets()).unwrap();
+    // the trees differ, so the results agree to the truncation error (about 5e-6 at p = 10
+    // with 4 image levels), not to round-off
+    let ev = relative_l2_error(&b.fields.velocity, &a.fields.velocity);
+    let es = relative_l2_error(&b.fields.stretching, &a.fields.stretching);
+    assert!(ev < 1e-4 && es < 1e-3, "velocity {ev:e} stretching {es:e}");
+}
+
+#[test]
+fn a_box_smaller_than_the_cores_is_refused() {
+    let mut s = generate(Distribution::Uniform, 200, 27, true);
+    s.sigma.iter_mut().for_each(|x| *x = 2.0);
+    let e = evaluate(
+        &CpuBackend,
+        &periodic_params(Method::Fmm, 6, 2),
+        &s,
+        &s.as_targets(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("box_length") && e.contains("core radius"), "{e}");
+    let bad = EvalParams {
+        periodic: Some(Periodic {
+            box_length: -1.0,
+            image_levels: 2,
+        }),
+        ..EvalParams::default()
+    };
+    let e = evaluate(&CpuBackend, &bad, &s, &s.as_targets())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("box_length"), "{e}");
+}

@@ -73,16 +73,32 @@ pub fn direct_periodic(
     let ops = Operators::new(p);
     let mut root = vec![Complex64::new(0.0, 0.0); expansion_len(p)];
     ops.p2m([0.0; 3], &src.position, &src.strength, &mut root);
-    let locals = crate::periodic::outer_image_locals(&ops, periodic, &root, &[(0, [0.0; 3])]);
-    let (mut u, mut s) = (vec![[0.0; 3]; tgt.len()], vec![[0.0; 3]; tgt.len()]);
-    ops.l2p(
-        [0.0; 3],
-        &locals[0].1,
+    // a tree of the targets down to level 2 receives the far images (see outer_image_locals)
+    let tree = crate::tree::Tree::build(
         &tgt.position,
-        &tgt.strength,
-        &mut u,
-        &mut s,
+        crate::tree::BoundingCube {
+            lo: [-0.5 * l; 3],
+            width: l,
+        },
+        1,
     );
+    let locals = crate::periodic::outer_image_locals(&ops, periodic, &root, &tree);
+    let sorted_pos = tree.gather(&tgt.position);
+    let sorted_alpha = tree.gather(&tgt.strength);
+    let (mut u, mut s) = (vec![[0.0; 3]; tgt.len()], vec![[0.0; 3]; tgt.len()]);
+    for (c, local) in &locals {
+        let cell = &tree.cells[*c];
+        let r = cell.range.clone();
+        ops.l2p(
+            cell.center,
+            local,
+            &sorted_pos[r.clone()],
+            &sorted_alpha[r.clone()],
+            &mut u[r.clone()],
+            &mut s[r],
+        );
+    }
+    let (u, s) = (tree.scatter(&u), tree.scatter(&s));
     let corr = crate::periodic::surface_correction(&src, l);
     for i in 0..tgt.len() {
         for c in 0..3 {

@@ -256,8 +256,37 @@ pub fn evaluate<B: Backend>(
     params.validate()?;
     sources.validate()?;
     targets.validate()?;
-    if params.periodic.is_some() {
+    if let Some(p) = &params.periodic {
         periodic::check_total_strength(sources)?;
+        let smax = sources.max_sigma();
+        if p.box_length < 4.0 * smax {
+            return Err(FmmError::BadParameter {
+                name: "box_length",
+                value: format!("{} (largest core radius {smax})", p.box_length),
+                reason: "the periodic box must be at least 4 core radii wide",
+            });
+        }
+        let half = 0.5 * p.box_length;
+        let (outside, far) =
+            sources
+                .position
+                .iter()
+                .chain(&targets.position)
+                .fold((0usize, 0usize), |(o, f), x| {
+                    let m = x.iter().fold(0.0f64, |a, c| a.max(c.abs()));
+                    (
+                        o + (m >= half) as usize,
+                        f + (m > half + p.box_length) as usize,
+                    )
+                });
+        if far > 0 {
+            log::warn!(
+                "{far} positions lie more than one box length outside the periodic box \
+                 [-{half}, {half})^3 ({outside} outside in all); all are wrapped"
+            );
+        } else if outside > 0 {
+            log::info!("{outside} positions outside the periodic box were wrapped");
+        }
     }
     let t0 = Instant::now();
     let mut times = PhaseTimes::default();
@@ -317,7 +346,7 @@ pub fn evaluate<B: Backend>(
     })
 }
 
-/// Local data of the far periodic images for the level-1 target cells (or the root), in the
+/// Local data of the far periodic images for the level-2 target cells (and shallower leaves), in the
 /// backend's representation: FMM local coefficients, or pseudo-particle potentials.
 pub fn periodic_far_images<B: Backend>(
     backend: &B,
@@ -349,11 +378,7 @@ pub fn periodic_far_images<B: Backend>(
         }
     };
     let tt = &plan.target_tree;
-    let level1: Vec<(usize, [f64; 3])> = match tt.levels.get(1) {
-        Some(r) => r.clone().map(|c| (c, tt.cells[c].center)).collect(),
-        None => vec![(0, tt.cells[0].center)],
-    };
-    let locals = periodic::outer_image_locals(&ops, p, &root, &level1);
+    let locals = periodic::outer_image_locals(&ops, p, &root, tt);
     let cells: Vec<usize> = locals.iter().map(|l| l.0).collect();
     let mut data = Vec::new();
     for (c, local) in &locals {
