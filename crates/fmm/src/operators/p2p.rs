@@ -79,6 +79,24 @@ impl PackedSources {
     }
 }
 
+/// `(K sigma^3, K'/r sigma^5)` of four lanes with `rho2 < TABLE_RHO2_MAX`.
+#[inline(always)]
+fn table_lanes(
+    table: &KernelTable,
+    rho2: f64x4,
+    scale: f64x4,
+    one: f64x4,
+    two: f64x4,
+) -> (f64x4, f64x4) {
+    let x = rho2 * scale;
+    let xf = x.floor();
+    let t = two * (x - xf) - one;
+    let idx = xf
+        .to_array()
+        .map(|v| (v as usize).min(KernelTable::INTERVALS - 1));
+    table.horner4(idx, t)
+}
+
 /// Accumulates (no `1/(4 pi)`) the velocity and stretching that the source groups, shifted by
 /// `shift`, induce at the targets. Four sources per step in SIMD lanes; the tabulated and the
 /// singular kernel are both evaluated and selected per lane.
@@ -92,6 +110,7 @@ pub fn p2p(
     stretching: &mut [[f64; 3]],
 ) {
     let rho2_max = f64x4::splat(TABLE_RHO2_MAX);
+    let rho2_clamp = f64x4::splat(TABLE_RHO2_MAX * (1.0 - 1e-15));
     let scale = f64x4::splat(table.scale());
     let three = f64x4::splat(3.0);
     let one = f64x4::splat(1.0);
@@ -107,18 +126,28 @@ pub fn p2p(
             let r2 = d[0] * d[0] + d[1] * d[1] + d[2] * d[2];
             let rho2 = r2 * g.inv_sigma[0];
             let inside = rho2.simd_lt(rho2_max);
-            let x = rho2.min(rho2_max) * scale;
-            let xf = x.floor();
-            let t = two * (x - xf) - one;
-            let idx = xf
-                .to_array()
-                .map(|v| (v as usize).min(KernelTable::INTERVALS - 1));
-            let (f, gg) = table.horner4(idx, t);
-            let inv_r2 = one / r2;
-            let inv_r = inv_r2.sqrt();
-            let inv_r3 = inv_r * inv_r2;
-            let k = inside.select(f * g.inv_sigma[1], inv_r3);
-            let kp = inside.select(gg * g.inv_sigma[2], -three * inv_r3 * inv_r2);
+            // whole groups inside or outside the table range skip the other branch (neighbour
+            // groups are spatially coherent, so the jump is well predicted)
+            let (k, kp) = match inside.to_bitmask() {
+                0b1111 => {
+                    let (f, gg) = table_lanes(table, rho2, scale, one, two);
+                    (f * g.inv_sigma[1], gg * g.inv_sigma[2])
+                }
+                0 => {
+                    let inv_r2 = one / r2;
+                    let inv_r3 = inv_r2.sqrt() * inv_r2;
+                    (inv_r3, -three * inv_r3 * inv_r2)
+                }
+                _ => {
+                    let (f, gg) = table_lanes(table, rho2.min(rho2_clamp), scale, one, two);
+                    let inv_r2 = one / r2;
+                    let inv_r3 = inv_r2.sqrt() * inv_r2;
+                    (
+                        inside.select(f * g.inv_sigma[1], inv_r3),
+                        inside.select(gg * g.inv_sigma[2], -three * inv_r3 * inv_r2),
+                    )
+                }
+            };
             let al = &g.alpha;
             let axd = [
                 al[1] * d[2] - al[2] * d[1],
