@@ -22,7 +22,7 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = 10)]
     pub order: usize,
     /// Opening angle of the multipole acceptance criterion, in (0, 1).
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = EvalParams::default().theta)]
     pub theta: f64,
     /// Largest number of particles in a leaf cell.
     #[arg(long, default_value_t = 64)]

@@ -76,9 +76,9 @@ impl Default for EvalParams {
         Self {
             method: Method::Fmm,
             order: 10,
-            theta: 0.5,
+            theta: 0.6,
             leaf_size: 64,
-            core_cutoff: 6.0,
+            core_cutoff: 4.0,
             periodic: None,
         }
     }
