@@ -204,6 +204,13 @@ impl Mac {
     }
 }
 
+/// Whether a cell is a cell of the partition tree (its multipole is replicated).
+fn pindex_has(part: &Partition, cell: &fmm::tree::Cell) -> bool {
+    part.cells
+        .get(part.branch_index(cell.level, cell.key).unwrap_or(usize::MAX))
+        .is_some()
+}
+
 /// Whether partition cell `c` is a leaf of the global source tree.
 fn src_leaf(part: &Partition, c: usize) -> bool {
     let pc = &part.cells[c];
@@ -696,6 +703,38 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
         }
     });
     let lists = agree(comm, lists)?;
+    // remote cells below branch cells that the far lists use: each must get its multipole
+    {
+        let received: std::collections::HashSet<usize> = recv_cells
+            .iter()
+            .flatten()
+            .map(|lk| ext.index[lk])
+            .collect();
+        let remote = |c: usize| {
+            let cell = &ext.tree.cells[c];
+            !own_st.index.contains_key(&(cell.level, cell.key))
+        };
+        let mut used: Vec<usize> = lists
+            .far
+            .sources
+            .iter()
+            .map(|s| s.cell as usize)
+            .filter(|&c| remote(c) && !pindex_has(part, &ext.tree.cells[c]))
+            .collect();
+        used.sort_unstable();
+        used.dedup();
+        stats.m2l_cells_used += used.len() as u64;
+        let missing = used.iter().filter(|c| !received.contains(c)).count();
+        let r = if missing > 0 {
+            Err(DomainError::MissingMultipoles {
+                rank: me,
+                cells: missing,
+            })
+        } else {
+            Ok(())
+        };
+        agree(comm, r)?;
+    }
     log::debug!(
         "rank {me}: {} own + {} halo sources, {} source cells ({} received), {} target cells, {} near and {} far pairs",
         src.gid.len(),

@@ -39,6 +39,8 @@ pub enum DomainError {
     Fmm(#[from] FmmError),
     #[error("rank {rank}: the locally essential tree lacks cells the traversal needs ({violations} times): a bug in the conservative opening criterion")]
     IncompleteEssentialTree { rank: usize, violations: usize },
+    #[error("rank {rank}: {cells} cells of the far lists came without their multipole: a bug in the conservative acceptance test of M2Lcomm")]
+    MissingMultipoles { rank: usize, cells: usize },
     #[error("rank {rank} failed (see its message)")]
     Remote { rank: usize },
     #[error("ranks disagree on the evaluation parameters (rank {rank}: {params})")]
@@ -80,6 +82,11 @@ pub struct CommStats {
     pub halo_particles: u64,
     /// Remote cells received (below branch cells).
     pub remote_cells: u64,
+    /// Multipoles of cells below branch cells sent to other ranks in M2Lcomm.
+    pub m2l_cells_sent: u64,
+    /// Remote cells below branch cells that this rank's far lists use (each needs the
+    /// multipole received for it: a lower bound of what M2Lcomm must bring).
+    pub m2l_cells_used: u64,
     pub t_partition: f64,
     pub t_redistribute: f64,
     pub t_p2pcomm: f64,
