@@ -2,16 +2,22 @@
 //!
 //! `prepare` uploads the sorted particles once (fp32 `float4`), the tables of the order and the
 //! cell centres; `upward` runs P2M (one leaf per block) and M2M level by level; `downward` runs
-//! M2L (rotation-based O(p^3), or the plain O(p^4) kernel, or the PPM hook), L2L level by level
-//! and L2P, or M2P for the treecode; `near_field` runs P2P; `fields` downloads the fields once
-//! and applies `1/(4 pi)` in f64. Particles and expansions stay on the device between phases.
-//! Interaction lists come from the CPU plan and are packed on the host in each phase (that cost
-//! is inside the phase's wall time). Every phase synchronizes at its end so that the wall-clock
+//! M2L (rotation-based O(p^3), or the plain O(p^4) kernel), L2L level by level and L2P, or M2P
+//! for the treecode; `near_field` runs P2P; `fields` downloads the fields once and applies
+//! `1/(4 pi)` in f64. Particles and expansions stay on the device between phases.
+//! With `FarField::Ppm` (pseudo-particle method, [`crate::ppm`]) the M2L is the GPU kernel
+//! `ppm_m2l` (`kernels/ppm.cu`) and P2M, M2M, L2L, L2P run on the host in f64 (multipoles go up
+//! once as fp32, the f64 locals come back once, the far-field velocities are added to the GPU
+//! near field in `fields`).
+//! Interaction lists come from the CPU plan and are packed on the host, in parallel (rayon), in
+//! each phase (that cost is inside the phase's wall time); the M2L buffers and rotation records
+//! are kept by the backend between evaluations. Every phase synchronizes at its end so that the wall-clock
 //! phase times are the device times; the kernel-only times (CUDA events) are kept in
 //! [`KernelTimes`] (see [`CudaBackend::last_kernel_times`]).
 
-use crate::device::{GpuDevice, GpuError, GpuResult, FMM, P2P};
+use crate::device::{GpuDevice, GpuError, GpuResult, FMM, P2P, PPM};
 use crate::layout::{pack_sources, pack_targets, NearLayout};
+use crate::ppm::{pack_ppm_m2l, PpmHost};
 use crate::tables::{direction_key, knm_table, rot_stride, toff, z_tables, RotationBuilder};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
@@ -40,7 +46,9 @@ pub enum M2lKind {
     Rotation,
     /// Plain O(p^4) (reference).
     Plain,
-    /// Pseudo-particle method: not implemented yet (its own issue); hook for `m2l_ppm`.
+    /// Not an FMM M2L: the pseudo-particle M2L (`kernels/ppm.cu`) runs whenever the plan's far
+    /// field is `FarField::Ppm`, whatever this field says; selecting it for an FMM plan is an
+    /// error.
     Ppm,
 }
 
@@ -69,6 +77,8 @@ pub struct CudaBackend {
     dev: Arc<GpuDevice>,
     pub m2l: M2lKind,
     last: Mutex<KernelTimes>,
+    /// host buffers of the M2L packing, reused between evaluations
+    m2l_bufs: Mutex<M2lBuffers>,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -98,6 +108,8 @@ pub struct CudaState {
     locals: Option<CudaSlice<f32>>,
     /// rotations (records), directions key -> record index
     rots: Option<CudaSlice<f32>>,
+    /// pseudo-particle method: host operators and data (`FarField::Ppm`)
+    ppm: Option<Box<PpmHost>>,
     times: KernelTimes,
 }
 
@@ -105,8 +117,15 @@ fn defines(p: usize) -> [(&'static str, usize); 1] {
     [("ORDER", p)]
 }
 
-fn flat4(v: &[[i32; 4]]) -> Vec<i32> {
-    v.iter().flatten().copied().collect()
+/// `[[i32; 4]]` viewed as `[i32]` (no copy).
+fn flat4(v: &[[i32; 4]]) -> &[i32] {
+    // SAFETY: `[i32; 4]` is four contiguous `i32` with the alignment of `i32`.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<i32>(), 4 * v.len()) }
+}
+
+/// Threads of a PPM M2L block for `k` pseudo-particles (`PPM_THREADS` of `kernels/ppm.cu`).
+pub fn ppm_threads(k: usize) -> usize {
+    k.div_ceil(32) * 32
 }
 
 fn centers(tree: &fmm::tree::Tree) -> Vec<f32> {
@@ -143,6 +162,7 @@ impl CudaBackend {
             dev: GpuDevice::get(index)?,
             m2l: M2lKind::Rotation,
             last: Mutex::new(KernelTimes::default()),
+            m2l_bufs: Mutex::new(M2lBuffers::default()),
         })
     }
 
@@ -159,6 +179,10 @@ impl CudaBackend {
     pub fn warm_up(&self, p: usize) -> GpuResult<()> {
         self.dev.module(&P2P, &[])?;
         self.dev.module(&FMM, &defines(p))?;
+        if p <= fmm::MAX_ORDER {
+            let k = fmm::ppm::PseudoParticles::new(p).count();
+            self.dev.module(&PPM, &[("PPM_K", k)])?;
+        }
         Ok(())
     }
 
@@ -184,11 +208,7 @@ impl CudaBackend {
                 "too many particles for i32 indices".into(),
             ));
         }
-        if plan.far_field == FarField::Ppm {
-            return Err(GpuError::Unsupported(
-                "the PPM far field is not implemented on the GPU yet (hook: M2lKind::Ppm)".into(),
-            ));
-        }
+        let is_ppm = plan.far_field == FarField::Ppm;
         let s = self.dev.stream();
         let (sp, sa) = pack_sources(src);
         let (tp, ta) = pack_targets(tgt);
@@ -205,12 +225,17 @@ impl CudaBackend {
             scenters: s.clone_htod(&centers(&plan.source_tree))?,
             tcenters: s.clone_htod(&centers(&plan.target_tree))?,
             knm: s.clone_htod(&knm_table(p))?,
-            multipoles: Some(s.alloc_zeros::<f32>(plan.source_tree.cells.len() * len)?),
+            multipoles: if is_ppm {
+                None
+            } else {
+                Some(s.alloc_zeros::<f32>(plan.source_tree.cells.len() * len)?)
+            },
             locals: match plan.far_field {
-                FarField::Treecode => None,
+                FarField::Treecode | FarField::Ppm => None,
                 _ => Some(s.alloc_zeros::<f32>(plan.target_tree.cells.len() * len)?),
             },
             rots: None,
+            ppm: is_ppm.then(|| Box::new(PpmHost::new(plan, src, tgt))),
             times: KernelTimes::default(),
         };
         self.dev.synchronize()?;
@@ -223,6 +248,13 @@ impl CudaBackend {
         st: &mut CudaState,
         times: &mut PhaseTimes,
     ) -> GpuResult<()> {
+        if let Some(h) = st.ppm.as_mut() {
+            // PPM: P2M and M2M on the host (f64); the multipoles go up with the M2L
+            let tree = &plan.source_tree;
+            fmm::backend::timed(&mut times.p2m, || h.p2m(tree));
+            fmm::backend::timed(&mut times.m2m, || h.m2m(tree));
+            return Ok(());
+        }
         let p = st.p;
         let dev = &self.dev;
         let s = dev.stream().clone();
@@ -243,7 +275,7 @@ impl CudaBackend {
             if tasks.is_empty() {
                 return Ok(());
             }
-            let d_tasks = s.clone_htod(&flat4(&tasks))?;
+            let d_tasks = s.clone_htod(flat4(&tasks))?;
             let mult = st.multipoles.as_mut().unwrap();
             st.times.p2m += self.event_timed(|| {
                 let mut b = s.launch_builder(&f);
@@ -297,8 +329,8 @@ impl CudaBackend {
                 return Ok(());
             }
             let (zm2m, _, _) = z_tables(p);
-            let d_tasks = s.clone_htod(&flat4(&tasks))?;
-            let d_entries = s.clone_htod(&flat4(&entries))?;
+            let d_tasks = s.clone_htod(flat4(&tasks))?;
+            let d_entries = s.clone_htod(flat4(&entries))?;
             let d_rots = s.clone_htod(&recs)?;
             let d_z = s.clone_htod(&zm2m)?;
             let d_toff = s.clone_htod(&toff(p))?;
@@ -338,9 +370,7 @@ impl CudaBackend {
         match plan.far_field {
             FarField::Fmm => self.fmm_downward(plan, st, times),
             FarField::Treecode => self.treecode_far(plan, st, times),
-            FarField::Ppm => Err(GpuError::Unsupported(
-                "the PPM far field is not implemented on the GPU yet".into(),
-            )),
+            FarField::Ppm => self.ppm_downward(plan, st, times),
         }
     }
 
@@ -359,65 +389,68 @@ impl CudaBackend {
         let (_, zm2l, zl2l) = z_tables(p);
         // ---- M2L
         let mut wall = 0.0;
-        let r: GpuResult<()> = timed(&mut wall, || {
-            if self.m2l == M2lKind::Plain
-                && plan.lists.far.sources.iter().any(|s| s.image != NO_SHIFT)
-            {
-                return Err(GpuError::Unsupported(
-                    "plain M2L kernel: periodic images not supported".into(),
-                ));
-            }
-            let (tasks, entries, recs, ndirs) = pack_m2l(plan, p, self.m2l == M2lKind::Rotation);
-            let keys_len = ndirs;
-            st.times.m2l_translations = entries.len() as u64;
-            st.times.m2l_directions = keys_len;
-            if tasks.is_empty() {
-                return Ok(());
-            }
-            let d_tasks = s.clone_htod(&flat4(&tasks))?;
-            let d_entries = s.clone_htod(&flat4(&entries))?;
-            let mult = st.multipoles.as_ref().unwrap();
-            let loc = st.locals.as_mut().unwrap();
-            let zero = 0i32;
-            match self.m2l {
-                M2lKind::Rotation => {
-                    let d_rots = s.clone_htod(&recs)?;
-                    let d_z = s.clone_htod(&zm2l)?;
-                    let f = dev.function(&FMM, &defines(p), "m2l_rot")?;
-                    st.times.m2l += self.event_timed(|| {
-                        let mut lb = s.launch_builder(&f);
-                        lb.arg(mult)
-                            .arg(&mut *loc)
-                            .arg(&d_tasks)
-                            .arg(&d_entries)
-                            .arg(&d_rots);
-                        lb.arg(&d_z).arg(&d_toff).arg(&zero);
-                        unsafe { lb.launch(blocks(tasks.len(), threads)) }?;
-                        Ok(())
-                    })?;
-                    st.rots = Some(d_rots);
-                }
-                M2lKind::Plain => {
-                    let f = dev.function(&FMM, &defines(p), "m2l_plain")?;
-                    st.times.m2l += self.event_timed(|| {
-                        let mut lb = s.launch_builder(&f);
-                        lb.arg(mult).arg(&mut *loc).arg(&d_tasks).arg(&d_entries);
-                        lb.arg(&st.tcenters)
-                            .arg(&st.scenters)
-                            .arg(&st.knm)
-                            .arg(&zero);
-                        unsafe { lb.launch(blocks(tasks.len(), threads)) }?;
-                        Ok(())
-                    })?;
-                }
-                M2lKind::Ppm => {
+        let r: GpuResult<()> =
+            timed(&mut wall, || {
+                if self.m2l == M2lKind::Plain
+                    && plan.lists.far.sources.iter().any(|s| s.image != NO_SHIFT)
+                {
                     return Err(GpuError::Unsupported(
-                        "PPM M2L on the GPU is not implemented yet (hook: M2lKind::Ppm)".into(),
-                    ))
+                        "plain M2L kernel: periodic images not supported".into(),
+                    ));
                 }
-            }
-            Ok(())
-        });
+                let mut bufs = self.m2l_bufs.lock().unwrap();
+                let ndirs = pack_m2l_into(plan, p, self.m2l == M2lKind::Rotation, &mut bufs);
+                let (tasks, entries, recs) = (&bufs.tasks, &bufs.entries, &bufs.recs);
+                let keys_len = ndirs;
+                st.times.m2l_translations = entries.len() as u64;
+                st.times.m2l_directions = keys_len;
+                if tasks.is_empty() {
+                    return Ok(());
+                }
+                let d_tasks = s.clone_htod(flat4(tasks))?;
+                let d_entries = s.clone_htod(flat4(entries))?;
+                let mult = st.multipoles.as_ref().unwrap();
+                let loc = st.locals.as_mut().unwrap();
+                let zero = 0i32;
+                match self.m2l {
+                    M2lKind::Rotation => {
+                        let d_rots = s.clone_htod(&recs[..])?;
+                        let d_z = s.clone_htod(&zm2l)?;
+                        let f = dev.function(&FMM, &defines(p), "m2l_rot")?;
+                        st.times.m2l += self.event_timed(|| {
+                            let mut lb = s.launch_builder(&f);
+                            lb.arg(mult)
+                                .arg(&mut *loc)
+                                .arg(&d_tasks)
+                                .arg(&d_entries)
+                                .arg(&d_rots);
+                            lb.arg(&d_z).arg(&d_toff).arg(&zero);
+                            unsafe { lb.launch(blocks(tasks.len(), threads)) }?;
+                            Ok(())
+                        })?;
+                        st.rots = Some(d_rots);
+                    }
+                    M2lKind::Plain => {
+                        let f = dev.function(&FMM, &defines(p), "m2l_plain")?;
+                        st.times.m2l += self.event_timed(|| {
+                            let mut lb = s.launch_builder(&f);
+                            lb.arg(mult).arg(&mut *loc).arg(&d_tasks).arg(&d_entries);
+                            lb.arg(&st.tcenters)
+                                .arg(&st.scenters)
+                                .arg(&st.knm)
+                                .arg(&zero);
+                            unsafe { lb.launch(blocks(tasks.len(), threads)) }?;
+                            Ok(())
+                        })?;
+                    }
+                    M2lKind::Ppm => return Err(GpuError::Unsupported(
+                        "M2lKind::Ppm is not an FMM M2L: the PPM runs when the plan's far field \
+                         is FarField::Ppm (Method::Ppm)"
+                            .into(),
+                    )),
+                }
+                Ok(())
+            });
         times.m2l += wall;
         r?;
         // ---- L2L, level by level (parents -> children)
@@ -451,8 +484,8 @@ impl CudaBackend {
             if tasks.is_empty() {
                 return Ok(());
             }
-            let d_tasks = s.clone_htod(&flat4(&tasks))?;
-            let d_entries = s.clone_htod(&flat4(&entries))?;
+            let d_tasks = s.clone_htod(flat4(&tasks))?;
+            let d_entries = s.clone_htod(flat4(&entries))?;
             let d_rots = s.clone_htod(&recs)?;
             let d_z = s.clone_htod(&zl2l)?;
             let f = dev.function(&FMM, &defines(p), "l2l_rot")?;
@@ -495,7 +528,7 @@ impl CudaBackend {
             if tasks.is_empty() {
                 return Ok(());
             }
-            let d_tasks = s.clone_htod(&flat4(&tasks))?;
+            let d_tasks = s.clone_htod(flat4(&tasks))?;
             let f = dev.function(&FMM, &defines(p), "l2p")?;
             let loc = st.locals.as_ref().unwrap();
             st.times.l2p += self.event_timed(|| {
@@ -515,6 +548,66 @@ impl CudaBackend {
         r
     }
 
+    /// PPM downward pass: M2L on the GPU (`ppm_m2l`), L2L and L2P on the host.
+    fn ppm_downward(
+        &self,
+        plan: &Plan,
+        st: &mut CudaState,
+        times: &mut PhaseTimes,
+    ) -> GpuResult<()> {
+        use rayon::prelude::*;
+        let s = self.dev.stream().clone();
+        let tt = &plan.target_tree;
+        let h = st.ppm.as_mut().expect("PPM state");
+        let k = h.ops.count();
+        let f = self.dev.function(&PPM, &[("PPM_K", k)], "ppm_m2l")?;
+        let mut wall = 0.0;
+        let kt = &mut st.times;
+        let r: GpuResult<()> = timed(&mut wall, || {
+            let (tasks, entries, radii) = pack_ppm_m2l(plan, h.ops.radius_factor());
+            kt.m2l_translations = entries.len() as u64;
+            kt.m2l_directions = 0;
+            if tasks.is_empty() {
+                return Ok(());
+            }
+            let mult: Vec<f32> = h.multipoles.par_iter().map(|&x| x as f32).collect();
+            let unit: Vec<f32> = h
+                .ops
+                .unit_points()
+                .iter()
+                .flat_map(|u| [u[0] as f32, u[1] as f32, u[2] as f32, 0.0])
+                .collect();
+            let d_mult = s.clone_htod(&mult)?;
+            let d_tasks = s.clone_htod(flat4(&tasks))?;
+            let d_entries = s.clone_htod(flat4(&entries))?;
+            let d_rad = s.clone_htod(&radii)?;
+            let d_unit = s.clone_htod(&unit)?;
+            let mut d_loc = s.alloc_zeros::<f64>(tt.cells.len() * 3 * k)?;
+            kt.m2l += self.event_timed(|| {
+                let mut lb = s.launch_builder(&f);
+                lb.arg(&d_mult)
+                    .arg(&mut d_loc)
+                    .arg(&d_tasks)
+                    .arg(&d_entries);
+                lb.arg(&d_rad).arg(&d_unit);
+                unsafe { lb.launch(blocks(tasks.len(), ppm_threads(k))) }?;
+                Ok(())
+            })?;
+            let loc = s.clone_dtoh(&d_loc)?;
+            s.synchronize()?;
+            h.locals
+                .par_iter_mut()
+                .zip(loc.par_iter())
+                .for_each(|(a, b)| *a += b);
+            Ok(())
+        });
+        times.m2l += wall;
+        r?;
+        fmm::backend::timed(&mut times.l2l, || h.l2l(tt));
+        fmm::backend::timed(&mut times.l2p, || h.l2p(tt));
+        Ok(())
+    }
+
     fn treecode_far(
         &self,
         plan: &Plan,
@@ -523,44 +616,15 @@ impl CudaBackend {
     ) -> GpuResult<()> {
         let p = st.p;
         let s = self.dev.stream().clone();
-        let tt = &plan.target_tree;
         let mut wall = 0.0;
         let r: GpuResult<()> = timed(&mut wall, || {
-            let mut tasks: Vec<[i32; 4]> = Vec::new();
-            let mut entries: Vec<[i32; 4]> = Vec::new();
-            let mut evals = 0u64;
-            for l in tt.leaves() {
-                let e0 = entries.len();
-                let mut cell = Some(l);
-                while let Some(c) = cell {
-                    entries.extend(
-                        plan.lists
-                            .far
-                            .row(c)
-                            .iter()
-                            .map(|s| [s.cell as i32, s.image as i32, 0, 0]),
-                    );
-                    cell = tt.cells[c].parent;
-                }
-                let e1 = entries.len();
-                if e1 == e0 {
-                    continue;
-                }
-                let r = tt.cells[l].range.clone();
-                evals += (r.len() * (e1 - e0)) as u64;
-                let mut first = r.start;
-                while first < r.end {
-                    let n = EVAL_BLOCK.min(r.end - first);
-                    tasks.push([first as i32, n as i32, e0 as i32, e1 as i32]);
-                    first += n;
-                }
-            }
+            let (tasks, entries, evals) = pack_m2p(plan);
             st.times.m2p_evaluations = evals;
             if tasks.is_empty() {
                 return Ok(());
             }
-            let d_tasks = s.clone_htod(&flat4(&tasks))?;
-            let d_entries = s.clone_htod(&flat4(&entries))?;
+            let d_tasks = s.clone_htod(flat4(&tasks))?;
+            let d_entries = s.clone_htod(flat4(&entries))?;
             let f = self.dev.function(&FMM, &defines(p), "m2p")?;
             let mult = st.multipoles.as_ref().unwrap();
             let period = plan.periodic.map(|q| q.box_length).unwrap_or(0.0) as f32;
@@ -593,9 +657,9 @@ impl CudaBackend {
             if lay.tasks.is_empty() {
                 return Ok(());
             }
-            let d_tasks = s.clone_htod(&flat4(&lay.tasks))?;
+            let d_tasks = s.clone_htod(flat4(&lay.tasks))?;
             let d_nsrc = s.clone_htod(&lay.task_nsrc)?;
-            let d_runs = s.clone_htod(&flat4(&lay.runs))?;
+            let d_runs = s.clone_htod(flat4(&lay.runs))?;
             let period = plan.periodic.map(|q| q.box_length).unwrap_or(0.0) as f32;
             st.times.p2p += self.event_timed(|| {
                 let mut lb = s.launch_builder(&f);
@@ -617,21 +681,25 @@ impl CudaBackend {
         let w = s.clone_dtoh(&st.strf)?;
         s.synchronize()?;
         *self.last.lock().unwrap() = st.times.clone();
-        let conv = |x: &[f32]| -> Vec<[f64; 3]> {
-            x.chunks_exact(3)
-                .map(|c| {
+        let host = st.ppm.and_then(|h| h.fields);
+        let conv = |x: &[f32], add: Option<&Vec<[f64; 3]>>| -> Vec<[f64; 3]> {
+            use rayon::prelude::*;
+            x.par_chunks_exact(3)
+                .enumerate()
+                .map(|(i, c)| {
+                    let a = add.map(|a| a[i]).unwrap_or([0.0; 3]);
                     [
-                        c[0] as f64 * INV_4PI,
-                        c[1] as f64 * INV_4PI,
-                        c[2] as f64 * INV_4PI,
+                        (c[0] as f64 + a[0]) * INV_4PI,
+                        (c[1] as f64 + a[1]) * INV_4PI,
+                        (c[2] as f64 + a[2]) * INV_4PI,
                     ]
                 })
                 .collect()
         };
         debug_assert_eq!(v.len(), 3 * st.nt);
         Ok(Fields {
-            velocity: conv(&v),
-            stretching: conv(&w),
+            velocity: conv(&v, host.as_ref().map(|f| &f.velocity)),
+            stretching: conv(&w, host.as_ref().map(|f| &f.stretching)),
         })
     }
 
@@ -674,6 +742,7 @@ impl CudaBackend {
             multipoles: None,
             locals: None,
             rots: None,
+            ppm: None,
             times: self.last_kernel_times(),
         };
         Ok((self.fields_impl(st)?, secs))
@@ -683,91 +752,282 @@ impl CudaBackend {
 /// `(tasks, entries, rotation records, number of directions)` of [`pack_m2l`].
 pub type M2lPacking = (Vec<[i32; 4]>, Vec<[i32; 4]>, Vec<f32>, usize);
 
+/// Host buffers of the M2L packing, kept by the backend between evaluations (their capacity
+/// is reused: no reallocation and no fresh page faults per call).
+#[derive(Default)]
+pub struct M2lBuffers {
+    pub tasks: Vec<[i32; 4]>,
+    pub entries: Vec<[i32; 4]>,
+    pub recs: Vec<f32>,
+    keys: Vec<u128>,
+    /// rotation records of the directions met so far, for order `cache_order`
+    rot_cache: HashMap<u128, Vec<f32>, FxBuild>,
+    cache_order: usize,
+}
+
+/// A cheap multiplicative hasher (FxHash) for the direction keys.
+#[derive(Default, Clone, Copy)]
+struct Fx(u64);
+
+impl Fx {
+    #[inline]
+    fn add(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+impl std::hash::Hasher for Fx {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.add(u64::from_le_bytes(w));
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.add(x)
+    }
+    fn write_u128(&mut self, x: u128) {
+        self.add(x as u64);
+        self.add((x >> 64) as u64);
+    }
+}
+
+type FxBuild = std::hash::BuildHasherDefault<Fx>;
+
+const KEY_BIAS: i64 = 1 << 41;
+const KEY_MASK: u128 = (1 << 42) - 1;
+
+/// A reduced direction key in one `u128` (42 bits per component).
+fn pack_key(k: [i64; 3]) -> u128 {
+    let f = |x: i64| ((x + KEY_BIAS) as u128) & KEY_MASK;
+    (f(k[0]) << 84) | (f(k[1]) << 42) | f(k[2])
+}
+
+fn unpack_key(k: u128) -> [f64; 3] {
+    let f = |s: u32| (((k >> s) & KEY_MASK) as i64 - KEY_BIAS) as f64;
+    [f(84), f(42), f(0)]
+}
+
 /// M2L work in the kernel's layout, packed in parallel: tasks `(target cell, first entry, end
 /// entry, 0)` (the far list's CSR rows), entries `(source cell, rotation, distance bits, 0)`,
 /// rotation records of the distinct directions (if `with_rot`) and their number.
 pub fn pack_m2l(plan: &Plan, p: usize, with_rot: bool) -> M2lPacking {
+    let mut b = M2lBuffers::default();
+    let n = pack_m2l_into(plan, p, with_rot, &mut b);
+    (b.tasks, b.entries, b.recs, n)
+}
+
+/// [`pack_m2l`] into reused buffers; returns the number of distinct directions. Entries are
+/// filled in parallel over the far list's rows (one pass for cells, distances and direction
+/// keys), the distinct keys collected by per-thread hash sets, and the rotation indices looked
+/// up in parallel.
+pub fn pack_m2l_into(plan: &Plan, p: usize, with_rot: bool, out: &mut M2lBuffers) -> usize {
     use rayon::prelude::*;
     let (tt, stree, far) = (&plan.target_tree, &plan.source_tree, &plan.lists.far);
-    let tasks: Vec<[i32; 4]> = (0..tt.cells.len())
-        .filter(|&t| far.offsets[t + 1] > far.offsets[t])
-        .map(|t| {
-            [
-                t as i32,
-                far.offsets[t] as i32,
-                far.offsets[t + 1] as i32,
-                0,
-            ]
-        })
-        .collect();
-    // (key, distance) per entry, parallel over target cells
-    let mut keyed: Vec<([i64; 3], f32, [f64; 3])> = vec![([0; 3], 0.0, [0.0; 3]); far.len()];
-    let mut rest = &mut keyed[..];
-    let mut chunks = Vec::with_capacity(tasks.len());
-    for t in &tasks {
-        let (a, b) = std::mem::take(&mut rest).split_at_mut((t[2] - t[1]) as usize);
-        chunks.push((t[0] as usize, t[1] as usize, a));
-        rest = b;
-    }
-    chunks.into_par_iter().for_each(|(t, e0, out)| {
-        let tc = &tt.cells[t];
-        for (k, sref) in far.sources[e0..e0 + out.len()].iter().enumerate() {
-            let sc = plan.source_center(sref.cell as usize, sref.image);
-            let v: [f64; 3] = std::array::from_fn(|k| tc.center[k] - sc[k]);
-            let h = tc
-                .half_width
-                .min(stree.cells[sref.cell as usize].half_width);
-            let d = (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt() as f32;
-            out[k] = (direction_key(v, h), d, v);
-        }
-    });
-    let (recs, uniq) = if with_rot {
-        // distinct directions: per-thread hash maps merged (a handful of thousands of keys)
-        let map = keyed
-            .par_iter()
-            .fold(HashMap::new, |mut m: HashMap<[i64; 3], [f64; 3]>, k| {
-                m.entry(k.0).or_insert(k.2);
-                m
-            })
-            .reduce(HashMap::new, |mut a, b| {
-                for (k, v) in b {
-                    a.entry(k).or_insert(v);
-                }
-                a
-            });
-        let mut uniq: Vec<([i64; 3], [f64; 3])> = map.into_iter().collect();
-        uniq.sort_unstable_by_key(|u| u.0);
-        let stride = rot_stride(p);
-        let recs: Vec<f32> = uniq
-            .par_iter()
-            .map_init(
-                || RotationBuilder::new(p),
-                |rb, u| {
-                    let mut r = Vec::with_capacity(stride);
-                    rb.push(u.1, &mut r);
-                    r
-                },
-            )
-            .flatten_iter()
-            .collect();
-        (recs, uniq.into_iter().map(|u| u.0).collect::<Vec<_>>())
-    } else {
-        (Vec::new(), Vec::new())
-    };
-    let entries: Vec<[i32; 4]> = keyed
-        .par_iter()
-        .zip(far.sources.par_iter())
-        .map(|(k, sref)| {
-            let ri = if with_rot {
-                uniq.binary_search(&k.0).expect("direction key") as i32
+    let tasks = &mut out.tasks;
+    tasks.clear();
+    tasks.par_extend(
+        (0..tt.cells.len())
+            .into_par_iter()
+            .filter(|&t| far.offsets[t + 1] > far.offsets[t])
+            .map(|t| {
+                [
+                    t as i32,
+                    far.offsets[t] as i32,
+                    far.offsets[t + 1] as i32,
+                    0,
+                ]
+            }),
+    );
+    let n = far.len();
+    out.entries.clear();
+    out.entries.resize(n, [0; 4]);
+    out.keys.clear();
+    out.keys.resize(if with_rot { n } else { 0 }, 0);
+    // rows of the far list are contiguous in CSR order: split the outputs by rows
+    {
+        let mut rows = Vec::with_capacity(tasks.len());
+        let mut erest = &mut out.entries[..];
+        let mut krest = &mut out.keys[..];
+        let mut at = 0usize;
+        for t in tasks.iter() {
+            let (e0, e1) = (t[1] as usize, t[2] as usize);
+            let (_, r) = std::mem::take(&mut erest).split_at_mut(e0 - at);
+            let (er, r) = r.split_at_mut(e1 - e0);
+            erest = r;
+            let kr = if with_rot {
+                let (_, r) = std::mem::take(&mut krest).split_at_mut(e0 - at);
+                let (kr, r) = r.split_at_mut(e1 - e0);
+                krest = r;
+                kr
             } else {
-                0
+                &mut []
             };
-            [sref.cell as i32, ri, k.1.to_bits() as i32, 0]
+            rows.push((t[0] as usize, e0, er, kr));
+            at = e1;
+        }
+        rows.into_par_iter().for_each(|(t, e0, er, kr)| {
+            let tc = &tt.cells[t];
+            for (k, sref) in far.sources[e0..e0 + er.len()].iter().enumerate() {
+                let sc = plan.source_center(sref.cell as usize, sref.image);
+                let v: [f64; 3] = std::array::from_fn(|k| tc.center[k] - sc[k]);
+                let d = (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt() as f32;
+                er[k] = [sref.cell as i32, 0, d.to_bits() as i32, 0];
+                if !kr.is_empty() {
+                    // the unreduced integer vector (v / h): cheap per entry; reduced by
+                    // the gcd once per distinct vector below
+                    let h = tc
+                        .half_width
+                        .min(stree.cells[sref.cell as usize].half_width);
+                    let ih = 1.0 / h;
+                    kr[k] = pack_key(std::array::from_fn(|d| (v[d] * ih).round() as i64));
+                }
+            }
+        });
+    }
+    out.recs.clear();
+    if !with_rot {
+        return 0;
+    }
+    // distinct integer vectors: per-thread hash sets merged (a few thousand keys)
+    let set = out
+        .keys
+        .par_chunks(1 << 16)
+        .fold(
+            std::collections::HashSet::<u128, FxBuild>::default,
+            |mut m, ks| {
+                m.extend(ks.iter().copied());
+                m
+            },
+        )
+        .reduce(
+            std::collections::HashSet::<u128, FxBuild>::default,
+            |mut a, b| {
+                a.extend(b);
+                a
+            },
+        );
+    // reduce each to its direction (gcd), number the distinct directions
+    let raw: Vec<(u128, u128)> = set
+        .into_iter()
+        .map(|k| {
+            let v = unpack_key(k);
+            (k, pack_key(direction_key(v, 1.0)))
         })
         .collect();
-    let n = uniq.len();
-    (tasks, entries, recs, n)
+    let mut uniq: Vec<u128> = raw.iter().map(|r| r.1).collect();
+    uniq.sort_unstable();
+    uniq.dedup();
+    // rotation records: cached per (order, direction) across evaluations, the missing ones
+    // computed in parallel
+    if out.cache_order != p {
+        out.rot_cache.clear();
+        out.cache_order = p;
+    }
+    let missing: Vec<u128> = uniq
+        .iter()
+        .copied()
+        .filter(|k| !out.rot_cache.contains_key(k))
+        .collect();
+    let fresh: Vec<(u128, Vec<f32>)> = missing
+        .par_iter()
+        .map_init(
+            || RotationBuilder::new(p),
+            |rb, &u| {
+                let mut r = Vec::with_capacity(rot_stride(p));
+                rb.push(unpack_key(u), &mut r);
+                (u, r)
+            },
+        )
+        .collect();
+    out.rot_cache.extend(fresh);
+    for u in &uniq {
+        out.recs.extend_from_slice(&out.rot_cache[u]);
+    }
+    let index: HashMap<u128, i32, FxBuild> = raw
+        .iter()
+        .map(|(k, r)| (*k, uniq.binary_search(r).unwrap() as i32))
+        .collect();
+    out.entries
+        .par_iter_mut()
+        .zip(out.keys.par_iter())
+        .for_each(|(e, k)| e[1] = index[k]);
+    uniq.len()
+}
+
+/// M2P (treecode) work in the kernel's layout, packed in parallel over the target leaves:
+/// tasks `(first target, count <= EVAL_BLOCK, first entry, end entry)`, entries `(source cell,
+/// image, 0, 0)` (the far rows of the leaf and of its ancestors), and the number of (cell,
+/// target) evaluations.
+pub fn pack_m2p(plan: &Plan) -> (Vec<[i32; 4]>, Vec<[i32; 4]>, u64) {
+    use rayon::prelude::*;
+    let tt = &plan.target_tree;
+    let far = &plan.lists.far;
+    let leaves: Vec<usize> = tt.leaves().collect();
+    // per leaf: number of entries (its far row and its ancestors') and of tasks
+    let counts: Vec<(usize, usize)> = leaves
+        .par_iter()
+        .map(|&l| {
+            let mut n = 0;
+            let mut cell = Some(l);
+            while let Some(c) = cell {
+                n += far.row(c).len();
+                cell = tt.cells[c].parent;
+            }
+            let nt = if n == 0 {
+                0
+            } else {
+                tt.cells[l].range.len().div_ceil(EVAL_BLOCK)
+            };
+            (n, nt)
+        })
+        .collect();
+    let (ne, nt) = counts.iter().fold((0, 0), |(a, b), &(x, y)| (a + x, b + y));
+    let mut entries = vec![[0i32; 4]; ne];
+    let mut tasks = vec![[0i32; 4]; nt];
+    let mut work = Vec::with_capacity(leaves.len());
+    {
+        let (mut er, mut tr) = (&mut entries[..], &mut tasks[..]);
+        let mut e0 = 0usize;
+        for (&l, &(n, m)) in leaves.iter().zip(&counts) {
+            let (e, r) = std::mem::take(&mut er).split_at_mut(n);
+            let (t, r2) = std::mem::take(&mut tr).split_at_mut(m);
+            er = r;
+            tr = r2;
+            if m > 0 {
+                work.push((l, e0, e, t));
+            }
+            e0 += n;
+        }
+    }
+    let evals: u64 = work
+        .into_par_iter()
+        .map(|(l, e0, e, t)| {
+            let mut k = 0;
+            let mut cell = Some(l);
+            while let Some(c) = cell {
+                for s in far.row(c) {
+                    e[k] = [s.cell as i32, s.image as i32, 0, 0];
+                    k += 1;
+                }
+                cell = tt.cells[c].parent;
+            }
+            let r = tt.cells[l].range.clone();
+            let e1 = e0 + e.len();
+            let mut first = r.start;
+            for task in t.iter_mut() {
+                let n = EVAL_BLOCK.min(r.end - first);
+                *task = [first as i32, n as i32, e0 as i32, e1 as i32];
+                first += n;
+            }
+            (r.len() * e.len()) as u64
+        })
+        .sum();
+    (tasks, entries, evals)
 }
 
 /// Raw device pointer of a slice, for kernels that read and write the same buffer (M2M, L2L:
@@ -840,6 +1100,13 @@ impl Backend for CudaBackend {
         st: &CudaState,
         cells: &[usize],
     ) -> Result<Vec<f64>, FmmError> {
+        if let Some(h) = st.ppm.as_ref() {
+            let len = h.len();
+            return Ok(cells
+                .iter()
+                .flat_map(|&c| h.multipoles[c * len..(c + 1) * len].iter().copied())
+                .collect());
+        }
         let len = 2 * 3 * ncoef(plan.order);
         let m = st
             .multipoles
@@ -861,6 +1128,13 @@ impl Backend for CudaBackend {
         cells: &[usize],
         data: &[f64],
     ) -> Result<(), FmmError> {
+        if let Some(h) = st.ppm.as_mut() {
+            let len = h.len();
+            for (k, &c) in cells.iter().enumerate() {
+                h.multipoles[c * len..(c + 1) * len].copy_from_slice(&data[k * len..(k + 1) * len]);
+            }
+            return Ok(());
+        }
         let len = 2 * 3 * ncoef(plan.order);
         let s = self.dev.stream().clone();
         let m = st
@@ -887,6 +1161,16 @@ impl Backend for CudaBackend {
         cells: &[usize],
         data: &[f64],
     ) -> Result<(), FmmError> {
+        if let Some(h) = st.ppm.as_mut() {
+            let len = h.len();
+            for (k, &c) in cells.iter().enumerate() {
+                h.locals[c * len..(c + 1) * len]
+                    .iter_mut()
+                    .zip(&data[k * len..(k + 1) * len])
+                    .for_each(|(a, b)| *a += b);
+            }
+            return Ok(());
+        }
         let len = 2 * 3 * ncoef(plan.order);
         let s = self.dev.stream().clone();
         if st.locals.is_none() {
@@ -948,7 +1232,61 @@ mod tests {
                 let d = (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt() as f32;
                 assert_eq!(f32::from_bits(e[2] as u32), d);
                 assert!((e[1] as usize) < ndirs);
+                // the entry's rotation record is the rotation of its direction
+                let stride = rot_stride(4);
+                let mut r = Vec::new();
+                RotationBuilder::new(4).push(v, &mut r);
+                let got = &recs[e[1] as usize * stride..(e[1] as usize + 1) * stride];
+                for (x, y) in got.iter().zip(&r) {
+                    assert!((x - y).abs() <= 1e-5 * (1.0 + y.abs()), "{x} {y}");
+                }
             }
         }
+    }
+
+    #[test]
+    fn m2p_packing_matches_sequential_walk() {
+        let s = fmm::testsets::standard(5000, 4);
+        let params = EvalParams {
+            method: Method::Treecode,
+            order: 4,
+            leaf_size: 100,
+            ..Default::default()
+        };
+        let mut t = PhaseTimes::default();
+        let (plan, _, _) = fmm::evaluators::plan(&params, &s, &s.as_targets(), &mut t).unwrap();
+        let (tasks, entries, evals) = pack_m2p(&plan);
+        let tt = &plan.target_tree;
+        let (mut et, mut ee, mut ev) = (Vec::new(), Vec::new(), 0u64);
+        for l in tt.leaves() {
+            let e0 = ee.len();
+            let mut cell = Some(l);
+            while let Some(c) = cell {
+                ee.extend(
+                    plan.lists
+                        .far
+                        .row(c)
+                        .iter()
+                        .map(|s| [s.cell as i32, s.image as i32, 0, 0]),
+                );
+                cell = tt.cells[c].parent;
+            }
+            let e1 = ee.len();
+            if e1 == e0 {
+                continue;
+            }
+            let r = tt.cells[l].range.clone();
+            ev += (r.len() * (e1 - e0)) as u64;
+            let mut first = r.start;
+            while first < r.end {
+                let n = EVAL_BLOCK.min(r.end - first);
+                et.push([first as i32, n as i32, e0 as i32, e1 as i32]);
+                first += n;
+            }
+        }
+        assert!(!tasks.is_empty());
+        assert_eq!(tasks, et);
+        assert_eq!(entries, ee);
+        assert_eq!(evals, ev);
     }
 }

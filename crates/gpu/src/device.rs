@@ -104,8 +104,14 @@ pub const FMM: KernelSource = KernelSource {
     source: include_str!("../../../kernels/fmm.cu"),
 };
 
+/// Pseudo-particle M2L (compiled with `-DPPM_K=K`).
+pub const PPM: KernelSource = KernelSource {
+    name: "ppm",
+    source: include_str!("../../../kernels/ppm.cu"),
+};
+
 /// Every kernel source of the crate.
-pub const ALL_SOURCES: [KernelSource; 2] = [P2P, FMM];
+pub const ALL_SOURCES: [KernelSource; 3] = [P2P, FMM, PPM];
 
 /// NVRTC options for a device of compute capability `cc`.
 pub fn compile_options(cc: (i32, i32)) -> Vec<String> {

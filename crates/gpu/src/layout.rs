@@ -108,16 +108,48 @@ impl NearLayout {
                 (runs, tasks, nsrc as i32)
             })
             .collect();
-        let mut out = NearLayout::default();
-        for (runs, tasks, nsrc) in per {
-            let base = out.runs.len() as i32;
-            out.runs.extend_from_slice(&runs);
-            for t in tasks {
-                out.tasks.push([t[0], t[1], t[2] + base, t[3] + base]);
-                out.task_nsrc.push(nsrc);
-                out.pairs += t[1] as u64 * nsrc as u64;
+        // concatenation in parallel: offsets by prefix sums, then each leaf writes its slices
+        let (nr, nt) = per
+            .iter()
+            .fold((0, 0), |(a, b), w| (a + w.0.len(), b + w.1.len()));
+        let mut out = NearLayout {
+            tasks: vec![[0; 4]; nt],
+            task_nsrc: vec![0; nt],
+            runs: vec![[0; 4]; nr],
+            pairs: 0,
+        };
+        let mut work = Vec::with_capacity(per.len());
+        {
+            let (mut rr, mut tr, mut nr_) = (
+                &mut out.runs[..],
+                &mut out.tasks[..],
+                &mut out.task_nsrc[..],
+            );
+            let mut base = 0i32;
+            for w in &per {
+                let (r, rest) = std::mem::take(&mut rr).split_at_mut(w.0.len());
+                rr = rest;
+                let (t, rest) = std::mem::take(&mut tr).split_at_mut(w.1.len());
+                tr = rest;
+                let (n, rest) = std::mem::take(&mut nr_).split_at_mut(w.1.len());
+                nr_ = rest;
+                work.push((w, base, r, t, n));
+                base += w.0.len() as i32;
             }
         }
+        out.pairs = work
+            .into_par_iter()
+            .map(|((runs, tasks, nsrc), base, r, t, n)| {
+                r.copy_from_slice(runs);
+                let mut pairs = 0u64;
+                for ((o, no), tk) in t.iter_mut().zip(n.iter_mut()).zip(tasks) {
+                    *o = [tk[0], tk[1], tk[2] + base, tk[3] + base];
+                    *no = *nsrc;
+                    pairs += tk[1] as u64 * *nsrc as u64;
+                }
+                pairs
+            })
+            .sum();
         out
     }
 

@@ -5,7 +5,8 @@
 //! * [`layout`]: host-side packing of particles and near lists into the kernels' buffers;
 //! * [`tables`]: `K_n^m`, z-axis translation tables and rotation records for the kernels;
 //! * [`backend`]: [`CudaBackend`], an [`fmm::Backend`], so `fmm::evaluate(&CudaBackend, ..)`
-//!   runs P2M, M2M, M2L (rotation O(p^3) or plain O(p^4)), L2L, L2P / M2P and P2P on the GPU.
+//!   runs P2M, M2M, M2L (rotation O(p^3) or plain O(p^4)), L2L, L2P / M2P and P2P on the GPU;
+//! * [`ppm`]: the pseudo-particle method (M2L kernel on the GPU, the other operators on the host).
 //!
 //! The CUDA C sources live in `kernels/*.cu` at the top of the workspace and are embedded
 //! with `include_str!`; NVRTC compiles them at run time (no `nvcc` needed at build time).
@@ -13,6 +14,7 @@
 pub mod backend;
 pub mod device;
 pub mod layout;
+pub mod ppm;
 pub mod tables;
 
 pub use backend::{CudaBackend, KernelTimes, M2lKind};
@@ -54,6 +56,10 @@ mod tests {
             device::compile(&device::P2P, cc, &[]).unwrap();
             for p in [4, 10, backend::MAX_GPU_ORDER] {
                 device::compile(&device::FMM, cc, &[("ORDER", p)]).unwrap();
+            }
+            for p in [4, 8, 10, 16] {
+                let k = fmm::ppm::PseudoParticles::new(p).count();
+                device::compile(&device::PPM, cc, &[("PPM_K", k)]).unwrap();
             }
         }
         println!("all kernels compiled with NVRTC");

@@ -3,7 +3,13 @@
 //! ```text
 //! gpu-check [--sizes 1e5,1e6] [--order 10] [--leaf 64] [--theta 0.5] [--device 0]
 //!           [--samples 1000] [--allpairs 262144] [--cpu-fmm-max 100000] [--stage p2p|all]
+//!           [--ppm-order 10] [--reps 3] [--methods fmm,treecode,ppm,plain]
+//! gpu-check --pack-bench 1e6   (no GPU needed: times the host-side list packing)
 //! ```
+//! The FMM, the treecode (M2P) and the PPM run at every N (best of `--reps`); at
+//! N <= `--cpu-fmm-max` the CPU f64 FMM and PPM are compared on all targets. A summary table
+//! (one row per N and method) ends the output, with the peak host memory and an estimate of the
+//! device memory per particle.
 //! For each N of the standard set (CONVENTIONS.md): P2P alone (near field only) against the
 //! f64 near-field sum, then the full FMM on the GPU against the f64 direct sum on sampled
 //! targets, per-phase wall times and kernel times, P2P pair interactions per second and M2L
@@ -29,6 +35,10 @@ struct Args {
     allpairs: usize,
     cpu_fmm_max: usize,
     stage: String,
+    ppm_order: usize,
+    reps: usize,
+    methods: Vec<String>,
+    pack_bench: usize,
 }
 
 fn parse() -> Args {
@@ -42,6 +52,15 @@ fn parse() -> Args {
         allpairs: 1 << 18,
         cpu_fmm_max: 100_000,
         stage: "all".into(),
+        ppm_order: 0,
+        reps: 3,
+        methods: vec![
+            "fmm".into(),
+            "treecode".into(),
+            "ppm".into(),
+            "plain".into(),
+        ],
+        pack_bench: 0,
     };
     let v: Vec<String> = std::env::args().skip(1).collect();
     let num = |s: &str| {
@@ -61,11 +80,145 @@ fn parse() -> Args {
             "--allpairs" => a.allpairs = num(x),
             "--cpu-fmm-max" => a.cpu_fmm_max = num(x),
             "--stage" => a.stage = x.clone(),
+            "--ppm-order" => a.ppm_order = num(x),
+            "--reps" => a.reps = num(x).max(1),
+            "--methods" => a.methods = x.split(',').map(String::from).collect(),
+            "--pack-bench" => a.pack_bench = num(x),
             o => panic!("unknown option {o}"),
         }
         i += 2;
     }
+    if a.ppm_order == 0 {
+        a.ppm_order = a.order;
+    }
     a
+}
+
+/// Peak resident host memory of this process (VmHWM), bytes.
+fn host_peak_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(0)
+}
+
+/// Host-side packing of the lists alone (no GPU): median of 3 wall times per packer.
+fn pack_bench(n: usize, args: &Args) {
+    let src = fmm::testsets::standard(n, 42);
+    let tgt = src.as_targets();
+    let params = EvalParams {
+        method: Method::Fmm,
+        order: args.order,
+        theta: args.theta,
+        leaf_size: args.leaf,
+        ..Default::default()
+    };
+    let mut pt = PhaseTimes::default();
+    let (plan, _, _) = fmm::evaluators::plan(&params, &src, &tgt, &mut pt).expect("plan");
+    println!(
+        "pack-bench N = {n}, p = {}, theta = {}, leaf = {}: {} cells, {} far, {} near entries, {} threads",
+        args.order,
+        args.theta,
+        args.leaf,
+        plan.target_tree.cells.len(),
+        plan.lists.far.len(),
+        plan.lists.near.len(),
+        rayon::current_num_threads()
+    );
+    let time = |f: &mut dyn FnMut()| -> f64 {
+        let mut v: Vec<f64> = (0..3)
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                t.elapsed().as_secs_f64()
+            })
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v[1]
+    };
+    let mut bufs = gpu::backend::M2lBuffers::default();
+    let t = time(&mut || {
+        gpu::backend::pack_m2l_into(&plan, args.order, true, &mut bufs);
+    });
+    println!("  M2L rotation packing (reused buffers): {t:.4} s");
+    let t = time(&mut || {
+        let _ = gpu::backend::pack_m2l(&plan, args.order, true);
+    });
+    println!("  M2L rotation packing (fresh buffers):  {t:.4} s");
+    let t = time(&mut || {
+        let _ = gpu::ppm::pack_ppm_m2l(&plan, fmm::ppm::DEFAULT_RADIUS_FACTOR);
+    });
+    println!("  PPM M2L packing:                       {t:.4} s");
+    let t = time(&mut || {
+        let _ = gpu::layout::NearLayout::build(
+            &plan.target_tree,
+            &plan.source_tree,
+            &plan.lists.near,
+            gpu::backend::P2P_TARGETS,
+        );
+    });
+    println!("  P2P near layout:                       {t:.4} s");
+    let t = time(&mut || {
+        let _ = gpu::backend::pack_m2p(&plan);
+    });
+    println!("  M2P (treecode) packing, FMM lists:     {t:.4} s");
+    // PPM: its own plan (lists built with the sphere radii)
+    let pparams = EvalParams {
+        method: Method::Ppm,
+        order: args.ppm_order,
+        ..params.clone()
+    };
+    let (pplan, ss, st) = fmm::evaluators::plan(&pparams, &src, &tgt, &mut pt).expect("plan");
+    let t = time(&mut || {
+        let _ = gpu::ppm::pack_ppm_m2l(&pplan, fmm::ppm::DEFAULT_RADIUS_FACTOR);
+    });
+    println!(
+        "  PPM M2L packing (PPM lists, {} far entries): {t:.4} s",
+        pplan.lists.far.len()
+    );
+    let plan = &pplan;
+    for um in [true, false] {
+        let mut h = gpu::ppm::PpmHost::new(plan, &ss, &st);
+        h.use_matrices = um;
+        let tr = &plan.source_tree;
+        let t0 = Instant::now();
+        h.p2m(tr);
+        let t1 = Instant::now();
+        h.m2m(tr);
+        let t2 = Instant::now();
+        h.locals.iter_mut().for_each(|x| *x = 1e-3);
+        h.l2l(tr);
+        let t3 = Instant::now();
+        h.l2p(tr);
+        let t4 = Instant::now();
+        println!(
+            "  PPM host p = {} ({}): P2M {:.4}, M2M {:.4}, L2L {:.4}, L2P {:.4} s",
+            args.ppm_order,
+            if um { "octant matrices" } else { "operators" },
+            (t1 - t0).as_secs_f64(),
+            (t2 - t1).as_secs_f64(),
+            (t3 - t2).as_secs_f64(),
+            (t4 - t3).as_secs_f64()
+        );
+    }
+}
+
+/// One row of the summary table.
+struct Row {
+    n: usize,
+    method: String,
+    p: usize,
+    total: f64,
+    plan: f64,
+    phases: String,
+    kernels: String,
+    ev: f64,
+    es: f64,
 }
 
 /// Evenly spaced sample of `k` indices out of `n`.
@@ -120,6 +273,10 @@ impl Check {
 
 fn main() {
     let args = parse();
+    if args.pack_bench > 0 {
+        pack_bench(args.pack_bench, &args);
+        return;
+    }
     if !gpu::driver_present() || !gpu::nvrtc_present() {
         println!(
             "gpu-check: no usable GPU (driver present: {}, NVRTC present: {})",
@@ -156,6 +313,7 @@ fn main() {
         t0.elapsed().as_secs_f64()
     );
     let mut chk = Check { failed: Vec::new() };
+    let mut rows: Vec<Row> = Vec::new();
 
     // ---- all-pairs kernel
     if args.allpairs > 0 {
@@ -292,48 +450,97 @@ fn main() {
             ridx.len(),
             td.elapsed().as_secs_f64()
         );
-        let mut best: Option<(f64, fmm::Evaluation, gpu::KernelTimes)> = None;
-        for _ in 0..3 {
-            let e = fmm::evaluate(&be, &params, &src, &tgt).expect("gpu fmm");
-            let k = be.last_kernel_times();
-            if best.as_ref().map(|b| e.times.total < b.0).unwrap_or(true) {
-                best = Some((e.times.total, e, k));
+        let has = |m: &str| args.methods.iter().any(|x| x == m);
+        let best_of = |be: &CudaBackend, prm: &EvalParams| -> (fmm::Evaluation, gpu::KernelTimes) {
+            let mut best: Option<(f64, fmm::Evaluation, gpu::KernelTimes)> = None;
+            for _ in 0..args.reps {
+                let e = fmm::evaluate(be, prm, &src, &tgt).expect("gpu evaluation");
+                let k = be.last_kernel_times();
+                if best.as_ref().map(|b| e.times.total < b.0).unwrap_or(true) {
+                    best = Some((e.times.total, e, k));
+                }
+            }
+            let (_, e, k) = best.unwrap();
+            (e, k)
+        };
+        let row = |rows: &mut Vec<Row>,
+                   method: &str,
+                   p: usize,
+                   e: &fmm::Evaluation,
+                   k: &gpu::KernelTimes,
+                   ev: f64,
+                   es: f64| {
+            let t = &e.times;
+            rows.push(Row {
+                n,
+                method: method.into(),
+                p,
+                total: t.total,
+                plan: t.tree + t.lists,
+                phases: format!(
+                    "{:.3}/{:.3}/{:.3}/{:.3}/{:.3}/{:.3}/{:.3}",
+                    t.p2m,
+                    t.m2m,
+                    t.m2l + t.m2p,
+                    t.l2l,
+                    t.l2p,
+                    t.p2p,
+                    t.transfer
+                ),
+                kernels: format!(
+                    "{:.3}/{:.3}/{:.3}/{:.3}/{:.3}/{:.3}",
+                    k.p2m,
+                    k.m2m,
+                    k.m2l + k.m2p,
+                    k.l2l,
+                    k.l2p,
+                    k.p2p
+                ),
+                ev,
+                es,
+            });
+        };
+        if has("fmm") {
+            let (ev_gpu, k) = best_of(&be, &params);
+            print_times(&format!("GPU FMM (best of {})", args.reps), &ev_gpu.times);
+            println!(
+                "  kernels s: P2M {:.4}, M2M {:.4}, M2L {:.4}, L2L {:.4}, L2P {:.4}, P2P {:.4}",
+                k.p2m, k.m2m, k.m2l, k.l2l, k.l2p, k.p2p
+            );
+            println!(
+                "  M2L: {} translations, {} directions, {:.3e} translations/s (wall {:.4} s); P2P {:.3e} pairs/s (wall {:.4} s)",
+                k.m2l_translations,
+                k.m2l_directions,
+                k.m2l_translations as f64 / k.m2l,
+                ev_gpu.times.m2l,
+                k.p2p_pairs as f64 / k.p2p,
+                ev_gpu.times.p2p
+            );
+            println!(
+                "  total {:.4} s = {:.1} M particles/s (tree+lists on CPU {:.4} s; without them {:.4} s)",
+                ev_gpu.times.total,
+                n as f64 / ev_gpu.times.total * 1e-6,
+                ev_gpu.times.tree + ev_gpu.times.lists,
+                ev_gpu.times.total - ev_gpu.times.tree - ev_gpu.times.lists
+            );
+            let (fv, fs) = errs(&pick(&ev_gpu.fields, &ridx), &reference);
+            chk.le("GPU FMM velocity error vs f64 direct", fv, 1e-4);
+            chk.le("GPU FMM stretching error vs f64 direct", fs, 1e-3);
+            row(&mut rows, "fmm", args.order, &ev_gpu, &k, fv, fs);
+
+            if n <= args.cpu_fmm_max {
+                let tc = Instant::now();
+                let ev_cpu = fmm::evaluate(&CpuBackend, &params, &src, &tgt).expect("cpu fmm");
+                let cpu_s = tc.elapsed().as_secs_f64();
+                print_times("CPU f64 FMM", &ev_cpu.times);
+                let (cv, cs) = errs(&pick(&ev_cpu.fields, &ridx), &reference);
+                println!("  CPU f64 FMM errors vs direct: velocity {cv:.3e}, stretching {cs:.3e}; speed-up GPU/CPU {:.1}x", cpu_s / ev_gpu.times.total);
+                let (gv, gs) = errs(&ev_gpu.fields, &ev_cpu.fields);
+                chk.le("GPU vs CPU f64 FMM velocity (all targets)", gv, 1e-4);
+                chk.le("GPU vs CPU f64 FMM stretching (all targets)", gs, 1e-3);
             }
         }
-        let (_, ev_gpu, k) = best.unwrap();
-        print_times("GPU FMM (best of 3)", &ev_gpu.times);
-        println!(
-            "  kernels s: P2M {:.4}, M2M {:.4}, M2L {:.4}, L2L {:.4}, L2P {:.4}, P2P {:.4}",
-            k.p2m, k.m2m, k.m2l, k.l2l, k.l2p, k.p2p
-        );
-        println!(
-            "  M2L: {} translations, {} directions, {:.3e} translations/s; P2P {:.3e} pairs/s",
-            k.m2l_translations,
-            k.m2l_directions,
-            k.m2l_translations as f64 / k.m2l,
-            k.p2p_pairs as f64 / k.p2p
-        );
-        println!(
-            "  total {:.4} s = {:.1} M particles/s (tree+lists on CPU {:.4} s)",
-            ev_gpu.times.total,
-            n as f64 / ev_gpu.times.total * 1e-6,
-            ev_gpu.times.tree + ev_gpu.times.lists
-        );
-        let (fv, fs) = errs(&pick(&ev_gpu.fields, &ridx), &reference);
-        chk.le("GPU FMM velocity error vs f64 direct", fv, 1e-4);
-        chk.le("GPU FMM stretching error vs f64 direct", fs, 1e-3);
-
-        if n <= args.cpu_fmm_max {
-            let tc = Instant::now();
-            let ev_cpu = fmm::evaluate(&CpuBackend, &params, &src, &tgt).expect("cpu fmm");
-            let cpu_s = tc.elapsed().as_secs_f64();
-            print_times("CPU f64 FMM", &ev_cpu.times);
-            let (cv, cs) = errs(&pick(&ev_cpu.fields, &ridx), &reference);
-            println!("  CPU f64 FMM errors vs direct: velocity {cv:.3e}, stretching {cs:.3e}; speed-up GPU/CPU {:.1}x", cpu_s / ev_gpu.times.total);
-            let (gv, gs) = errs(&ev_gpu.fields, &ev_cpu.fields);
-            chk.le("GPU vs CPU f64 FMM velocity (all targets)", gv, 1e-4);
-            chk.le("GPU vs CPU f64 FMM stretching (all targets)", gs, 1e-3);
-
+        if has("plain") && n <= args.cpu_fmm_max {
             // plain O(p^4) M2L
             be.m2l = M2lKind::Plain;
             let e = fmm::evaluate(&be, &params, &src, &tgt).expect("gpu fmm plain");
@@ -347,25 +554,96 @@ fn main() {
             );
             chk.le("GPU FMM (plain M2L) velocity error", pv, 1e-4);
             chk.le("GPU FMM (plain M2L) stretching error", ps, 1e-3);
-
-            // treecode (M2P)
+        }
+        if has("treecode") {
             let tparams = EvalParams {
                 method: Method::Treecode,
                 ..params.clone()
             };
-            let e = fmm::evaluate(&be, &tparams, &src, &tgt).expect("gpu treecode");
-            let k = be.last_kernel_times();
+            let (e, k) = best_of(&be, &tparams);
             let (tv, ts) = errs(&pick(&e.fields, &ridx), &reference);
-            print_times("GPU treecode", &e.times);
+            print_times(&format!("GPU treecode (best of {})", args.reps), &e.times);
             println!(
-                "  M2P kernel {:.4} s, {:.3e} evaluations/s",
+                "  M2P kernel {:.4} s, {:.3e} evaluations/s (wall {:.4} s); total {:.4} s = {:.1} M particles/s",
                 k.m2p,
-                k.m2p_evaluations as f64 / k.m2p
+                k.m2p_evaluations as f64 / k.m2p,
+                e.times.m2p,
+                e.times.total,
+                n as f64 / e.times.total * 1e-6
             );
             chk.le("GPU treecode velocity error", tv, 1e-4);
             chk.le("GPU treecode stretching error", ts, 1e-3);
+            row(&mut rows, "treecode", args.order, &e, &k, tv, ts);
         }
+        if has("ppm") {
+            let pparams = EvalParams {
+                method: Method::Ppm,
+                order: args.ppm_order,
+                ..params.clone()
+            };
+            let kk = fmm::ppm::PseudoParticles::new(args.ppm_order).count();
+            let (e, k) = best_of(&be, &pparams);
+            let (pv, ps) = errs(&pick(&e.fields, &ridx), &reference);
+            print_times(
+                &format!(
+                    "GPU PPM p = {} (K = {kk}), best of {}",
+                    args.ppm_order, args.reps
+                ),
+                &e.times,
+            );
+            let pairs = k.m2l_translations as f64 * (kk * kk) as f64;
+            println!(
+                "  PPM M2L kernel {:.4} s (wall {:.4} s): {} translations, {:.3e} translations/s, {:.3e} pseudo-particle pairs/s; P2M/M2M/L2L/L2P on the host {:.4} s; total {:.4} s = {:.1} M particles/s",
+                k.m2l,
+                e.times.m2l,
+                k.m2l_translations,
+                k.m2l_translations as f64 / k.m2l,
+                pairs / k.m2l,
+                e.times.p2m + e.times.m2m + e.times.l2l + e.times.l2p,
+                e.times.total,
+                n as f64 / e.times.total * 1e-6
+            );
+            chk.le("GPU PPM velocity error vs f64 direct", pv, 1e-4);
+            chk.le("GPU PPM stretching error vs f64 direct", ps, 1e-3);
+            row(&mut rows, "ppm", args.ppm_order, &e, &k, pv, ps);
+            if n <= args.cpu_fmm_max {
+                let tc = Instant::now();
+                let ec = fmm::evaluate(&CpuBackend, &pparams, &src, &tgt).expect("cpu ppm");
+                let cpu_s = tc.elapsed().as_secs_f64();
+                print_times("CPU f64 PPM", &ec.times);
+                let (cv, cs) = errs(&pick(&ec.fields, &ridx), &reference);
+                println!("  CPU f64 PPM errors vs direct: velocity {cv:.3e}, stretching {cs:.3e}; speed-up GPU/CPU {:.1}x", cpu_s / e.times.total);
+                let (gv, gs) = errs(&e.fields, &ec.fields);
+                chk.le("GPU vs CPU f64 PPM velocity (all targets)", gv, 1e-5);
+                chk.le("GPU vs CPU f64 PPM stretching (all targets)", gs, 1e-4);
+            }
+        }
+        // device memory estimate per particle (what the backend allocates for this plan)
+        let cells = plan.target_tree.cells.len() as f64;
+        let nc = ((args.order + 1) * (args.order + 2) / 2) as f64;
+        let dev_bytes = n as f64 * (4.0 * 16.0 + 2.0 * 12.0)
+            + 2.0 * cells * 6.0 * nc * 4.0
+            + plan.lists.far.len() as f64 * 16.0
+            + plan.lists.near.len() as f64 * 16.0
+            + (n as f64 / 32.0) * 20.0;
+        println!(
+            "  memory: device estimate {:.0} B/particle ({:.2} GB at this N; {} GB card: N_max ~ {:.2e}); host peak RSS {:.1} GB",
+            dev_bytes / n as f64,
+            dev_bytes * 1e-9,
+            (dev.total_mem() as f64 * 1e-9).round(),
+            dev.total_mem() as f64 * 0.9 / (dev_bytes / n as f64),
+            host_peak_bytes() as f64 * 1e-9
+        );
     }
+    println!("\n| N | method | p | total s | tree+lists s (CPU) | P2M/M2M/M2L-or-M2P/L2L/L2P/P2P/transfer wall s | kernels s (P2M/M2M/M2L-or-M2P/L2L/L2P/P2P) | velocity err | stretching err |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for r in &rows {
+        println!(
+            "| {:.0e} | {} | {} | {:.3} | {:.3} | {} | {} | {:.1e} | {:.1e} |",
+            r.n as f64, r.method, r.p, r.total, r.plan, r.phases, r.kernels, r.ev, r.es
+        );
+    }
+    println!("host peak RSS {:.1} GB", host_peak_bytes() as f64 * 1e-9);
     let _: Option<&Sources> = None;
     if chk.failed.is_empty() {
         println!("\ngpu-check: all checks passed");

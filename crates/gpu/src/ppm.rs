@@ -1,0 +1,518 @@
+//! Pseudo-particle method (PPM) on the CUDA backend: host side.
+//!
+//! The M2L, the costly part of the PPM (`K^2` singular-kernel pairs per translation), runs on
+//! the GPU (`kernels/ppm.cu`, one target cell per block, one target sphere point per thread,
+//! the source pseudo-particles streamed through shared memory). P2M, M2M, L2L and L2P run on
+//! the host with the f64 operators of [`fmm::ppm::PseudoParticles`] (rayon over cells / leaves):
+//! they are `O(p^3)` per particle and cheap next to the M2L; the multipoles cross the bus once
+//! upwards (fp32, `3K` per cell) and the locals once downwards (f64).
+//!
+//! [`pack_ppm_m2l`] packs the far lists in parallel into the kernel's layout (tasks: `(target
+//! cell, first entry, end entry, b)`, entries: `(source cell, t_centre - s_centre)`).
+
+use fmm::backend::Plan;
+use fmm::ppm::PseudoParticles;
+use fmm::tree::Tree;
+use fmm::{Fields, Sources, Targets};
+use rayon::prelude::*;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// M2M and L2L of the PPM as dense `K x K` matrices, one per child octant.
+///
+/// Both operators are linear, act on the three components alike, and depend on the geometry
+/// only through `(child centre - parent centre) / child half-width` (an octant sign vector) and
+/// the radius ratio (1/2): the scaled coordinates `z` of the child's sphere points in the
+/// parent's sphere are the same on every level. So each is 8 matrices, built once per order
+/// from the f64 operators themselves (column `j` = the operator applied to unit strength `j`),
+/// and M2M / L2L become `K^2` multiply-adds per component and child instead of a P2M of `K`
+/// points (`O(K p^3)`) or a coefficient conversion per child.
+pub struct OctantMatrices {
+    k: usize,
+    /// `m2m[o][row * K + col]`: parent strength `row` from child strength `col`.
+    m2m: Vec<Vec<f64>>,
+    /// `l2l[o][row * K + col]`: child potential `row` from parent potential `col`.
+    l2l: Vec<Vec<f64>>,
+}
+
+impl OctantMatrices {
+    fn sign(o: usize) -> [f64; 3] {
+        std::array::from_fn(|d| if (o >> d) & 1 == 1 { 1.0 } else { -1.0 })
+    }
+
+    fn build(ops: &PseudoParticles) -> Self {
+        let k = ops.count();
+        let len = ops.len();
+        let col = |o: usize, j: usize, l2l: bool| -> Vec<f64> {
+            let e = Self::sign(o);
+            let mut unit = vec![0.0; len];
+            unit[3 * j] = 1.0;
+            let mut out = vec![0.0; len];
+            if l2l {
+                ops.l2l([0.0; 3], 2.0, e, 1.0, &unit, &mut out);
+            } else {
+                ops.m2m(e, 1.0, [0.0; 3], 2.0, &unit, &mut out);
+            }
+            // component 0 of the output only (the operators do not mix components)
+            (0..k).map(|r| out[3 * r]).collect()
+        };
+        let mat = |l2l: bool| -> Vec<Vec<f64>> {
+            (0..8)
+                .map(|o| {
+                    let cols: Vec<Vec<f64>> =
+                        (0..k).into_par_iter().map(|j| col(o, j, l2l)).collect();
+                    let mut m = vec![0.0; k * k];
+                    for (j, c) in cols.iter().enumerate() {
+                        for (r, &v) in c.iter().enumerate() {
+                            m[r * k + j] = v;
+                        }
+                    }
+                    m
+                })
+                .collect()
+        };
+        Self {
+            k,
+            m2m: mat(false),
+            l2l: mat(true),
+        }
+    }
+
+    /// The matrices of order `p` (default rule and radius), built once per process.
+    pub fn get(ops: &PseudoParticles) -> Arc<Self> {
+        type Cache = Mutex<HashMap<(usize, u64), Arc<OctantMatrices>>>;
+        static CACHE: OnceLock<Cache> = OnceLock::new();
+        let key = (ops.order(), ops.radius_factor().to_bits());
+        let cache = CACHE.get_or_init(Default::default);
+        if let Some(m) = cache.lock().unwrap().get(&key) {
+            return m.clone();
+        }
+        let m = Arc::new(Self::build(ops));
+        cache.lock().unwrap().insert(key, m.clone());
+        m
+    }
+
+    /// The octant of `child` in `parent`, if it is a regular octree child (half the width,
+    /// centre at +-child half-width per axis).
+    fn octant(parent: &fmm::tree::Cell, child: &fmm::tree::Cell) -> Option<usize> {
+        let h = child.half_width;
+        if (parent.half_width - 2.0 * h).abs() > 1e-9 * parent.half_width {
+            return None;
+        }
+        let mut o = 0;
+        for d in 0..3 {
+            let e = (child.center[d] - parent.center[d]) / h;
+            if (e.abs() - 1.0).abs() > 1e-6 {
+                return None;
+            }
+            if e > 0.0 {
+                o |= 1 << d;
+            }
+        }
+        Some(o)
+    }
+
+    /// `out[r*3+c] += sum_j m[r*K + j] x[j*3+c]`.
+    fn apply(&self, m: &[f64], x: &[f64], out: &mut [f64]) {
+        let k = self.k;
+        for (r, o) in out.chunks_exact_mut(3).enumerate() {
+            let row = &m[r * k..(r + 1) * k];
+            let (mut a0, mut a1, mut a2) = (0.0, 0.0, 0.0);
+            for (t, v) in row.iter().zip(x.chunks_exact(3)) {
+                a0 += t * v[0];
+                a1 += t * v[1];
+                a2 += t * v[2];
+            }
+            o[0] += a0;
+            o[1] += a1;
+            o[2] += a2;
+        }
+    }
+}
+
+/// Host data of one PPM evaluation (sorted particles, f64 pseudo-particle strengths and
+/// local potentials, the fields of the host L2P).
+pub struct PpmHost {
+    pub ops: PseudoParticles,
+    mats: Arc<OctantMatrices>,
+    /// M2M / L2L through the octant matrices (default) or the operators (for comparison).
+    pub use_matrices: bool,
+    pub sources: Sources,
+    pub targets: Targets,
+    pub multipoles: Vec<f64>,
+    pub locals: Vec<f64>,
+    pub fields: Option<Fields>,
+}
+
+impl PpmHost {
+    pub fn new(plan: &Plan, sources: &Sources, targets: &Targets) -> Self {
+        let ops = PseudoParticles::new(plan.order);
+        let len = ops.len();
+        Self {
+            mats: OctantMatrices::get(&ops),
+            use_matrices: true,
+            multipoles: vec![0.0; plan.source_tree.cells.len() * len],
+            locals: vec![0.0; plan.target_tree.cells.len() * len],
+            ops,
+            sources: sources.clone(),
+            targets: targets.clone(),
+            fields: None,
+        }
+    }
+
+    /// `3K`.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// P2M at the leaves (parallel over leaves).
+    pub fn p2m(&mut self, tree: &Tree) {
+        let len = self.len();
+        let (ops, src) = (&self.ops, &self.sources);
+        self.multipoles
+            .par_chunks_mut(len)
+            .enumerate()
+            .filter(|(c, _)| tree.cells[*c].is_leaf() && !tree.cells[*c].is_empty())
+            .for_each(|(c, m)| {
+                let cell = &tree.cells[c];
+                let r = cell.range.clone();
+                m.iter_mut().for_each(|x| *x = 0.0);
+                ops.p2m(
+                    cell.center,
+                    cell.half_width,
+                    &src.position[r.clone()],
+                    &src.strength[r],
+                    m,
+                );
+            });
+    }
+
+    /// M2M level by level upwards (parallel over the parents of a level).
+    pub fn m2m(&mut self, tree: &Tree) {
+        let len = self.len();
+        let (ops, mats, um) = (&self.ops, &*self.mats, self.use_matrices);
+        for l in (0..tree.levels.len().saturating_sub(1)).rev() {
+            let lv = tree.levels[l].clone();
+            // children of level l live after the level's cells (breadth-first storage)
+            let (head, tail) = self.multipoles.split_at_mut(lv.end * len);
+            let base = lv.end;
+            head[lv.start * len..]
+                .par_chunks_mut(len)
+                .enumerate()
+                .for_each(|(k, pm)| {
+                    let pc = lv.start + k;
+                    let parent = &tree.cells[pc];
+                    if parent.is_leaf() {
+                        return;
+                    }
+                    for c in parent.children.clone() {
+                        let child = &tree.cells[c];
+                        let cm = &tail[(c - base) * len..(c - base + 1) * len];
+                        if let Some(o) = OctantMatrices::octant(parent, child).filter(|_| um) {
+                            mats.apply(&mats.m2m[o], cm, pm);
+                            continue;
+                        }
+                        ops.m2m(
+                            child.center,
+                            child.half_width,
+                            parent.center,
+                            parent.half_width,
+                            cm,
+                            pm,
+                        );
+                    }
+                });
+        }
+    }
+
+    /// L2L level by level downwards (parallel over the children of a level).
+    pub fn l2l(&mut self, tree: &Tree) {
+        let len = self.len();
+        let (ops, mats, um) = (&self.ops, &*self.mats, self.use_matrices);
+        for l in 1..tree.levels.len() {
+            let lv = tree.levels[l].clone();
+            let (head, tail) = self.locals.split_at_mut(lv.start * len);
+            tail[..lv.len() * len]
+                .par_chunks_mut(len)
+                .enumerate()
+                .for_each(|(k, cl)| {
+                    let c = lv.start + k;
+                    let child = &tree.cells[c];
+                    let pc = child.parent.expect("non-root cell has a parent");
+                    let parent = &tree.cells[pc];
+                    let pl = &head[pc * len..(pc + 1) * len];
+                    if let Some(o) = OctantMatrices::octant(parent, child).filter(|_| um) {
+                        mats.apply(&mats.l2l[o], pl, cl);
+                        return;
+                    }
+                    ops.l2l(
+                        parent.center,
+                        parent.half_width,
+                        child.center,
+                        child.half_width,
+                        &head[pc * len..(pc + 1) * len],
+                        cl,
+                    );
+                });
+        }
+    }
+
+    /// L2P at the target leaves into `self.fields` (no `1/(4 pi)`; parallel over leaves).
+    pub fn l2p(&mut self, tree: &Tree) {
+        let len = self.len();
+        let n = self.targets.len();
+        let mut f = Fields::zeros(n);
+        let mut leaves: Vec<usize> = tree
+            .leaves()
+            .filter(|&l| !tree.cells[l].is_empty())
+            .collect();
+        leaves.sort_unstable_by_key(|&l| tree.cells[l].range.start);
+        let mut work = Vec::with_capacity(leaves.len());
+        let (mut vr, mut sr) = (&mut f.velocity[..], &mut f.stretching[..]);
+        let mut pos = 0;
+        for &l in &leaves {
+            let r = tree.cells[l].range.clone();
+            let (_, v) = std::mem::take(&mut vr).split_at_mut(r.start - pos);
+            let (_, s) = std::mem::take(&mut sr).split_at_mut(r.start - pos);
+            let (v, vrest) = v.split_at_mut(r.len());
+            let (s, srest) = s.split_at_mut(r.len());
+            work.push((l, v, s));
+            vr = vrest;
+            sr = srest;
+            pos = r.end;
+        }
+        let (ops, tgt, loc) = (&self.ops, &self.targets, &self.locals);
+        work.into_par_iter().for_each(|(l, v, s)| {
+            let cell = &tree.cells[l];
+            let r = cell.range.clone();
+            ops.l2p(
+                cell.center,
+                cell.half_width,
+                &loc[l * len..(l + 1) * len],
+                &tgt.position[r.clone()],
+                &tgt.strength[r],
+                v,
+                s,
+            );
+        });
+        self.fields = Some(f);
+    }
+}
+
+/// `(tasks, entries, source sphere radii)` of [`pack_ppm_m2l`].
+pub type PpmM2lPacking = (Vec<[i32; 4]>, Vec<[i32; 4]>, Vec<f32>);
+
+/// M2L work of the PPM in the kernel's layout, packed in parallel: tasks `(target cell, first
+/// entry, end entry, target sphere radius as f32 bits)`, one per target cell with a non-empty
+/// far list, entries `(source cell, t_centre - s_centre as f32 bits)` (periodic image applied,
+/// difference taken in f64), in the far list's order; and the sphere radius of every source
+/// cell.
+pub fn pack_ppm_m2l(plan: &Plan, radius_factor: f64) -> PpmM2lPacking {
+    let (tt, stree, far) = (&plan.target_tree, &plan.source_tree, &plan.lists.far);
+    let tasks: Vec<[i32; 4]> = (0..tt.cells.len())
+        .into_par_iter()
+        .filter(|&t| far.offsets[t + 1] > far.offsets[t])
+        .map(|t| {
+            let b = (radius_factor * tt.cells[t].half_width) as f32;
+            [
+                t as i32,
+                far.offsets[t] as i32,
+                far.offsets[t + 1] as i32,
+                b.to_bits() as i32,
+            ]
+        })
+        .collect();
+    let mut entries = vec![[0i32; 4]; far.len()];
+    // rows are contiguous: split the output by target rows, fill in parallel
+    let mut rows = Vec::with_capacity(tasks.len());
+    let mut rest = &mut entries[..];
+    let mut at = 0usize;
+    for t in &tasks {
+        let (e0, e1) = (t[1] as usize, t[2] as usize);
+        let (_, r) = std::mem::take(&mut rest).split_at_mut(e0 - at);
+        let (row, r) = r.split_at_mut(e1 - e0);
+        rows.push((t[0] as usize, e0, row));
+        rest = r;
+        at = e1;
+    }
+    rows.into_par_iter().for_each(|(t, e0, out)| {
+        let tc = tt.cells[t].center;
+        for (o, s) in out.iter_mut().zip(&far.sources[e0..]) {
+            let sc = plan.source_center(s.cell as usize, s.image);
+            *o = [
+                s.cell as i32,
+                ((tc[0] - sc[0]) as f32).to_bits() as i32,
+                ((tc[1] - sc[1]) as f32).to_bits() as i32,
+                ((tc[2] - sc[2]) as f32).to_bits() as i32,
+            ];
+        }
+    });
+    let radii: Vec<f32> = stree
+        .cells
+        .par_iter()
+        .map(|c| (radius_factor * c.half_width) as f32)
+        .collect();
+    (tasks, entries, radii)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fmm::backend::{Backend, PhaseTimes};
+    use fmm::{CpuBackend, EvalParams, Method};
+
+    /// The `ppm_m2l` kernel, emulated on the CPU in the same layout and precision.
+    fn emulate_m2l(pack: &PpmM2lPacking, unit: &[[f64; 3]], mult: &[f32], loc: &mut [f64]) {
+        let (tasks, entries, radii) = pack;
+        let k = unit.len();
+        for t in tasks {
+            let b = f32::from_bits(t[3] as u32);
+            for (ti, ut) in unit.iter().enumerate() {
+                let mut g = [0.0f64; 3];
+                for e in &entries[t[1] as usize..t[2] as usize] {
+                    let c = e[0] as usize;
+                    let a = radii[c];
+                    let off: [f32; 3] = std::array::from_fn(|d| f32::from_bits(e[d + 1] as u32));
+                    let x: [f32; 3] = std::array::from_fn(|d| b * ut[d] as f32 + off[d]);
+                    let mut h = [0.0f32; 3];
+                    for (i, u) in unit.iter().enumerate() {
+                        let d: [f32; 3] = std::array::from_fn(|j| x[j] - a * u[j] as f32);
+                        let ir = 1.0 / (d[0] * d[0] + d[1] * d[1] + d[2] * d[2]).sqrt();
+                        for j in 0..3 {
+                            h[j] += mult[c * 3 * k + 3 * i + j] * ir;
+                        }
+                    }
+                    for j in 0..3 {
+                        g[j] += h[j] as f64;
+                    }
+                }
+                for j in 0..3 {
+                    loc[t[0] as usize * 3 * k + 3 * ti + j] += g[j];
+                }
+            }
+        }
+    }
+
+    /// The GPU PPM pipeline (host operators + emulated fp32 M2L kernel on the packed lists)
+    /// agrees with the CPU backend's PPM.
+    #[test]
+    fn ppm_pipeline_matches_cpu_backend() {
+        let s = fmm::testsets::standard(3000, 7);
+        let t = s.as_targets();
+        let params = EvalParams {
+            method: Method::Ppm,
+            order: 4,
+            leaf_size: 32,
+            ..Default::default()
+        };
+        let mut times = PhaseTimes::default();
+        let (plan, ss, st) = fmm::evaluators::plan(&params, &s, &t, &mut times).unwrap();
+        // CPU reference on the same plan
+        let mut cs = CpuBackend.prepare(&plan, &ss, &st).unwrap();
+        CpuBackend.upward(&plan, &mut cs, &mut times).unwrap();
+        CpuBackend.downward(&plan, &mut cs, &mut times).unwrap();
+        let cpu = CpuBackend.fields(&plan, cs).unwrap();
+        // host ops + emulated kernel
+        let mut h = PpmHost::new(&plan, &ss, &st);
+        h.p2m(&plan.source_tree);
+        h.m2m(&plan.source_tree);
+        let pack = pack_ppm_m2l(&plan, h.ops.radius_factor());
+        assert_eq!(pack.1.len(), plan.lists.far.len());
+        let mult: Vec<f32> = h.multipoles.iter().map(|&x| x as f32).collect();
+        let mut loc = vec![0.0; h.locals.len()];
+        emulate_m2l(&pack, h.ops.unit_points(), &mult, &mut loc);
+        h.locals.iter_mut().zip(&loc).for_each(|(a, b)| *a += b);
+        h.l2l(&plan.target_tree);
+        h.l2p(&plan.target_tree);
+        let f = h.fields.unwrap();
+        let scale = |v: &[[f64; 3]]| -> Vec<[f64; 3]> {
+            v.iter()
+                .map(|x| x.map(|c| c * fmm::kernel::INV_4PI))
+                .collect()
+        };
+        let ev = fmm::relative_l2_error(&scale(&f.velocity), &cpu.velocity);
+        let es = fmm::relative_l2_error(&scale(&f.stretching), &cpu.stretching);
+        println!("PPM host+emulated kernel vs CPU backend: velocity {ev:.2e}, stretching {es:.2e}");
+        assert!(ev < 1e-5 && es < 1e-4, "{ev} {es}");
+    }
+
+    /// The octant matrices reproduce the f64 M2M and L2L operators on every level of a tree.
+    #[test]
+    fn octant_matrices_match_the_operators() {
+        let s = fmm::testsets::standard(4000, 9);
+        let t = s.as_targets();
+        let params = EvalParams {
+            method: Method::Ppm,
+            order: 6,
+            leaf_size: 20,
+            ..Default::default()
+        };
+        let mut times = PhaseTimes::default();
+        let (plan, ss, st) = fmm::evaluators::plan(&params, &s, &t, &mut times).unwrap();
+        let tree = &plan.source_tree;
+        let mut h = PpmHost::new(&plan, &ss, &st);
+        h.p2m(tree);
+        let leaves_only = h.multipoles.clone();
+        h.m2m(tree);
+        // reference: the operators, sequentially
+        let len = h.len();
+        let mut m = leaves_only;
+        for l in (0..tree.levels.len() - 1).rev() {
+            for pc in tree.levels[l].clone() {
+                let parent = &tree.cells[pc];
+                for c in parent.children.clone() {
+                    let child = &tree.cells[c];
+                    let (a, b) = m.split_at_mut(c * len);
+                    h.ops.m2m(
+                        child.center,
+                        child.half_width,
+                        parent.center,
+                        parent.half_width,
+                        &b[..len],
+                        &mut a[pc * len..(pc + 1) * len],
+                    );
+                }
+            }
+        }
+        let scale = m.iter().fold(0.0f64, |a, x| a.max(x.abs()));
+        let diff = m
+            .iter()
+            .zip(&h.multipoles)
+            .fold(0.0f64, |a, (x, y)| a.max((x - y).abs()));
+        assert!(diff <= 1e-12 * scale, "M2M {diff} {scale}");
+        // L2L: random locals on every cell, propagated down both ways
+        let tt = &plan.target_tree;
+        let init: Vec<f64> = (0..h.locals.len())
+            .map(|i| ((i * 7919 % 1000) as f64 / 500.0) - 1.0)
+            .collect();
+        h.locals = init.clone();
+        h.l2l(tt);
+        let mut r = init;
+        for l in 1..tt.levels.len() {
+            for c in tt.levels[l].clone() {
+                let child = &tt.cells[c];
+                let pc = child.parent.unwrap();
+                let parent = &tt.cells[pc];
+                let (a, b) = r.split_at_mut(c * len);
+                h.ops.l2l(
+                    parent.center,
+                    parent.half_width,
+                    child.center,
+                    child.half_width,
+                    &a[pc * len..(pc + 1) * len],
+                    &mut b[..len],
+                );
+            }
+        }
+        let scale = r.iter().fold(0.0f64, |a, x| a.max(x.abs()));
+        let diff = r
+            .iter()
+            .zip(&h.locals)
+            .fold(0.0f64, |a, (x, y)| a.max((x - y).abs()));
+        assert!(diff <= 1e-10 * scale, "L2L {diff} {scale}");
+    }
+}
