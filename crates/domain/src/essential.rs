@@ -14,10 +14,15 @@
 //!    *unchanged* dual traversal ([`fmm::lists::InteractionLists::build_checked`]), which
 //!    reports any truncated remote cell it would have split: an error, never a silent
 //!    difference;
-//! 4. `upward` on the backend, then **M2Lcomm**: the branch multipoles are all-gathered and the
-//!    top tree's multipoles built from them by M2M in the single-rank order; the multipoles of
-//!    the cells sent in step 2 follow them (all-to-all); both are written into the backend
-//!    with `set_multipoles`;
+//! 4. **M2Lcomm**: every rank asks each owner (sparse all-to-all of cell keys, 9 bytes a cell)
+//!    for the multipoles of exactly the received cells that its far lists use: a received
+//!    cell that the traversal only opened, or paired in P2P, needs none. Then `upward` on the
+//!    backend; the branch multipoles are all-gathered and the top tree's multipoles built from
+//!    them by M2M in the single-rank order; the requested multipoles follow (all-to-all); both
+//!    are written into the backend with `set_multipoles`. (A sender-side conservative test,
+//!    "may the receiver accept this cell?", was measured to prune nothing: the receiver's
+//!    target cells are unknown below its branch cells, and some target size and position
+//!    always accepts; the request costs one latency and < 0.3 % of the bytes.)
 //! 5. the periodic far images from the (replicated) root multipole, `downward`, `near_field`.
 //!
 //! Every target cell therefore sees exactly the interaction lists of the single-rank run, and
@@ -204,13 +209,6 @@ impl Mac {
     }
 }
 
-/// Whether a cell is a cell of the partition tree (its multipole is replicated).
-fn pindex_has(part: &Partition, cell: &fmm::tree::Cell) -> bool {
-    part.cells
-        .get(part.branch_index(cell.level, cell.key).unwrap_or(usize::MAX))
-        .is_some()
-}
-
 /// Whether partition cell `c` is a leaf of the global source tree.
 fn src_leaf(part: &Partition, c: usize) -> bool {
     let pc = &part.cells[c];
@@ -343,9 +341,9 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
                 let cells = &own_tgt[start..];
                 let (mut lo, mut hi) = (u32::MAX, 0u32);
                 for (i, &(l, k)) in cells.iter().enumerate() {
-                    let leaf = cells.get(i + 1).map_or(true, |&(l2, k2)| {
-                        !(l2 == l + 1 && k2 & !(key_span(l) - 1) == k)
-                    });
+                    let leaf = cells
+                        .get(i + 1)
+                        .is_none_or(|&(l2, k2)| !(l2 == l + 1 && k2 & !(key_span(l) - 1) == k));
                     if leaf {
                         lo = lo.min(l);
                         hi = hi.max(l);
@@ -465,18 +463,17 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
         .map(|b| own_st.index[&(part.cells[b].level, part.cells[b].key)])
         .collect();
     // per destination: message and the cells whose multipoles follow in M2Lcomm
-    let outgoing: Vec<(Vec<u8>, Vec<(u32, u64)>)> = (0..nranks)
+    let send: Vec<Vec<u8>> = (0..nranks)
         .into_par_iter()
         .map(|r| {
             if r == me {
-                return (Vec::new(), Vec::new());
+                return Vec::new();
             }
             let view = &views[r];
             let tree = &own_st.tree;
             let mut recs = Writer::new();
             let mut nrec = 0u32;
             let mut leaves = Vec::new();
-            let mut mcells = Vec::new();
             let open = |c: usize| {
                 let cell = &tree.cells[c];
                 if dparams.sabotage_halo && cell.is_leaf() {
@@ -507,9 +504,6 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
                 recs.f64(own_st.sigma_max[c]);
                 recs.u8(cell.is_leaf() as u8 | (opened as u8) << 1 | (is_branch as u8) << 2);
                 nrec += 1;
-                if !is_branch {
-                    mcells.push((cell.level, cell.key));
-                }
                 if opened {
                     if cell.is_leaf() {
                         leaves.push(c);
@@ -530,10 +524,9 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
                     write_source(&mut w, src.gid[i], &src.sources, i);
                 }
             }
-            (w.buf, mcells)
+            w.buf
         })
         .collect();
-    let (send, let_cells): (Vec<Vec<u8>>, Vec<Vec<(u32, u64)>>) = outgoing.into_iter().unzip();
     stats.bytes_p2p += send
         .iter()
         .enumerate()
@@ -544,7 +537,8 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
     drop(send);
     // parse
     let mut halo = OwnedSources::default();
-    let mut recv_cells: Vec<Vec<(u32, u64)>> = vec![Vec::new(); nranks];
+    // cells below the branch cells received, and the rank they came from
+    let mut recv_below: HashMap<(u32, u64), usize> = HashMap::new();
     for (q, buf) in recv.iter().enumerate() {
         if q == me || buf.is_empty() {
             continue;
@@ -570,7 +564,7 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
                 with_particles += 1;
             }
             if !branch {
-                recv_cells[q].push((level, key));
+                recv_below.insert((level, key), q);
             }
             src_nodes.insert(
                 (level, key),
@@ -598,7 +592,7 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
     }
     drop(recv);
     stats.halo_particles += halo.gid.len() as u64;
-    stats.remote_cells += recv_cells.iter().map(|v| v.len() as u64).sum::<u64>();
+    stats.remote_cells += recv_below.len() as u64;
     stats.t_p2pcomm += t_p2p.elapsed().as_secs_f64();
 
     // ---- 3. extended source tree, local target tree, lists -------------------------------
@@ -703,44 +697,83 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
         }
     });
     let lists = agree(comm, lists)?;
-    // remote cells below branch cells that the far lists use: each must get its multipole
+    // ---- M2Lcomm requests: the remote cells below branch cells that the far lists use --------
+    // (only those need a multipole: a received cell the traversal opened or paired in P2P
+    // does not)
+    let t_req = Instant::now();
+    let mut recv_cells: Vec<Vec<(u32, u64)>> = vec![Vec::new(); nranks];
     {
-        let received: std::collections::HashSet<usize> = recv_cells
-            .iter()
-            .flatten()
-            .map(|lk| ext.index[lk])
-            .collect();
-        let remote = |c: usize| {
-            let cell = &ext.tree.cells[c];
-            !own_st.index.contains_key(&(cell.level, cell.key))
-        };
-        let mut used: Vec<usize> = lists
-            .far
-            .sources
-            .iter()
-            .map(|s| s.cell as usize)
-            .filter(|&c| remote(c) && !pindex_has(part, &ext.tree.cells[c]))
-            .collect();
-        used.sort_unstable();
-        used.dedup();
-        stats.m2l_cells_used += used.len() as u64;
-        let missing = used.iter().filter(|c| !received.contains(c)).count();
-        let r = if missing > 0 {
+        // owner of each received cell below the branch cells (in the extended tree's order)
+        let mut owner = vec![u32::MAX; ext.tree.cells.len()];
+        for (lk, &q) in &recv_below {
+            owner[ext.index[lk]] = q as u32;
+        }
+        let mut used = vec![false; owner.len()];
+        for s in &lists.far.sources {
+            used[s.cell as usize] = true;
+        }
+        for (c, (&u, &q)) in used.iter().zip(&owner).enumerate() {
+            if u && q != u32::MAX {
+                let cell = &ext.tree.cells[c];
+                recv_cells[q as usize].push((cell.level, cell.key));
+            }
+        }
+    }
+    stats.m2l_cells_used += recv_cells.iter().map(|v| v.len() as u64).sum::<u64>();
+    let send: Vec<Vec<u8>> = recv_cells
+        .iter()
+        .map(|cells| {
+            let mut w = Writer::new();
+            for &(l, k) in cells {
+                w.u8(l as u8);
+                w.u64(k);
+            }
+            w.buf
+        })
+        .collect();
+    stats.bytes_m2l += sent_bytes(me, &send);
+    let recv = comm.alltoallv(&send);
+    drop(send);
+    // cells of this rank whose multipoles each rank asked for
+    let let_cells: Vec<Vec<(u32, u64)>> = recv
+        .iter()
+        .enumerate()
+        .map(|(q, buf)| {
+            let mut rd = Reader::new(buf);
+            let mut v = Vec::with_capacity(buf.len() / 9);
+            while q != me && !rd.done() {
+                let l = rd.u8() as u32;
+                let k = rd.u64();
+                v.push((l, k));
+            }
+            v
+        })
+        .collect();
+    drop(recv);
+    let unknown = let_cells
+        .iter()
+        .flatten()
+        .filter(|lk| !own_st.index.contains_key(lk))
+        .count();
+    agree(
+        comm,
+        if unknown > 0 {
             Err(DomainError::MissingMultipoles {
                 rank: me,
-                cells: missing,
+                cells: unknown,
             })
         } else {
             Ok(())
-        };
-        agree(comm, r)?;
-    }
+        },
+    )?;
+    stats.m2l_cells_sent += let_cells.iter().map(|v| v.len() as u64).sum::<u64>();
+    stats.t_m2lcomm += t_req.elapsed().as_secs_f64();
     log::debug!(
         "rank {me}: {} own + {} halo sources, {} source cells ({} received), {} target cells, {} near and {} far pairs",
         src.gid.len(),
         halo.gid.len(),
         ext.tree.cells.len(),
-        recv_cells.iter().map(Vec::len).sum::<usize>(),
+        recv_below.len(),
         tt.tree.cells.len(),
         lists.near.len(),
         lists.far.len()
@@ -955,6 +988,15 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
     }
     times.total += t0.elapsed().as_secs_f64();
     Ok(fields)
+}
+
+/// Bytes of `send` that leave this rank.
+fn sent_bytes(me: usize, send: &[Vec<u8>]) -> u64 {
+    send.iter()
+        .enumerate()
+        .filter(|(r, _)| *r != me)
+        .map(|(_, b)| b.len() as u64)
+        .sum()
 }
 
 /// Bytes one rank sends in an allreduce of `n` doubles (an all-gather of its vector).

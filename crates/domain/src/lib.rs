@@ -5,7 +5,8 @@
 //! * [`partition`]: the replicated partition tree, branch cells and their owners along the Morton
 //!   curve, weighted by work;
 //! * [`redistribute_sources`] / [`redistribute_targets`]: moving particles to their owners (keeping
-//!   global ids);
+//!   global ids); [`redistribute_particles`] rebuilds the partition from the current positions
+//!   and redistributes (every time step);
 //! * [`essential`]: the locally essential tree (halo particles and remote multipoles) and one
 //!   evaluation on the owned particles;
 //! * [`evaluate_distributed`]: the whole evaluation for particles held in any distribution, with
@@ -39,7 +40,7 @@ pub enum DomainError {
     Fmm(#[from] FmmError),
     #[error("rank {rank}: the locally essential tree lacks cells the traversal needs ({violations} times): a bug in the conservative opening criterion")]
     IncompleteEssentialTree { rank: usize, violations: usize },
-    #[error("rank {rank}: {cells} cells of the far lists came without their multipole: a bug in the conservative acceptance test of M2Lcomm")]
+    #[error("rank {rank}: asked for the multipoles of {cells} cells it does not own: a bug in the M2Lcomm requests")]
     MissingMultipoles { rank: usize, cells: usize },
     #[error("rank {rank} failed (see its message)")]
     Remote { rank: usize },
@@ -76,7 +77,8 @@ pub struct CommStats {
     pub bytes_redistribute: u64,
     /// P2Pcomm: pruned subtrees and halo particles.
     pub bytes_p2p: u64,
-    /// M2Lcomm: branch multipoles (all-gather) and the multipoles of the sent cells.
+    /// M2Lcomm: requests (cell keys), branch multipoles (all-gather) and the requested
+    /// multipoles (those the receiver's far lists use).
     pub bytes_m2l: u64,
     /// Halo particles received.
     pub halo_particles: u64,
@@ -166,10 +168,10 @@ pub fn redistribute_sources<C: Comm + ?Sized>(
 ) -> OwnedSources {
     let n = comm.size();
     let mut w: Vec<Writer> = (0..n).map(|_| Writer::new()).collect();
-    for i in 0..sources.len() {
+    for (i, &g) in gid.iter().enumerate().take(sources.len()) {
         let r = part.owner_of(part.key(sources.position[i]));
         let w = &mut w[r];
-        w.u64(gid[i]);
+        w.u64(g);
         w.vec3(sources.position[i]);
         w.vec3(sources.strength[i]);
         w.f64(sources.sigma[i]);
@@ -177,7 +179,8 @@ pub fn redistribute_sources<C: Comm + ?Sized>(
     let send: Vec<Vec<u8>> = w.into_iter().map(|w| w.buf).collect();
     stats.bytes_redistribute += sent(comm, &send);
     let recv = comm.alltoallv(&send);
-    let mut items: Vec<(u64, u64, [f64; 3], [f64; 3], f64)> = Vec::new();
+    type Item = (u64, u64, [f64; 3], [f64; 3], f64);
+    let mut items: Vec<Item> = Vec::new();
     for buf in &recv {
         let mut rd = Reader::new(buf);
         while !rd.done() {
@@ -200,6 +203,59 @@ pub fn redistribute_sources<C: Comm + ?Sized>(
     o
 }
 
+/// Redistribution of particles that moved (the time stepper calls it every step): the
+/// partition is rebuilt from the current positions (the particles are both sources and
+/// targets, as in the vortex method) and every particle goes to the owner of its branch cell,
+/// keeping its global id (`owned.gid`; on the first call any distribution with unique ids).
+/// Periodic: positions are wrapped into the box. Returns the partition and this rank's
+/// particles sorted by (Morton key, global id). After small displacements few particles
+/// change rank: only those that crossed a cut of the Morton curve (the cuts themselves move by
+/// the change of the per-cell counts). Collective.
+pub fn redistribute_particles<C: Comm + ?Sized>(
+    comm: &C,
+    params: &EvalParams,
+    dparams: &DomainParams,
+    owned: &OwnedSources,
+    stats: &mut CommStats,
+) -> (Partition, OwnedSources) {
+    let t0 = Instant::now();
+    let position: Vec<[f64; 3]> = match &params.periodic {
+        None => owned.sources.position.clone(),
+        Some(p) => owned.sources.position.iter().map(|&x| p.wrap(x)).collect(),
+    };
+    let cube = match &params.periodic {
+        None => partition::global_cube(comm, &[&position]),
+        Some(p) => fmm::tree::BoundingCube {
+            lo: [-0.5 * p.box_length; 3],
+            width: p.box_length,
+        },
+    };
+    let mut keys: Vec<u64> = position
+        .par_iter()
+        .map(|&x| fmm::tree::morton_key(cube.grid_coords(x)))
+        .collect();
+    keys.par_sort_unstable();
+    let part = Partition::build(
+        comm,
+        cube,
+        &keys,
+        &keys,
+        params.leaf_size,
+        dparams.granularity,
+    );
+    stats.bytes_summary += essential_bytes_partition(&part, comm.size());
+    stats.t_partition += t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    let s = Sources {
+        position,
+        strength: owned.sources.strength.clone(),
+        sigma: owned.sources.sigma.clone(),
+    };
+    let out = redistribute_sources(comm, &part, &owned.gid, &s, stats);
+    stats.t_redistribute += t1.elapsed().as_secs_f64();
+    (part, out)
+}
+
 /// As [`redistribute_sources`] for targets.
 pub fn redistribute_targets<C: Comm + ?Sized>(
     comm: &C,
@@ -210,10 +266,10 @@ pub fn redistribute_targets<C: Comm + ?Sized>(
 ) -> OwnedTargets {
     let n = comm.size();
     let mut w: Vec<Writer> = (0..n).map(|_| Writer::new()).collect();
-    for i in 0..targets.len() {
+    for (i, &g) in gid.iter().enumerate().take(targets.len()) {
         let r = part.owner_of(part.key(targets.position[i]));
         let w = &mut w[r];
-        w.u64(gid[i]);
+        w.u64(g);
         w.vec3(targets.position[i]);
         w.vec3(targets.strength[i]);
     }
@@ -297,7 +353,7 @@ pub fn evaluate_distributed<C: Comm + ?Sized, B: Backend>(
             tot[3] += a[c].abs();
         }
     }
-    let local = agree_err(comm, local)?;
+    agree_err(comm, local)?;
     let offsets = global_offsets(comm, &[sources.len() as u64, targets.len() as u64]);
     let (ns, nt) = (offsets[0][nranks], offsets[1][nranks]);
     if ns == 0 {
@@ -306,7 +362,6 @@ pub fn evaluate_distributed<C: Comm + ?Sized, B: Backend>(
     if nt == 0 {
         return Err(FmmError::Empty("targets").into());
     }
-    let _ = local;
     if params.periodic.is_some() {
         comm.allreduce_f64(&mut tot[..4], ReduceOp::Sum);
         let total = Sources {
