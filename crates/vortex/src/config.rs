@@ -17,6 +17,8 @@
 //! theta = 0.5
 //! leaf_size = 64
 //! core_cutoff = 6.0
+//! backend = "auto"     # auto | cpu | cuda: which fmm::Backend the binary hands to run::run_loaded
+//! device = 0           # GPU index for cuda (auto: the GPU when one is usable)
 //!
 //! [initial]
 //! kind = "taylor-green"  # taylor-green | taylor-green-2d | isotropic | ring | two-rings | blob
@@ -90,7 +92,17 @@ pub struct EvaluationConfig {
     pub theta: f64,
     pub leaf_size: usize,
     pub core_cutoff: f64,
+    /// Compute backend: `"auto"` (the GPU when one is usable, else the CPU), `"cpu"` or `"cuda"`.
+    /// The `method` crate runs any `fmm::Backend`; the binary builds the one named here (see
+    /// [`crate::run::run_loaded`]). Not part of the checkpoint fingerprint: a run may be continued
+    /// on another backend (bit-for-bit only on the same one).
+    pub backend: String,
+    /// GPU index for `backend = "cuda"`.
+    pub device: usize,
 }
+
+/// The backend names accepted by `evaluation.backend`.
+pub const BACKENDS: [&str; 3] = ["auto", "cpu", "cuda"];
 
 impl Default for EvaluationConfig {
     fn default() -> Self {
@@ -101,6 +113,8 @@ impl Default for EvaluationConfig {
             theta: d.theta,
             leaf_size: d.leaf_size,
             core_cutoff: d.core_cutoff,
+            backend: "auto".into(),
+            device: 0,
         }
     }
 }
@@ -348,9 +362,10 @@ impl Config {
     /// What a checkpoint must agree on to be continued by this configuration (everything that
     /// changes the state's trajectory; `t_end` and the outputs may change).
     pub fn fingerprint(&self) -> String {
+        let e = &self.evaluation;
         format!(
-            "nu={:e} dt={:e} domain={:?} evaluation={:?} initial={:?} reinterpolation={:?}",
-            self.nu, self.dt, self.domain, self.evaluation, self.initial, self.reinterpolation
+            "nu={:e} dt={:e} domain={:?} evaluation=(method={} order={} theta={:e} leaf_size={} core_cutoff={:e}) initial={:?} reinterpolation={:?}",
+            self.nu, self.dt, self.domain, e.method, e.order, e.theta, e.leaf_size, e.core_cutoff, self.initial, self.reinterpolation
         )
     }
 
@@ -414,6 +429,16 @@ impl Config {
                 file,
                 "evaluation.theta",
                 format!("the opening angle must lie in (0, 1), got {}", e.theta),
+            ));
+        }
+        if !BACKENDS.contains(&e.backend.as_str()) {
+            return Err(bad(
+                file,
+                "evaluation.backend",
+                format!(
+                    "unknown backend \"{}\": one of \"auto\", \"cpu\", \"cuda\"",
+                    e.backend
+                ),
             ));
         }
         if e.leaf_size == 0 {

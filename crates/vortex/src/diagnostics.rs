@@ -150,8 +150,8 @@ pub fn compute<B: Backend>(
             let fields = sim.rhs.evaluate_at(&p, &targets)?;
             let mut vf = VelocityField::zeros(n);
             for (i, v) in fields.velocity.iter().enumerate() {
-                for c in 0..3 {
-                    vf.u[c][i] = v[c];
+                for (c, &vc) in v.iter().enumerate() {
+                    vf.u[c][i] = vc;
                 }
             }
             let kscale = 2.0 * std::f64::consts::PI / l;

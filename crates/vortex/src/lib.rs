@@ -13,7 +13,11 @@
 //! * [`reinterpolation`]: the Gaussian interpolation system solved by CG; [`cells`]: cell lists;
 //! * [`diagnostics`]: energy, enstrophy, spectra, impulse, VTK and CSV outputs;
 //! * [`checkpoint`]: atomic, versioned bincode checkpoints;
-//! * [`run`]: the `vortex run` command ([`run::run`]).
+//! * [`run`]: the `vortex run` command ([`run::run`]);
+//! * [`validate`]: cross-validation against the spectral solver (Taylor-Green, same initial field).
+
+// `!(x > 0.0)` style checks are deliberate: they reject NaN as well.
+#![allow(clippy::neg_cmp_op_on_partial_ord)]
 
 pub mod cells;
 pub mod checkpoint;
@@ -27,6 +31,7 @@ pub mod reinterpolation;
 pub mod rhs;
 pub mod run;
 pub mod stepping;
+pub mod validate;
 
 pub use config::Config;
 pub use error::{Error, Result};

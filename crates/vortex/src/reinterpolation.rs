@@ -153,14 +153,14 @@ pub fn apply_gaussian(lat: &Lattice, sigma: f64, cutoff: f64, x: &[f64]) -> Vec<
     a.par_chunks_mut(nz)
         .zip(x.par_chunks(nz))
         .for_each(|(out, inp)| {
-            for k in 0..nz {
+            for (k, ok) in out.iter_mut().enumerate() {
                 let mut s = 0.0;
                 for (t, o) in (-m..=m).enumerate() {
                     if let Some(q) = nb(k, o, nz) {
                         s += w[t] * inp[q];
                     }
                 }
-                out[k] = s;
+                *ok = s;
             }
         });
     // y pass (within each x slab)
@@ -396,6 +396,7 @@ mod tests {
                 for j in 0..lat.len() {
                     // cube truncation, periodic images along each axis
                     let mut prod = 1.0;
+                    #[allow(clippy::needless_range_loop)]
                     for c in 0..3 {
                         let mut f = 0.0;
                         let l = lat.dims[c] as f64 * lat.h;

@@ -64,17 +64,41 @@ pub fn default_out(config_path: &Path) -> PathBuf {
     PathBuf::from("runs/out").join(stem)
 }
 
-/// Entry point of `vortex run`: reads and checks the configuration, runs it on the CPU backend
-/// and logs a summary.
+/// Entry point of `vortex run` for the CPU backend: reads and checks the configuration, runs it
+/// and logs a summary. `evaluation.backend = "cuda"` is refused here (this crate does not build GPU
+/// backends): the binary reads the configuration with [`Config::from_file`], builds the backend that
+/// `config.evaluation.backend` names and calls [`run_loaded`].
 pub fn run(config_path: &Path, out: Option<&Path>, restart: Option<&Path>) -> Result<()> {
     let config = Config::from_file(config_path)?;
+    if config.evaluation.backend == "cuda" {
+        return Err(Error::Config {
+            file: config_path.display().to_string(),
+            key: "evaluation.backend".into(),
+            msg: "\"cuda\" needs the binary's GPU dispatch (method::run::run_loaded with a gpu::CudaBackend); this entry point runs the CPU backend only".into(),
+        });
+    }
+    run_loaded(config, config_path, out, restart, fmm::CpuBackend).map(|_| ())
+}
+
+/// Runs an already read configuration on `backend` (whatever `config.evaluation.backend` resolved
+/// to in the caller), into `out` or `runs/out/<config stem>`, and logs a summary that names the
+/// backend.
+pub fn run_loaded<B: Backend>(
+    config: Config,
+    config_path: &Path,
+    out: Option<&Path>,
+    restart: Option<&Path>,
+    backend: B,
+) -> Result<RunSummary> {
     let out = out
         .map(Path::to_path_buf)
         .unwrap_or_else(|| default_out(config_path));
-    let summary = run_config(config, &out, restart, fmm::CpuBackend)?;
-    log::info!("{}", summary.report());
-    eprintln!("{}", summary.report());
-    Ok(())
+    let name = backend.name();
+    log::info!("backend: {name}");
+    let summary = run_config(config, &out, restart, backend)?;
+    log::info!("{} [backend {name}]", summary.report());
+    eprintln!("{} [backend {name}]", summary.report());
+    Ok(summary)
 }
 
 fn csv_rows_before(path: &Path, step: u64) -> Result<Vec<String>> {

@@ -142,6 +142,40 @@ fn configuration_errors_name_the_file_and_the_key() {
     assert!(e.contains("does not fit the box"), "{e}");
     let e = err(&tg.replace("t_end = 1.0", "t_end = 1.05"));
     assert!(e.contains("whole number of steps"), "{e}");
+    let e = err(&format!("{RING}[evaluation]\nbackend = \"opencl\"\n"));
+    assert!(
+        e.contains("evaluation.backend") && e.contains("opencl"),
+        "{e}"
+    );
+    for b in ["auto", "cpu", "cuda"] {
+        let c = Config::from_str_named(
+            &format!("{RING}[evaluation]\nbackend = \"{b}\"\ndevice = 1\n"),
+            "ok.toml",
+        )
+        .unwrap();
+        assert_eq!(c.evaluation.backend, b);
+        // the backend is not part of the checkpoint fingerprint
+        assert_eq!(
+            c.fingerprint(),
+            Config::from_str_named(RING, "ok.toml")
+                .unwrap()
+                .fingerprint()
+        );
+    }
+}
+
+#[test]
+fn cuda_backend_is_refused_by_the_cpu_entry_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("gpu.toml");
+    std::fs::write(&p, format!("{RING}[evaluation]\nbackend = \"cuda\"\n")).unwrap();
+    let e = run::run(&p, Some(dir.path()), None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("gpu.toml") && e.contains("evaluation.backend") && e.contains("run_loaded"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -45,6 +45,7 @@ fn state(p: Particles) -> State {
 }
 
 #[test]
+#[allow(clippy::neg_multiply)] // the hand computation keeps the signs of the model ODE visible
 fn one_ab2_and_one_heun_step_match_hand_computation() {
     let dt = 0.1;
     let s = stepper(dt);
