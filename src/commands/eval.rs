@@ -1,6 +1,6 @@
 //! `vortex eval`: one velocity + stretching evaluation of a particle file.
 
-use crate::backends::{evaluate_distributed_on, BackendChoice};
+use crate::backends::{evaluate_distributed_on, evaluate_on, BackendChoice};
 use anyhow::{Context, Result};
 use clap::Args;
 use fmm::periodic::Periodic;
@@ -88,15 +88,34 @@ pub fn run(args: &EvalArgs) -> Result<()> {
         let input = crate::ranks::agree(comm, input)?.flatten();
         let local_sources = domain::scatter_sources_from_root(comm, input.as_ref().map(|(s, _)| s));
         let local_targets = domain::scatter_targets_from_root(comm, input.as_ref().map(|(_, t)| t));
-        let (ev, backend) = evaluate_distributed_on(
-            args.backend,
-            args.device,
-            comm,
-            local_rank,
-            &params,
-            &local_sources,
-            &local_targets,
-        )?;
+        let (ev, backend) = if comm.size() == 1 {
+            // one rank: the plain engine gives the same numbers bitwise without the
+            // partition and exchange bookkeeping (tested against the distributed path)
+            let run = evaluate_on(
+                args.backend,
+                args.device,
+                &params,
+                &local_sources,
+                &local_targets,
+            )?;
+            let ev = domain::DistributedEvaluation {
+                fields: run.evaluation.fields,
+                times: run.evaluation.times,
+                stats: Default::default(),
+                work: vec![(local_sources.len() + local_targets.len()) as u64],
+            };
+            (ev, run.backend)
+        } else {
+            evaluate_distributed_on(
+                args.backend,
+                args.device,
+                comm,
+                local_rank,
+                &params,
+                &local_sources,
+                &local_targets,
+            )?
+        };
         let fields = domain::gather_to_root(comm, &ev.fields);
         let Some(fields) = fields else {
             return Ok(());
