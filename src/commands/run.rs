@@ -36,8 +36,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
             #[cfg(feature = "cuda")]
             {
                 let device = config.evaluation.device;
-                let b = gpu::CudaBackend::new(device)
-                    .map_err(|e| anyhow::anyhow!("backend = \"cuda\" in {}: {e}", args.config.display()))?;
+                let b = gpu::CudaBackend::new(device).map_err(|e| {
+                    anyhow::anyhow!("backend = \"cuda\" in {}: {e}", args.config.display())
+                })?;
                 method::run::run_loaded(config, &args.config, out, restart, b)?;
             }
             #[cfg(not(feature = "cuda"))]

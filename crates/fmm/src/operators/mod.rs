@@ -37,6 +37,7 @@ pub use crate::expansions::rotation::Rotation;
 use crate::expansions::rotation::{delta_table, sq_offset};
 use crate::expansions::{index, ncoef, Complex64};
 use crate::MAX_ORDER;
+use wide::f64x4;
 
 const HALF_MAX: usize = ncoef(MAX_ORDER + 2);
 const FULL_MAX: usize = (MAX_ORDER + 3) * (MAX_ORDER + 3);
@@ -73,14 +74,17 @@ pub struct Scratch {
     rot: Rotation,
 }
 
+/// Work buffers of the rotation-based translations. An m-major coefficient slot `k` holds the
+/// three components in two SIMD vectors, `[2k] = (re0, im0, re1, im1)`, `[2k+1] = (re2, im2, 0,
+/// 0)`, so that every inner loop of the rotations and z-translations is two vector FMAs.
 #[derive(Clone, Debug)]
 struct Work {
-    /// rotated input, m-major, component innermost: `[(moff[m] + n - m) * 3 + c]`
-    a: Vec<Complex64>,
+    /// rotated input, m-major: slot `moff[m] + n - m`
+    a: Vec<f64x4>,
     /// translated output, same layout
-    b: Vec<Complex64>,
-    /// phase-multiplied coefficients of one degree, `[m * 3 + c]`
-    g: Vec<Complex64>,
+    b: Vec<f64x4>,
+    /// phase-multiplied coefficients of one degree, slot `m`
+    g: Vec<f64x4>,
     /// powers
     pw: Vec<f64>,
 }
@@ -89,14 +93,29 @@ impl Scratch {
     pub fn new(p: usize) -> Self {
         Self {
             work: Work {
-                a: vec![Complex64::default(); 3 * ncoef(p)],
-                b: vec![Complex64::default(); 3 * ncoef(p)],
-                g: vec![Complex64::default(); 3 * (p + 1)],
+                a: vec![f64x4::splat(0.0); 2 * ncoef(p)],
+                b: vec![f64x4::splat(0.0); 2 * ncoef(p)],
+                g: vec![f64x4::splat(0.0); 2 * (p + 1)],
                 pw: vec![0.0; p + 2],
             },
             rot: Rotation::empty(p),
         }
     }
+}
+
+/// `(a, b, a, b)`: one folded rotation entry for the real and imaginary lanes.
+#[inline(always)]
+fn ab2(x: &[f64; 2]) -> f64x4 {
+    f64x4::new([x[0], x[1], x[0], x[1]])
+}
+
+/// Packs the three components of one coefficient into two vectors.
+#[inline(always)]
+fn pack3(z0: Complex64, z1: Complex64, z2: Complex64) -> (f64x4, f64x4) {
+    (
+        f64x4::new([z0.re, z0.im, z1.re, z1.im]),
+        f64x4::new([z2.re, z2.im, 0.0, 0.0]),
+    )
 }
 
 /// Taylor coefficients `Lhat_1^0, Lhat_1^1, Lhat_2^0, Lhat_2^1, Lhat_2^2` of each component's
@@ -250,29 +269,24 @@ impl Operators {
             for m in 0..=n {
                 let ph = rot.phase[m];
                 let i = index(n, m);
-                w.g[3 * m] = ph * input[i];
-                w.g[3 * m + 1] = ph * input[nc + i];
-                w.g[3 * m + 2] = ph * input[2 * nc + i];
+                let (g0, g1) = pack3(ph * input[i], ph * input[nc + i], ph * input[2 * nc + i]);
+                w.g[2 * m] = g0;
+                w.g[2 * m + 1] = g1;
             }
             let off = sq_offset(n);
             let nb = n + 1;
+            let g = &w.g[..2 * nb];
             for mp in 0..=n {
                 let pq = &rot.fwd[off + mp * nb..off + mp * nb + nb];
-                let (mut r0, mut r1, mut r2, mut i0, mut i1, mut i2) =
-                    (0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-                for (c, g) in pq.iter().zip(w.g.chunks_exact(3)) {
-                    let (a, b) = (c[0], c[1]);
-                    r0 += a * g[0].re;
-                    i0 += b * g[0].im;
-                    r1 += a * g[1].re;
-                    i1 += b * g[1].im;
-                    r2 += a * g[2].re;
-                    i2 += b * g[2].im;
+                let (mut s0, mut s1) = (f64x4::splat(0.0), f64x4::splat(0.0));
+                for (c, g) in pq.iter().zip(g.chunks_exact(2)) {
+                    let ab = ab2(c);
+                    s0 = ab.mul_add(g[0], s0);
+                    s1 = ab.mul_add(g[1], s1);
                 }
-                let o = (self.moff[mp] + n - mp) * 3;
-                w.a[o] = Complex64::new(r0, i0);
-                w.a[o + 1] = Complex64::new(r1, i1);
-                w.a[o + 2] = Complex64::new(r2, i2);
+                let o = (self.moff[mp] + n - mp) * 2;
+                w.a[o] = s0;
+                w.a[o + 1] = s1;
             }
         }
     }
@@ -282,29 +296,31 @@ impl Operators {
     fn rotate_backward_acc(&self, rot: &Rotation, w: &Work, out: &mut [Complex64]) {
         let p = self.p;
         let nc = ncoef(p);
+        let mut y = [f64x4::splat(0.0); 2 * (MAX_ORDER + 1)];
         for n in 0..=p {
             let off = sq_offset(n);
             let nb = n + 1;
+            // gather degree n of w.b contiguously
+            for mp in 0..nb {
+                let o = (self.moff[mp] + n - mp) * 2;
+                y[2 * mp] = w.b[o];
+                y[2 * mp + 1] = w.b[o + 1];
+            }
+            let y = &y[..2 * nb];
             for m in 0..=n {
                 let pq = &rot.bwd[off + m * nb..off + m * nb + nb];
-                let (mut r0, mut r1, mut r2, mut i0, mut i1, mut i2) =
-                    (0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-                for mp in 0..nb {
-                    let (a, b) = (pq[mp][0], pq[mp][1]);
-                    let o = (self.moff[mp] + n - mp) * 3;
-                    let y = &w.b[o..o + 3];
-                    r0 += a * y[0].re;
-                    r1 += a * y[1].re;
-                    r2 += a * y[2].re;
-                    i0 += b * y[0].im;
-                    i1 += b * y[1].im;
-                    i2 += b * y[2].im;
+                let (mut s0, mut s1) = (f64x4::splat(0.0), f64x4::splat(0.0));
+                for (c, y) in pq.iter().zip(y.chunks_exact(2)) {
+                    let ab = ab2(c);
+                    s0 = ab.mul_add(y[0], s0);
+                    s1 = ab.mul_add(y[1], s1);
                 }
+                let (s0, s1) = (s0.to_array(), s1.to_array());
                 let ph = rot.phase[m].conj();
                 let i = index(n, m);
-                out[i] += ph * Complex64::new(r0, i0);
-                out[nc + i] += ph * Complex64::new(r1, i1);
-                out[2 * nc + i] += ph * Complex64::new(r2, i2);
+                out[i] += ph * Complex64::new(s0[0], s0[1]);
+                out[nc + i] += ph * Complex64::new(s0[2], s0[3]);
+                out[2 * nc + i] += ph * Complex64::new(s1[0], s1[1]);
             }
         }
     }
@@ -318,8 +334,8 @@ impl Operators {
         for m in 0..=p {
             let side = p + 1 - m;
             let blk = &table[self.toff[m]..self.toff[m] + side * side];
-            let base = self.moff[m] * 3;
-            let a = &w.a[base..base + side * 3];
+            let base = self.moff[m] * 2;
+            let a = &w.a[base..base + side * 2];
             for i in 0..side {
                 let (lo, hi) = match KIND {
                     Z_LOWER => (0, i + 1),
@@ -327,52 +343,43 @@ impl Operators {
                     _ => (i, side),
                 };
                 let row = &blk[i * side + lo..i * side + hi];
-                let aj = &a[3 * lo..3 * hi];
-                let (mut r0, mut r1, mut r2, mut i0, mut i1, mut i2) =
-                    (0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+                let aj = &a[2 * lo..2 * hi];
+                let (mut s0, mut s1) = (f64x4::splat(0.0), f64x4::splat(0.0));
                 match KIND {
                     Z_LOWER => {
                         let pw = &w.pw[..=i];
-                        for (jj, (t, x)) in row.iter().zip(aj.chunks_exact(3)).enumerate() {
-                            let t = t * pw[i - jj];
-                            r0 += x[0].re * t;
-                            i0 += x[0].im * t;
-                            r1 += x[1].re * t;
-                            i1 += x[1].im * t;
-                            r2 += x[2].re * t;
-                            i2 += x[2].im * t;
+                        for (jj, (t, x)) in row.iter().zip(aj.chunks_exact(2)).enumerate() {
+                            let t = f64x4::splat(t * pw[i - jj]);
+                            s0 = t.mul_add(x[0], s0);
+                            s1 = t.mul_add(x[1], s1);
                         }
                     }
                     Z_FULL => {
                         let pw = &w.pw[m..m + side];
-                        for ((t, x), q) in row.iter().zip(aj.chunks_exact(3)).zip(pw) {
-                            let t = t * q;
-                            r0 += x[0].re * t;
-                            i0 += x[0].im * t;
-                            r1 += x[1].re * t;
-                            i1 += x[1].im * t;
-                            r2 += x[2].re * t;
-                            i2 += x[2].im * t;
+                        for ((t, x), q) in row.iter().zip(aj.chunks_exact(2)).zip(pw) {
+                            let t = f64x4::splat(t * q);
+                            s0 = t.mul_add(x[0], s0);
+                            s1 = t.mul_add(x[1], s1);
                         }
                     }
                     _ => {
                         let pw = &w.pw[..side - i];
-                        for ((t, x), q) in row.iter().zip(aj.chunks_exact(3)).zip(pw) {
-                            let t = t * q;
-                            r0 += x[0].re * t;
-                            i0 += x[0].im * t;
-                            r1 += x[1].re * t;
-                            i1 += x[1].im * t;
-                            r2 += x[2].re * t;
-                            i2 += x[2].im * t;
+                        for ((t, x), q) in row.iter().zip(aj.chunks_exact(2)).zip(pw) {
+                            let t = f64x4::splat(t * q);
+                            s0 = t.mul_add(x[0], s0);
+                            s1 = t.mul_add(x[1], s1);
                         }
                     }
                 }
-                let post = if KIND == Z_FULL { w.pw[m + i + 1] } else { 1.0 };
-                let o = base + 3 * i;
-                w.b[o] = Complex64::new(r0 * post, i0 * post);
-                w.b[o + 1] = Complex64::new(r1 * post, i1 * post);
-                w.b[o + 2] = Complex64::new(r2 * post, i2 * post);
+                let o = base + 2 * i;
+                if KIND == Z_FULL {
+                    let post = f64x4::splat(w.pw[m + i + 1]);
+                    w.b[o] = s0 * post;
+                    w.b[o + 1] = s1 * post;
+                } else {
+                    w.b[o] = s0;
+                    w.b[o + 1] = s1;
+                }
             }
         }
     }
