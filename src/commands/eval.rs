@@ -67,7 +67,6 @@ impl EvalArgs {
                 box_length: self.box_length,
                 image_levels: self.image_levels,
             }),
-            ..EvalParams::default()
         }
     }
 }

@@ -37,7 +37,7 @@ impl BoundingCube {
             }
         }
         let mut width = (0..3).map(|c| hi[c] - lo[c]).fold(0.0, f64::max);
-        if !(width > 0.0) {
+        if width.is_nan() || width <= 0.0 {
             width = 1.0; // all points coincide (or one point): any positive width works
         }
         let pad = width * 1e-6;
@@ -150,6 +150,7 @@ impl Tree {
             children: 0..0,
             parent: None,
         }];
+        #[allow(clippy::single_range_in_vec_init)] // one range per level, level 0 first
         let mut levels = vec![0..1];
         let mut level = 0;
         loop {

@@ -134,26 +134,7 @@ impl RotationBuilder {
     }
 }
 
-/// Direction key of a translation vector `v` between cell centres on the grid of half-width
-/// `h`: `v / h` rounded and reduced by the gcd of its components (as the CPU backend's cache).
-pub fn direction_key(v: [f64; 3], h: f64) -> [i64; 3] {
-    let mut key: [i64; 3] = std::array::from_fn(|k| (v[k] / h).round() as i64);
-    let g = gcd(
-        gcd(key[0].unsigned_abs(), key[1].unsigned_abs()),
-        key[2].unsigned_abs(),
-    );
-    if g > 1 {
-        key.iter_mut().for_each(|x| *x /= g as i64);
-    }
-    key
-}
-
-fn gcd(mut a: u64, mut b: u64) -> u64 {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
-}
+pub use fmm::backend::direction_key;
 
 #[cfg(test)]
 mod tests {

@@ -284,14 +284,7 @@ impl FmmOps {
             .min(plan.source_tree.cells[s.cell as usize].half_width);
         let v: [f64; 3] = std::array::from_fn(|k| tc.center[k] - sc[k]);
         let dist = (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
-        let mut key: [i64; 3] = std::array::from_fn(|k| (v[k] / h).round() as i64);
-        let g = gcd(
-            gcd(key[0].unsigned_abs(), key[1].unsigned_abs()),
-            key[2].unsigned_abs(),
-        );
-        if g > 1 {
-            key.iter_mut().for_each(|x| *x /= g as i64);
-        }
+        let key = super::direction_key(v, h);
         (key, dist)
     }
 
@@ -612,11 +605,4 @@ where
     work.into_par_iter()
         .with_max_len(1)
         .for_each(|(l, r, v, s)| f(l, r, v, s));
-}
-
-fn gcd(mut a: u64, mut b: u64) -> u64 {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
 }

@@ -55,6 +55,29 @@ impl Plan {
     }
 }
 
+/// Direction key of a translation vector `v` between cell centres on the grid of half-width
+/// `h` (the smaller of the two cells): `v / h` rounded and reduced by the gcd of its components.
+/// Cell centres sit on that grid, so the key names the direction exactly; backends cache one
+/// rotation per key.
+pub fn direction_key(v: [f64; 3], h: f64) -> [i64; 3] {
+    let mut key: [i64; 3] = std::array::from_fn(|k| (v[k] / h).round() as i64);
+    let g = gcd(
+        gcd(key[0].unsigned_abs(), key[1].unsigned_abs()),
+        key[2].unsigned_abs(),
+    );
+    if g > 1 {
+        key.iter_mut().for_each(|x| *x /= g as i64);
+    }
+    key
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
 /// Wall-clock seconds spent in each phase of one evaluation.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PhaseTimes {
