@@ -19,6 +19,21 @@ pub fn with_comm<R>(f: impl FnOnce(&dyn Comm, usize) -> Result<R>) -> Result<R> 
     }
     #[cfg(not(feature = "mpi"))]
     {
+        // launched as one of several ranks by mpirun/srun, but built without MPI: every process
+        // would run the whole problem and write the same files
+        for var in ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"] {
+            if let Some(n) = std::env::var(var)
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+            {
+                if n > 1 {
+                    anyhow::bail!(
+                        "started as one of {n} ranks ({var}) but built without MPI: rebuild with \
+                         `cargo build --release --features mpi`"
+                    );
+                }
+            }
+        }
         f(&domain::SelfComm, 0)
     }
 }
