@@ -61,10 +61,27 @@ impl Stats {
     }
 }
 
+/// `sum_{i < len} term(i)` in parallel, in an order that does not depend on the thread count
+/// or on scheduling: fixed blocks summed in sequence, block sums added in block order. (rayon's
+/// own float `sum` splits adaptively, so its last bits vary from run to run, which would break
+/// bit-for-bit restarts.)
+pub fn ordered_sum<F: Fn(usize) -> f64 + Sync>(len: usize, term: F) -> f64 {
+    const BLOCK: usize = 4096;
+    let blocks: Vec<f64> = (0..len.div_ceil(BLOCK))
+        .into_par_iter()
+        .map(|b| {
+            (b * BLOCK..((b + 1) * BLOCK).min(len))
+                .map(&term)
+                .sum::<f64>()
+        })
+        .collect();
+    blocks.iter().sum()
+}
+
 /// Kinetic energy `(1/2)<|u|^2>` of a physical field (a plain mean over the grid).
 pub fn energy(field: &VelocityField) -> f64 {
     let s: f64 = (0..3)
-        .map(|c| field.u[c].par_iter().map(|v| v * v).sum::<f64>())
+        .map(|c| ordered_sum(field.u[c].len(), |i| field.u[c][i] * field.u[c][i]))
         .sum();
     0.5 * s / field.u[0].len() as f64
 }
@@ -122,31 +139,25 @@ pub fn energy_spectral(s: &SpectralField) -> f64 {
 pub fn enstrophy_spectral(s: &SpectralField) -> f64 {
     let n = s.n;
     let nh = n / 2 + 1;
-    let total: f64 = (0..n * n * nh)
-        .into_par_iter()
-        .map(|idx| {
-            let (kx, ky, kz) = wavevector(idx, n);
-            let (a, b, c) = (s.c[0][idx], s.c[1][idx], s.c[2][idx]);
-            let wx = ky * c - kz * b;
-            let wy = kz * a - kx * c;
-            let wz = kx * b - ky * a;
-            r2c_weight(idx % nh, n) * (wx.norm_sqr() + wy.norm_sqr() + wz.norm_sqr())
-        })
-        .sum();
+    let total = ordered_sum(n * n * nh, |idx| {
+        let (kx, ky, kz) = wavevector(idx, n);
+        let (a, b, c) = (s.c[0][idx], s.c[1][idx], s.c[2][idx]);
+        let wx = ky * c - kz * b;
+        let wy = kz * a - kx * c;
+        let wz = kx * b - ky * a;
+        r2c_weight(idx % nh, n) * (wx.norm_sqr() + wy.norm_sqr() + wz.norm_sqr())
+    });
     0.5 * total
 }
 
 fn weighted_sum<F: Fn(f64) -> f64 + Sync>(s: &SpectralField, f: F) -> f64 {
     let n = s.n;
     let nh = n / 2 + 1;
-    let total: f64 = (0..n * n * nh)
-        .into_par_iter()
-        .map(|idx| {
-            let (kx, ky, kz) = wavevector(idx, n);
-            let e = s.c[0][idx].norm_sqr() + s.c[1][idx].norm_sqr() + s.c[2][idx].norm_sqr();
-            r2c_weight(idx % nh, n) * e * f(kx * kx + ky * ky + kz * kz)
-        })
-        .sum();
+    let total = ordered_sum(n * n * nh, |idx| {
+        let (kx, ky, kz) = wavevector(idx, n);
+        let e = s.c[0][idx].norm_sqr() + s.c[1][idx].norm_sqr() + s.c[2][idx].norm_sqr();
+        r2c_weight(idx % nh, n) * e * f(kx * kx + ky * ky + kz * kz)
+    });
     0.5 * total
 }
 
