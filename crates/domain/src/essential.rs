@@ -221,7 +221,10 @@ fn key_range(keys: &[u64], level: u32, key: u64) -> std::ops::Range<usize> {
 }
 
 /// Agrees on failure: if any rank has an error, every rank returns one (no hang).
-fn agree<C: Comm + ?Sized, T>(comm: &C, r: Result<T, DomainError>) -> Result<T, DomainError> {
+pub(crate) fn agree<C: Comm + ?Sized, T>(
+    comm: &C,
+    r: Result<T, DomainError>,
+) -> Result<T, DomainError> {
     let mut flag = [if r.is_err() {
         (comm.rank() + 1) as f64
     } else {

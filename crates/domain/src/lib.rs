@@ -353,7 +353,7 @@ pub fn evaluate_distributed<C: Comm + ?Sized, B: Backend>(
             tot[3] += a[c].abs();
         }
     }
-    agree_err(comm, local)?;
+    essential::agree(comm, local)?;
     let offsets = global_offsets(comm, &[sources.len() as u64, targets.len() as u64]);
     let (ns, nt) = (offsets[0][nranks], offsets[1][nranks]);
     if ns == 0 {
@@ -516,22 +516,6 @@ pub fn evaluate_distributed<C: Comm + ?Sized, B: Backend>(
 fn essential_bytes_partition(part: &Partition, nranks: usize) -> u64 {
     let split = part.cells.iter().filter(|c| !c.is_branch()).count();
     essential::comm_bytes_allreduce(nranks, 16 * split + 2)
-}
-
-fn agree_err<C: Comm + ?Sized, T>(comm: &C, r: Result<T, DomainError>) -> Result<T, DomainError> {
-    let mut flag = [if r.is_err() {
-        (comm.rank() + 1) as f64
-    } else {
-        0.0
-    }];
-    comm.allreduce_f64(&mut flag, ReduceOp::Max);
-    match r {
-        Err(e) => Err(e),
-        Ok(v) if flag[0] == 0.0 => Ok(v),
-        Ok(_) => Err(DomainError::Remote {
-            rank: flag[0] as usize - 1,
-        }),
-    }
 }
 
 /// Gathers every rank's `fields` (each in its caller's order) on rank 0, concatenated in rank

@@ -133,18 +133,7 @@ pub const CHUNK: usize = 4096;
 /// Sum of `f(i)` for `i < n`, in fixed chunks summed in order: the result does not depend on the
 /// number of threads (needed for bit-for-bit restarts).
 pub fn chunked_sum(n: usize, f: impl Fn(usize) -> f64 + Sync) -> f64 {
-    use rayon::prelude::*;
-    let parts: Vec<f64> = (0..n.div_ceil(CHUNK))
-        .into_par_iter()
-        .map(|c| {
-            let mut s = 0.0;
-            for i in c * CHUNK..((c + 1) * CHUNK).min(n) {
-                s += f(i);
-            }
-            s
-        })
-        .collect();
-    parts.iter().sum()
+    spectral::diagnostics::ordered_sum(n, f)
 }
 
 /// Vector version of [`chunked_sum`].

@@ -239,7 +239,7 @@ mod tests {
     }
 
     #[test]
-    #[ignore]
+    #[ignore = "measurement: cargo test --release -p vortex-fmm --lib p2p_timing -- --ignored --nocapture"]
     fn p2p_timing() {
         let src = standard(2000, 3);
         let tgt = standard(2000, 4);

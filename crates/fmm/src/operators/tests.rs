@@ -381,7 +381,7 @@ fn operators_are_send_sync() {
 /// Timing of M2L (rotation vs direct), rotation construction, L2P and M2P (minimum over 7
 /// trials); run with `cargo test -p vortex-fmm --release --lib -- --ignored --nocapture timing`.
 #[test]
-#[ignore]
+#[ignore = "measurement: cargo test --release -p vortex-fmm --lib timing_m2l -- --ignored --nocapture"]
 fn timing_m2l() {
     use std::time::Instant;
     fn best<F: FnMut()>(reps: usize, mut f: F) -> f64 {
