@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 #[derive(Args, Debug)]
 pub struct ParticlesArgs {
-    /// Number of particles.
-    #[arg(long)]
+    /// Number of particles (an integer, also written like 1e6 or 2.5e5).
+    #[arg(long, value_parser = parse_count)]
     pub n: usize,
     /// Seed of the random generator.
     #[arg(long, default_value_t = 1)]
@@ -22,6 +22,17 @@ pub struct ParticlesArgs {
     /// uniform (the standard set of CONVENTIONS.md), ring or clumps.
     #[arg(long, default_value = "uniform")]
     pub distribution: Distribution,
+}
+
+/// A particle count: a plain integer or a whole number in floating-point notation (`1e6`).
+fn parse_count(s: &str) -> Result<usize, String> {
+    if let Ok(n) = s.parse::<usize>() {
+        return Ok(n);
+    }
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 && x.fract() == 0.0 && x <= 1e15 => Ok(x as usize),
+        _ => Err(format!("'{s}' is not a whole number of particles")),
+    }
 }
 
 pub fn run(args: &ParticlesArgs) -> Result<()> {
@@ -38,4 +49,20 @@ pub fn run(args: &ParticlesArgs) -> Result<()> {
         args.out.display()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_count;
+
+    #[test]
+    fn counts_parse_in_both_notations() {
+        assert_eq!(parse_count("1000"), Ok(1000));
+        assert_eq!(parse_count("1e6"), Ok(1_000_000));
+        assert_eq!(parse_count("2.5e5"), Ok(250_000));
+        assert!(parse_count("1.5").is_err());
+        assert!(parse_count("-3").is_err());
+        assert!(parse_count("nan").is_err());
+        assert!(parse_count("ten").is_err());
+    }
 }

@@ -5,10 +5,11 @@
 //! M2L (rotation-based O(p^3), or the plain O(p^4) kernel), L2L level by level and L2P, or M2P
 //! for the treecode; `near_field` runs P2P; `fields` downloads the fields once and applies
 //! `1/(4 pi)` in f64. Particles and expansions stay on the device between phases.
-//! With `FarField::Ppm` (pseudo-particle method, [`crate::ppm`]) the M2L is the GPU kernel
-//! `ppm_m2l` (`kernels/ppm.cu`) and P2M, M2M, L2L, L2P run on the host in f64 (multipoles go up
-//! once as fp32, the f64 locals come back once, the far-field velocities are added to the GPU
-//! near field in `fields`).
+//! With `FarField::Ppm` (pseudo-particle method, [`crate::ppm`]) every operator is a kernel of
+//! `kernels/ppm.cu`: P2M, M2M, L2L and L2P in f64 from the tables of [`crate::ppm::PpmTables`],
+//! the M2L (`ppm_m2l`) with fp32 pairs summed in f64; multipoles and locals stay on the device.
+//! (A tree whose children are not regular octants falls back to the f64 host operators for
+//! P2M, M2M, L2L and L2P.)
 //! Interaction lists come from the CPU plan and are packed on the host, in parallel (rayon), in
 //! each phase (that cost is inside the phase's wall time); the M2L buffers and rotation records
 //! are kept by the backend between evaluations. Every phase synchronizes at its end so that the wall-clock
@@ -17,7 +18,7 @@
 
 use crate::device::{GpuDevice, GpuError, GpuResult, FMM, P2P, PPM};
 use crate::layout::{pack_sources, pack_targets, NearLayout};
-use crate::ppm::{pack_ppm_m2l, PpmHost};
+use crate::ppm::{cell_geometry, cell_octants, pack_ppm_m2l, PpmHost, PpmTables};
 use crate::tables::{direction_key, knm_table, rot_stride, toff, z_tables, RotationBuilder};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
@@ -110,8 +111,41 @@ pub struct CudaState {
     rots: Option<CudaSlice<f32>>,
     /// pseudo-particle method: host operators and data (`FarField::Ppm`)
     ppm: Option<Box<PpmHost>>,
+    /// pseudo-particle method on the device (`None`: host P2M / M2M / L2L / L2P)
+    ppm_dev: Option<PpmDevice>,
     times: KernelTimes,
 }
+
+/// Device data of the pseudo-particle method: multipoles (f64, `3K` per source cell), cell
+/// geometry and octants of both trees, and the operator tables of the order.
+struct PpmDevice {
+    k: usize,
+    p: usize,
+    radius_factor: f64,
+    scratch_len: usize,
+    mult: CudaSlice<f64>,
+    scells: CudaSlice<f64>,
+    tcells: CudaSlice<f64>,
+    soct: CudaSlice<i32>,
+    toct: CudaSlice<i32>,
+    expo: CudaSlice<i32>,
+    up: CudaSlice<i32>,
+    w: CudaSlice<f64>,
+    wt: CudaSlice<f64>,
+    m2m: CudaSlice<f64>,
+    l2l: CudaSlice<f64>,
+}
+
+impl PpmDevice {
+    fn defines(&self) -> [(&'static str, usize); 2] {
+        [("PPM_K", self.k), ("PPM_P", self.p)]
+    }
+}
+
+/// Threads of the PPM P2M / M2M / L2L / L2P blocks (`PPM_OPS` of `kernels/ppm.cu`).
+const PPM_OPS: usize = 128;
+/// Most blocks of the PPM L2P (each owns a scratch slice; they loop over the leaves).
+const PPM_L2P_BLOCKS: usize = 4096;
 
 fn defines(p: usize) -> [(&'static str, usize); 1] {
     [("ORDER", p)]
@@ -236,8 +270,37 @@ impl CudaBackend {
             },
             rots: None,
             ppm: is_ppm.then(|| Box::new(PpmHost::new(plan, src, tgt))),
+            ppm_dev: None,
             times: KernelTimes::default(),
         };
+        let mut state = state;
+        if let Some(h) = state.ppm.as_ref() {
+            if let (Some(so), Some(to)) = (
+                cell_octants(&plan.source_tree),
+                cell_octants(&plan.target_tree),
+            ) {
+                let tb = PpmTables::new(&h.ops);
+                state.ppm_dev = Some(PpmDevice {
+                    k: tb.k,
+                    p: tb.p,
+                    radius_factor: h.ops.radius_factor(),
+                    scratch_len: tb.l2p_scratch_len(),
+                    mult: s.alloc_zeros::<f64>(plan.source_tree.cells.len() * 3 * tb.k)?,
+                    scells: s.clone_htod(&cell_geometry(&plan.source_tree))?,
+                    tcells: s.clone_htod(&cell_geometry(&plan.target_tree))?,
+                    soct: s.clone_htod(&so)?,
+                    toct: s.clone_htod(&to)?,
+                    expo: s.clone_htod(&tb.expo)?,
+                    up: s.clone_htod(&tb.up)?,
+                    w: s.clone_htod(&tb.w)?,
+                    wt: s.clone_htod(&tb.wt)?,
+                    m2m: s.clone_htod(&tb.m2m_t)?,
+                    l2l: s.clone_htod(&tb.l2l_t)?,
+                });
+            } else {
+                log::info!("PPM: irregular octree children, P2M/M2M/L2L/L2P run on the host");
+            }
+        }
         self.dev.synchronize()?;
         Ok(state)
     }
@@ -248,6 +311,9 @@ impl CudaBackend {
         st: &mut CudaState,
         times: &mut PhaseTimes,
     ) -> GpuResult<()> {
+        if st.ppm_dev.is_some() {
+            return self.ppm_upward(plan, st, times);
+        }
         if let Some(h) = st.ppm.as_mut() {
             // PPM: P2M and M2M on the host (f64); the multipoles go up with the M2L
             let tree = &plan.source_tree;
@@ -548,7 +614,206 @@ impl CudaBackend {
         r
     }
 
-    /// PPM downward pass: M2L on the GPU (`ppm_m2l`), L2L and L2P on the host.
+    /// PPM upward pass on the device: P2M (`ppm_p2m`, one leaf per block), then M2M level by
+    /// level (`ppm_apply_octant`, one parent per block).
+    fn ppm_upward(&self, plan: &Plan, st: &mut CudaState, times: &mut PhaseTimes) -> GpuResult<()> {
+        let s = self.dev.stream().clone();
+        let CudaState {
+            spos,
+            sstr,
+            ppm_dev,
+            times: kt,
+            ..
+        } = st;
+        let d = ppm_dev.as_mut().expect("device PPM");
+        let tree = &plan.source_tree;
+        let f = self.dev.function(&PPM, &d.defines(), "ppm_p2m")?;
+        let mut wall = 0.0;
+        let r: GpuResult<()> = timed(&mut wall, || {
+            let tasks: Vec<[i32; 4]> = tree
+                .leaves()
+                .filter(|&l| !tree.cells[l].is_empty())
+                .map(|l| {
+                    let r = &tree.cells[l].range;
+                    [r.start as i32, r.len() as i32, l as i32, 0]
+                })
+                .collect();
+            if tasks.is_empty() {
+                return Ok(());
+            }
+            let d_tasks = s.clone_htod(flat4(&tasks))?;
+            kt.p2m += self.event_timed(|| {
+                let mut b = s.launch_builder(&f);
+                b.arg(&*spos).arg(&*sstr).arg(&d_tasks).arg(&d.scells);
+                b.arg(&d.radius_factor)
+                    .arg(&d.expo)
+                    .arg(&d.wt)
+                    .arg(&mut d.mult);
+                unsafe { b.launch(blocks(tasks.len(), PPM_OPS)) }?;
+                Ok(())
+            })?;
+            Ok(())
+        });
+        times.p2m += wall;
+        r?;
+        let f = self.dev.function(&PPM, &d.defines(), "ppm_apply_octant")?;
+        let mut wall = 0.0;
+        let r: GpuResult<()> = timed(&mut wall, || {
+            for l in (0..tree.levels.len().saturating_sub(1)).rev() {
+                let tasks: Vec<[i32; 4]> = tree.levels[l]
+                    .clone()
+                    .filter(|&c| !tree.cells[c].is_leaf())
+                    .map(|c| {
+                        let ch = &tree.cells[c].children;
+                        [c as i32, ch.start as i32, ch.len() as i32, 0]
+                    })
+                    .collect();
+                if tasks.is_empty() {
+                    continue;
+                }
+                let d_tasks = s.clone_htod(flat4(&tasks))?;
+                kt.m2m += self.event_timed(|| {
+                    let mut b = s.launch_builder(&f);
+                    b.arg(&d_tasks)
+                        .arg(&d.soct)
+                        .arg(&d.m2m)
+                        .arg(&mut d.mult)
+                        .arg(&0i32);
+                    unsafe { b.launch(blocks(tasks.len(), PPM_OPS)) }?;
+                    Ok(())
+                })?;
+            }
+            Ok(())
+        });
+        times.m2m += wall;
+        r
+    }
+
+    /// PPM downward pass on the device: M2L (`ppm_m2l`) into f64 locals that start from what
+    /// `add_locals` left on the host, L2L level by level and L2P into the fields.
+    fn ppm_downward_device(
+        &self,
+        plan: &Plan,
+        st: &mut CudaState,
+        times: &mut PhaseTimes,
+    ) -> GpuResult<()> {
+        let s = self.dev.stream().clone();
+        let tt = &plan.target_tree;
+        let CudaState {
+            tpos,
+            tstr,
+            vel,
+            strf,
+            ppm,
+            ppm_dev,
+            times: kt,
+            ..
+        } = st;
+        let h = ppm.as_mut().expect("PPM state");
+        let d = ppm_dev.as_mut().expect("device PPM");
+        let k = d.k;
+        let mut d_loc = s.clone_htod(&h.locals)?;
+        let f = self.dev.function(&PPM, &d.defines(), "ppm_m2l")?;
+        let mut wall = 0.0;
+        let r: GpuResult<()> = timed(&mut wall, || {
+            let (tasks, entries, radii) = pack_ppm_m2l(plan, d.radius_factor);
+            kt.m2l_translations = entries.len() as u64;
+            kt.m2l_directions = 0;
+            if tasks.is_empty() {
+                return Ok(());
+            }
+            let unit: Vec<f32> = h
+                .ops
+                .unit_points()
+                .iter()
+                .flat_map(|u| [u[0] as f32, u[1] as f32, u[2] as f32, 0.0])
+                .collect();
+            let d_tasks = s.clone_htod(flat4(&tasks))?;
+            let d_entries = s.clone_htod(flat4(&entries))?;
+            let d_rad = s.clone_htod(&radii)?;
+            let d_unit = s.clone_htod(&unit)?;
+            kt.m2l += self.event_timed(|| {
+                let mut lb = s.launch_builder(&f);
+                lb.arg(&d.mult)
+                    .arg(&mut d_loc)
+                    .arg(&d_tasks)
+                    .arg(&d_entries);
+                lb.arg(&d_rad).arg(&d_unit);
+                unsafe { lb.launch(blocks(tasks.len(), ppm_threads(k))) }?;
+                Ok(())
+            })?;
+            Ok(())
+        });
+        times.m2l += wall;
+        r?;
+        let f = self.dev.function(&PPM, &d.defines(), "ppm_apply_octant")?;
+        let mut wall = 0.0;
+        let r: GpuResult<()> = timed(&mut wall, || {
+            for l in 1..tt.levels.len() {
+                let tasks: Vec<[i32; 4]> = tt.levels[l]
+                    .clone()
+                    .map(|c| [c as i32, tt.cells[c].parent.unwrap_or(0) as i32, 1, 0])
+                    .collect();
+                if tasks.is_empty() {
+                    continue;
+                }
+                let d_tasks = s.clone_htod(flat4(&tasks))?;
+                kt.l2l += self.event_timed(|| {
+                    let mut b = s.launch_builder(&f);
+                    b.arg(&d_tasks)
+                        .arg(&d.toct)
+                        .arg(&d.l2l)
+                        .arg(&mut d_loc)
+                        .arg(&1i32);
+                    unsafe { b.launch(blocks(tasks.len(), PPM_OPS)) }?;
+                    Ok(())
+                })?;
+            }
+            Ok(())
+        });
+        times.l2l += wall;
+        r?;
+        let f = self.dev.function(&PPM, &d.defines(), "ppm_l2p")?;
+        let mut wall = 0.0;
+        let r: GpuResult<()> = timed(&mut wall, || {
+            let tasks: Vec<[i32; 4]> = tt
+                .leaves()
+                .filter(|&l| !tt.cells[l].is_empty())
+                .map(|l| {
+                    let r = &tt.cells[l].range;
+                    [r.start as i32, r.len() as i32, l as i32, 0]
+                })
+                .collect();
+            if tasks.is_empty() {
+                return Ok(());
+            }
+            let nb = tasks.len().min(PPM_L2P_BLOCKS);
+            let d_tasks = s.clone_htod(flat4(&tasks))?;
+            let mut scratch = s.alloc_zeros::<f64>(nb * d.scratch_len.max(1))?;
+            let ntasks = tasks.len() as i32;
+            kt.l2p += self.event_timed(|| {
+                let mut b = s.launch_builder(&f);
+                b.arg(&*tpos)
+                    .arg(&*tstr)
+                    .arg(&d_tasks)
+                    .arg(&ntasks)
+                    .arg(&d.tcells);
+                b.arg(&d.radius_factor).arg(&d.expo).arg(&d.up).arg(&d.w);
+                b.arg(&d_loc)
+                    .arg(&mut scratch)
+                    .arg(&mut *vel)
+                    .arg(&mut *strf);
+                unsafe { b.launch(blocks(nb, PPM_OPS)) }?;
+                Ok(())
+            })?;
+            Ok(())
+        });
+        times.l2p += wall;
+        r
+    }
+
+    /// PPM downward pass: M2L on the GPU (`ppm_m2l`), L2L and L2P on the host (or all on the
+    /// device, see [`Self::ppm_downward_device`]).
     fn ppm_downward(
         &self,
         plan: &Plan,
@@ -556,11 +821,16 @@ impl CudaBackend {
         times: &mut PhaseTimes,
     ) -> GpuResult<()> {
         use rayon::prelude::*;
+        if st.ppm_dev.is_some() {
+            return self.ppm_downward_device(plan, st, times);
+        }
         let s = self.dev.stream().clone();
         let tt = &plan.target_tree;
         let h = st.ppm.as_mut().expect("PPM state");
         let k = h.ops.count();
-        let f = self.dev.function(&PPM, &[("PPM_K", k)], "ppm_m2l")?;
+        let f = self
+            .dev
+            .function(&PPM, &[("PPM_K", k), ("PPM_P", h.ops.order())], "ppm_m2l")?;
         let mut wall = 0.0;
         let kt = &mut st.times;
         let r: GpuResult<()> = timed(&mut wall, || {
@@ -570,14 +840,13 @@ impl CudaBackend {
             if tasks.is_empty() {
                 return Ok(());
             }
-            let mult: Vec<f32> = h.multipoles.par_iter().map(|&x| x as f32).collect();
             let unit: Vec<f32> = h
                 .ops
                 .unit_points()
                 .iter()
                 .flat_map(|u| [u[0] as f32, u[1] as f32, u[2] as f32, 0.0])
                 .collect();
-            let d_mult = s.clone_htod(&mult)?;
+            let d_mult = s.clone_htod(&h.multipoles)?;
             let d_tasks = s.clone_htod(flat4(&tasks))?;
             let d_entries = s.clone_htod(flat4(&entries))?;
             let d_rad = s.clone_htod(&radii)?;
@@ -743,6 +1012,7 @@ impl CudaBackend {
             locals: None,
             rots: None,
             ppm: None,
+            ppm_dev: None,
             times: self.last_kernel_times(),
         };
         Ok((self.fields_impl(st)?, secs))
@@ -1100,6 +1370,16 @@ impl Backend for CudaBackend {
         st: &CudaState,
         cells: &[usize],
     ) -> Result<Vec<f64>, FmmError> {
+        if let Some(d) = st.ppm_dev.as_ref() {
+            let len = 3 * d.k;
+            let s = self.dev.stream();
+            let host = s.clone_dtoh(&d.mult).map_err(GpuError::from)?;
+            s.synchronize().map_err(GpuError::from)?;
+            return Ok(cells
+                .iter()
+                .flat_map(|&c| host[c * len..(c + 1) * len].iter().copied())
+                .collect());
+        }
         if let Some(h) = st.ppm.as_ref() {
             let len = h.len();
             return Ok(cells
@@ -1128,6 +1408,17 @@ impl Backend for CudaBackend {
         cells: &[usize],
         data: &[f64],
     ) -> Result<(), FmmError> {
+        if let Some(d) = st.ppm_dev.as_mut() {
+            let len = 3 * d.k;
+            let s = self.dev.stream().clone();
+            let mut host = s.clone_dtoh(&d.mult).map_err(GpuError::from)?;
+            s.synchronize().map_err(GpuError::from)?;
+            for (k, &c) in cells.iter().enumerate() {
+                host[c * len..(c + 1) * len].copy_from_slice(&data[k * len..(k + 1) * len]);
+            }
+            s.memcpy_htod(&host, &mut d.mult).map_err(GpuError::from)?;
+            return Ok(());
+        }
         if let Some(h) = st.ppm.as_mut() {
             let len = h.len();
             for (k, &c) in cells.iter().enumerate() {

@@ -104,7 +104,7 @@ pub const FMM: KernelSource = KernelSource {
     source: include_str!("../../../kernels/fmm.cu"),
 };
 
-/// Pseudo-particle M2L (compiled with `-DPPM_K=K`).
+/// Pseudo-particle operators (compiled with `-DPPM_K=K -DPPM_P=p`).
 pub const PPM: KernelSource = KernelSource {
     name: "ppm",
     source: include_str!("../../../kernels/ppm.cu"),

@@ -59,7 +59,7 @@ mod tests {
             }
             for p in [4, 8, 10, 16] {
                 let k = fmm::ppm::PseudoParticles::new(p).count();
-                device::compile(&device::PPM, cc, &[("PPM_K", k)]).unwrap();
+                device::compile(&device::PPM, cc, &[("PPM_K", k), ("PPM_P", p)]).unwrap();
             }
         }
         println!("all kernels compiled with NVRTC");

@@ -1,11 +1,14 @@
 //! Pseudo-particle method (PPM) on the CUDA backend: host side.
 //!
-//! The M2L, the costly part of the PPM (`K^2` singular-kernel pairs per translation), runs on
-//! the GPU (`kernels/ppm.cu`, one target cell per block, one target sphere point per thread,
-//! the source pseudo-particles streamed through shared memory). P2M, M2M, L2L and L2P run on
-//! the host with the f64 operators of [`fmm::ppm::PseudoParticles`] (rayon over cells / leaves):
-//! they are `O(p^3)` per particle and cheap next to the M2L; the multipoles cross the bus once
-//! upwards (fp32, `3K` per cell) and the locals once downwards (f64).
+//! Every PPM operator runs on the GPU (`kernels/ppm.cu`): the M2L, the costly part (`K^2`
+//! singular-kernel pairs per translation; one target cell per block, one target sphere point
+//! per thread, the source pseudo-particles streamed through shared memory, fp32 pairs summed
+//! in f64), and P2M, M2M, L2L, L2P in f64 from the tables built here ([`PpmTables`]: the
+//! moment-to-strength matrix `W`, the monomial exponents and their derivative links, the 8
+//! octant matrices of M2M and L2L). Multipoles and locals stay on the device; the host only
+//! sees them when the driver asks (MPI, periodic images). The f64 host operators of
+//! [`fmm::ppm::PseudoParticles`] ([`PpmHost`]) remain the reference the tests compare with,
+//! and the fallback for a tree whose children are not regular octants.
 //!
 //! [`pack_ppm_m2l`] packs the far lists in parallel into the kernel's layout (tasks: `(target
 //! cell, first entry, end entry, b)`, entries: `(source cell, t_centre - s_centre)`).
@@ -128,6 +131,119 @@ impl OctantMatrices {
             o[2] += a2;
         }
     }
+}
+
+/// What the device PPM operators need of one order, flattened for upload
+/// (layouts as documented in `kernels/ppm.cu`).
+pub struct PpmTables {
+    pub k: usize,
+    pub p: usize,
+    /// Per monomial `a0 | a1 << 8 | a2 << 16` (ordered by degree, as `fmm::ppm`).
+    pub expo: Vec<i32>,
+    /// Per monomial and direction `d`, the index of `a + e_d` (`-1` above degree `p`).
+    pub up: Vec<i32>,
+    /// `W`, `K x nm` row-major.
+    pub w: Vec<f64>,
+    /// `W` transposed, `nm x K`.
+    pub wt: Vec<f64>,
+    /// The 8 M2M matrices, each transposed (`[(o K + j) K + r] = M_o[r][j]`).
+    pub m2m_t: Vec<f64>,
+    /// The 8 L2L matrices, each transposed.
+    pub l2l_t: Vec<f64>,
+}
+
+impl PpmTables {
+    pub fn new(ops: &PseudoParticles) -> Self {
+        let mats = OctantMatrices::get(ops);
+        let (k, p) = (ops.count(), ops.order());
+        let mono = ops.monomial_exponents();
+        let nm = mono.len();
+        let index: HashMap<[usize; 3], usize> =
+            mono.iter().enumerate().map(|(i, &a)| (a, i)).collect();
+        let expo = mono
+            .iter()
+            .map(|a| (a[0] | a[1] << 8 | a[2] << 16) as i32)
+            .collect();
+        let up = mono
+            .iter()
+            .flat_map(|&a| {
+                let index = &index;
+                (0..3).map(move |d| {
+                    let mut b = a;
+                    b[d] += 1;
+                    index.get(&b).map(|&i| i as i32).unwrap_or(-1)
+                })
+            })
+            .collect();
+        let w = ops.moment_weights().to_vec();
+        let mut wt = vec![0.0; nm * k];
+        for kk in 0..k {
+            for a in 0..nm {
+                wt[a * k + kk] = w[kk * nm + a];
+            }
+        }
+        let transpose = |ms: &[Vec<f64>]| -> Vec<f64> {
+            let mut out = vec![0.0; 8 * k * k];
+            for (o, m) in ms.iter().enumerate() {
+                for r in 0..k {
+                    for j in 0..k {
+                        out[(o * k + j) * k + r] = m[r * k + j];
+                    }
+                }
+            }
+            out
+        };
+        Self {
+            k,
+            p,
+            expo,
+            up,
+            w,
+            wt,
+            m2m_t: transpose(&mats.m2m),
+            l2l_t: transpose(&mats.l2l),
+        }
+    }
+
+    /// Monomials of degree `<= p - 1` and `<= p - 2` (`PPM_NM1`, `PPM_NM2`).
+    pub fn nm1_nm2(&self) -> (usize, usize) {
+        let c = |q: isize| -> usize {
+            if q < 0 {
+                0
+            } else {
+                let q = q as usize;
+                (q + 1) * (q + 2) * (q + 3) / 6
+            }
+        };
+        (c(self.p as isize - 1), c(self.p as isize - 2))
+    }
+
+    /// `f64` of L2P scratch per block (`9 NM1 + 18 NM2`).
+    pub fn l2p_scratch_len(&self) -> usize {
+        let (n1, n2) = self.nm1_nm2();
+        9 * n1 + 18 * n2
+    }
+}
+
+/// The octant (`0..8`, bit `d` set for the upper half along `d`) of every non-root cell in its
+/// parent, `-1` for the root; `None` when some child is not a regular octree octant (then the
+/// device matrices do not apply and the host operators run).
+pub fn cell_octants(tree: &Tree) -> Option<Vec<i32>> {
+    tree.cells
+        .iter()
+        .map(|c| match c.parent {
+            None => Some(-1),
+            Some(pc) => OctantMatrices::octant(&tree.cells[pc], c).map(|o| o as i32),
+        })
+        .collect()
+}
+
+/// Centre and half width of every cell, 4 `f64` per cell (the `cells` argument of the kernels).
+pub fn cell_geometry(tree: &Tree) -> Vec<f64> {
+    tree.cells
+        .iter()
+        .flat_map(|c| [c.center[0], c.center[1], c.center[2], c.half_width])
+        .collect()
 }
 
 /// Host data of one PPM evaluation (sorted particles, f64 pseudo-particle strengths and
@@ -438,6 +554,158 @@ mod tests {
         let es = fmm::relative_l2_error(&scale(&f.stretching), &cpu.stretching);
         println!("PPM host+emulated kernel vs CPU backend: velocity {ev:.2e}, stretching {es:.2e}");
         assert!(ev < 1e-5 && es < 1e-4, "{ev} {es}");
+    }
+
+    fn monomial(e: i32, z: [f64; 3]) -> f64 {
+        z[0].powi(e & 255) * z[1].powi((e >> 8) & 255) * z[2].powi(e >> 16)
+    }
+
+    /// The device P2M and L2P algorithms (`ppm_p2m`, `ppm_l2p`: moments times `W^T`, gradient
+    /// and Hessian tables gathered through `up`), emulated in f64 on the CPU, equal the f64
+    /// operators of `fmm::ppm` at random cells, particles and local representations.
+    #[test]
+    fn device_p2m_and_l2p_algorithms_match_the_operators() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        for p in [1usize, 2, 5, 8, 10] {
+            let ops = PseudoParticles::new(p);
+            let tb = PpmTables::new(&ops);
+            let (k, nm) = (tb.k, tb.expo.len());
+            let (nm1, nm2) = tb.nm1_nm2();
+            let center = [0.3, -0.2, 0.1];
+            let h = 0.7;
+            let rf = ops.radius_factor();
+            let n = 40;
+            let pos: Vec<[f64; 3]> = (0..n)
+                .map(|_| std::array::from_fn(|d| center[d] + h * rng.gen_range(-1.0..1.0)))
+                .collect();
+            let al: Vec<[f64; 3]> = (0..n)
+                .map(|_| std::array::from_fn(|_| rng.gen_range(-1.0..1.0)))
+                .collect();
+            // P2M
+            let mut reference = vec![0.0; 3 * k];
+            ops.p2m(center, h, &pos, &al, &mut reference);
+            let z = |x: [f64; 3]| -> [f64; 3] {
+                std::array::from_fn(|d| (x[d] - center[d]) / (rf * h))
+            };
+            let mut mom = vec![[0.0f64; 3]; nm];
+            for (x, a) in pos.iter().zip(&al) {
+                for (m, &e) in mom.iter_mut().zip(&tb.expo) {
+                    let v = monomial(e, z(*x));
+                    (0..3).for_each(|c| m[c] += v * a[c]);
+                }
+            }
+            let q: Vec<f64> = (0..k)
+                .flat_map(|kk| {
+                    let (mom, wt) = (&mom, &tb.wt);
+                    (0..3).map(move |c| (0..nm).map(|a| wt[a * k + kk] * mom[a][c]).sum::<f64>())
+                })
+                .collect();
+            let scale = reference.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+            let diff = q
+                .iter()
+                .zip(&reference)
+                .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+            assert!(diff <= 1e-12 * scale, "P2M p = {p}: {diff} vs {scale}");
+            // L2P
+            let g: Vec<f64> = (0..3 * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
+            let (mut vr, mut sr) = (vec![[0.0; 3]; n], vec![[0.0; 3]; n]);
+            ops.l2p(center, h, &g, &pos, &al, &mut vr, &mut sr);
+            let inv_b = 1.0 / (rf * h);
+            let coef: Vec<[f64; 3]> = (0..nm)
+                .map(|a| {
+                    std::array::from_fn(|c| {
+                        (0..k).map(|kk| tb.w[kk * nm + a] * g[3 * kk + c]).sum()
+                    })
+                })
+                .collect();
+            let ad = |a: usize, d: usize| ((tb.expo[a] >> (8 * d)) & 255) as f64;
+            let grad: Vec<Vec<[f64; 3]>> = (0..3)
+                .map(|d| {
+                    (0..nm1)
+                        .map(|a| {
+                            let b = tb.up[3 * a + d] as usize;
+                            coef[b].map(|x| (ad(a, d) + 1.0) * inv_b * x)
+                        })
+                        .collect()
+                })
+                .collect();
+            const PAIRS: [(usize, usize); 6] = [(0, 0), (1, 1), (2, 2), (0, 1), (0, 2), (1, 2)];
+            let hess: Vec<Vec<[f64; 3]>> = PAIRS
+                .iter()
+                .map(|&(d1, d2)| {
+                    (0..nm2)
+                        .map(|a| {
+                            let b = tb.up[3 * a + d2] as usize;
+                            grad[d1][b].map(|x| (ad(a, d2) + 1.0) * inv_b * x)
+                        })
+                        .collect()
+                })
+                .collect();
+            let he = [[0, 3, 4], [3, 1, 5], [4, 5, 2]];
+            let (mut ve, mut se) = (0.0f64, 0.0f64);
+            let (mut vs, mut ss) = (0.0f64, 0.0f64);
+            for i in 0..n {
+                let zi = z(pos[i]);
+                let mut gd = [[0.0; 3]; 3];
+                let mut hh = [[0.0; 3]; 6];
+                for a in 0..nm1 {
+                    let v = monomial(tb.expo[a], zi);
+                    for d in 0..3 {
+                        (0..3).for_each(|c| gd[d][c] += v * grad[d][a][c]);
+                    }
+                    if a < nm2 {
+                        for e in 0..6 {
+                            (0..3).for_each(|c| hh[e][c] += v * hess[e][a][c]);
+                        }
+                    }
+                }
+                let u = [
+                    gd[1][2] - gd[2][1],
+                    gd[2][0] - gd[0][2],
+                    gd[0][1] - gd[1][0],
+                ];
+                let v = |l: usize, m: usize| -> f64 {
+                    (0..3).map(|kk| al[i][kk] * hh[he[kk][l]][m]).sum()
+                };
+                let s = [v(1, 2) - v(2, 1), v(2, 0) - v(0, 2), v(0, 1) - v(1, 0)];
+                for c in 0..3 {
+                    ve = ve.max((u[c] - vr[i][c]).abs());
+                    se = se.max((s[c] - sr[i][c]).abs());
+                    vs = vs.max(vr[i][c].abs());
+                    ss = ss.max(sr[i][c].abs());
+                }
+            }
+            assert!(ve <= 1e-11 * vs, "L2P velocity p = {p}: {ve} vs {vs}");
+            assert!(
+                se <= 1e-11 * ss.max(1e-300),
+                "L2P stretching p = {p}: {se} vs {ss}"
+            );
+        }
+    }
+
+    /// The transposed octant matrices of [`PpmTables`] apply as the kernel reads them.
+    #[test]
+    fn device_octant_tables_are_the_transposed_matrices() {
+        let ops = PseudoParticles::new(4);
+        let tb = PpmTables::new(&ops);
+        let mats = OctantMatrices::get(&ops);
+        let k = tb.k;
+        let x: Vec<f64> = (0..3 * k)
+            .map(|i| ((i * 37 % 101) as f64) / 50.0 - 1.0)
+            .collect();
+        for o in 0..8 {
+            for (mt, m) in [(&tb.m2m_t, &mats.m2m[o]), (&tb.l2l_t, &mats.l2l[o])] {
+                let mut reference = vec![0.0; 3 * k];
+                mats.apply(m, &x, &mut reference);
+                for r in 0..k {
+                    for c in 0..3 {
+                        let v: f64 = (0..k).map(|j| mt[(o * k + j) * k + r] * x[3 * j + c]).sum();
+                        assert!((v - reference[3 * r + c]).abs() <= 1e-12 * (1.0 + v.abs()));
+                    }
+                }
+            }
+        }
     }
 
     /// The octant matrices reproduce the f64 M2M and L2L operators on every level of a tree.

@@ -224,6 +224,20 @@ impl PseudoParticles {
         &self.weights
     }
 
+    /// The monomial exponents `a = (a0, a1, a2)`, `|a| <= p`, ordered by total degree (the
+    /// columns of [`Self::moment_weights`]).
+    pub fn monomial_exponents(&self) -> &[[usize; 3]] {
+        &self.mono
+    }
+
+    /// The `K x nm` row-major matrix `W[k][a] = w_k [z^a] H(z; s_k)` that maps the Cartesian
+    /// moments of a cell (scaled coordinates) to its pseudo-particle strengths (P2M,
+    /// `q_k = sum_a W[k][a] m_a`) and a local representation to its polynomial coefficients
+    /// (L2P, `c_a = sum_k W[k][a] g_k`): the data a device implementation of P2M and L2P needs.
+    pub fn moment_weights(&self) -> &[f64] {
+        &self.wt
+    }
+
     /// Number of `f64` in a multipole or local array (`3 K`).
     pub fn len(&self) -> usize {
         3 * self.points.len()

@@ -5,6 +5,7 @@
 //!           [--samples 1000] [--allpairs 262144] [--cpu-fmm-max 100000] [--stage p2p|all]
 //!           [--ppm-order 10] [--reps 3] [--methods fmm,treecode,ppm,plain]
 //! gpu-check --pack-bench 1e6   (no GPU needed: times the host-side list packing)
+//! gpu-check --crossover 1e3,3e3,1e4,3e4,1e5   (direct GPU sum vs GPU FMM, wall times)
 //! ```
 //! The FMM, the treecode (M2P) and the PPM run at every N (best of `--reps`); at
 //! N <= `--cpu-fmm-max` the CPU f64 FMM and PPM are compared on all targets. A summary table
@@ -39,6 +40,7 @@ struct Args {
     reps: usize,
     methods: Vec<String>,
     pack_bench: usize,
+    crossover: Vec<usize>,
 }
 
 fn parse() -> Args {
@@ -61,6 +63,7 @@ fn parse() -> Args {
             "plain".into(),
         ],
         pack_bench: 0,
+        crossover: Vec::new(),
     };
     let v: Vec<String> = std::env::args().skip(1).collect();
     let num = |s: &str| {
@@ -84,6 +87,7 @@ fn parse() -> Args {
             "--reps" => a.reps = num(x).max(1),
             "--methods" => a.methods = x.split(',').map(String::from).collect(),
             "--pack-bench" => a.pack_bench = num(x),
+            "--crossover" => a.crossover = x.split(',').map(num).collect(),
             o => panic!("unknown option {o}"),
         }
         i += 2;
@@ -92,6 +96,59 @@ fn parse() -> Args {
         a.ppm_order = a.order;
     }
     a
+}
+
+/// Wall time (uploads and downloads included, best of `--reps`) of the direct GPU sum and of
+/// the GPU FMM for each N of `--crossover`: the N below which the direct sum is faster.
+fn crossover(be: &CudaBackend, args: &Args, chk: &mut Check) {
+    let params = EvalParams {
+        method: Method::Fmm,
+        order: args.order,
+        theta: args.theta,
+        leaf_size: args.leaf,
+        ..Default::default()
+    };
+    println!(
+        "\n| N | direct GPU s | FMM GPU s (p = {}, theta = {}, leaf = {}) | faster | FMM vs direct velocity | stretching |",
+        args.order, args.theta, args.leaf
+    );
+    println!("|---|---|---|---|---|---|");
+    let mut last_direct_wins = None;
+    for &n in &args.crossover {
+        let src = fmm::testsets::standard(n, 5);
+        let tgt = src.as_targets();
+        let _ = be.all_pairs(&src, &tgt).expect("all pairs"); // warm
+        let _ = fmm::evaluate(be, &params, &src, &tgt).expect("gpu fmm"); // warm
+        let (mut t_direct, mut t_fmm) = (f64::INFINITY, f64::INFINITY);
+        let (mut f_direct, mut f_fmm) = (None, None);
+        for _ in 0..args.reps {
+            let t0 = Instant::now();
+            let (f, _) = be.all_pairs(&src, &tgt).expect("all pairs");
+            t_direct = t_direct.min(t0.elapsed().as_secs_f64());
+            f_direct = Some(f);
+            let t0 = Instant::now();
+            let e = fmm::evaluate(be, &params, &src, &tgt).expect("gpu fmm");
+            t_fmm = t_fmm.min(t0.elapsed().as_secs_f64());
+            f_fmm = Some(e.fields);
+        }
+        let (ev, es) = errs(&f_fmm.unwrap(), &f_direct.unwrap());
+        let direct_wins = t_direct < t_fmm;
+        if direct_wins {
+            last_direct_wins = Some(n);
+        }
+        println!(
+            "| {n} | {t_direct:.5} | {t_fmm:.5} | {} | {ev:.1e} | {es:.1e} |",
+            if direct_wins { "direct" } else { "FMM" }
+        );
+        chk.le("crossover: GPU FMM vs GPU direct velocity", ev, 1e-4);
+        chk.le("crossover: GPU FMM vs GPU direct stretching", es, 1e-3);
+    }
+    match last_direct_wins {
+        Some(n) => {
+            println!("direct GPU sum faster up to N = {n} (largest N of the list where it wins)")
+        }
+        None => println!("the GPU FMM was faster at every N of the list"),
+    }
 }
 
 /// Peak resident host memory of this process (VmHWM), bytes.
@@ -314,6 +371,9 @@ fn main() {
     );
     let mut chk = Check { failed: Vec::new() };
     let mut rows: Vec<Row> = Vec::new();
+    if !args.crossover.is_empty() {
+        crossover(&be, &args, &mut chk);
+    }
 
     // ---- all-pairs kernel
     if args.allpairs > 0 {
