@@ -126,6 +126,9 @@ pub struct Tree {
     pub leaf_size: usize,
 }
 
+/// Cells with at least this many points compute their radius with a parallel reduction.
+const PARALLEL_RADIUS_MIN: usize = 1 << 16;
+
 impl Tree {
     /// Builds the tree of `points` inside `cube` (which must contain them; points outside are
     /// clamped to the boundary cells, which keeps the tree valid but loosens the radii).
@@ -194,16 +197,33 @@ impl Tree {
             level += 1;
         }
 
-        // Tight radii: distance from the centre to the farthest point of the cell.
-        cells.par_iter_mut().for_each(|cell| {
-            let mut r2: f64 = 0.0;
-            for &i in &order[cell.range.clone()] {
-                let p = points[i];
-                let d2 = (0..3).map(|c| (p[c] - cell.center[c]).powi(2)).sum::<f64>();
-                r2 = r2.max(d2);
+        // Tight radii: distance from the centre to the farthest point of the cell. The points
+        // are gathered into sorted order once, so every cell reads a contiguous range; the
+        // large cells near the root (one cell holds all N points) reduce in parallel, the many
+        // small ones run one per task.
+        let sorted: Vec<[f64; 3]> = order.par_iter().map(|&i| points[i]).collect();
+        let radius = |cell: &Cell| -> f64 {
+            let c = cell.center;
+            let d2 = |p: &[f64; 3]| (0..3).map(|k| (p[k] - c[k]).powi(2)).sum::<f64>();
+            let pts = &sorted[cell.range.clone()];
+            if pts.len() >= PARALLEL_RADIUS_MIN {
+                pts.par_iter().map(d2).reduce(|| 0.0, f64::max).sqrt()
+            } else {
+                pts.iter().map(d2).fold(0.0, f64::max).sqrt()
             }
-            cell.radius = r2.sqrt();
-        });
+        };
+        let (big, small): (Vec<usize>, Vec<usize>) =
+            (0..cells.len()).partition(|&c| cells[c].len() >= PARALLEL_RADIUS_MIN);
+        for c in big {
+            cells[c].radius = radius(&cells[c]);
+        }
+        let small_radii: Vec<(usize, f64)> = small
+            .into_par_iter()
+            .map(|c| (c, radius(&cells[c])))
+            .collect();
+        for (c, r) in small_radii {
+            cells[c].radius = r;
+        }
         Self {
             cube,
             cells,
@@ -228,10 +248,22 @@ impl Tree {
 
     /// Scatters `sorted` values back to input order.
     pub fn scatter<T: Copy + Default + Send + Sync>(&self, sorted: &[T]) -> Vec<T> {
+        assert_eq!(sorted.len(), self.order.len());
         let mut out = vec![T::default(); sorted.len()];
-        for (k, &i) in self.order.iter().enumerate() {
-            out[i] = sorted[k];
-        }
+        /// The output's base pointer, shared by the tasks of the parallel scatter.
+        struct Out<T>(*mut T);
+        // SAFETY: the tasks write disjoint elements (below).
+        unsafe impl<T: Send> Sync for Out<T> {}
+        let base = Out(out.as_mut_ptr());
+        let base = &base;
+        self.order
+            .par_iter()
+            .zip(sorted.par_iter())
+            .for_each(|(&i, &v)| {
+                // SAFETY: `order` is a permutation of `0..len` (built from the enumerated input
+                // points), so every `i` is in bounds and written by exactly one task.
+                unsafe { base.0.add(i).write(v) };
+            });
         out
     }
 }
@@ -275,6 +307,19 @@ mod tests {
             }
         }
         assert!(count.iter().all(|&c| c == 1));
+        // radii are the exact largest centre-to-point distances
+        for cell in &tree.cells {
+            let r = tree.order[cell.range.clone()]
+                .iter()
+                .map(|&i| {
+                    (0..3)
+                        .map(|c| (points[i][c] - cell.center[c]).powi(2))
+                        .sum::<f64>()
+                })
+                .fold(0.0, f64::max)
+                .sqrt();
+            assert_eq!(cell.radius, r);
+        }
         // children partition the parent's range
         for cell in &tree.cells {
             if !cell.is_leaf() {
@@ -291,7 +336,8 @@ mod tests {
 
     #[test]
     fn uniform_tree_partitions_points() {
-        let pts = random_points(5000, 1);
+        // above the parallel-radius threshold, so both radius paths run
+        let pts = random_points(PARALLEL_RADIUS_MIN + 5000, 1);
         let tree = Tree::build(&pts, BoundingCube::around(&[&pts]), 32);
         check_tree(&pts, &tree);
         assert!(tree.depth() >= 3);
