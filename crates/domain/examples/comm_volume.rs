@@ -1,31 +1,49 @@
 //! Communication volume of the decomposition with simulated ranks (threads), for the scaling
 //! tables of `docs/SCALING.md`.
 //!
-//! `cargo run --release -p vortex-domain --example comm_volume -- N R [uniform|ring|clumps] [periodic]`
+//! `comm_volume N[,N...] R[,R...|Rmin-Rmax] [uniform|ring|clumps] [periodic] [--ranks]`
 //!
-//! Prints one line per rank: bytes sent per phase, halo particles, remote cells, multipoles
-//! sent and used, and the phase times.
+//! e.g. `comm_volume 1e5,1e6,1e7 1-8`. Every rank holds a contiguous piece of the set (the
+//! input distribution of `mpirun vortex eval`). The evaluation runs with a backend that
+//! computes nothing, so a row costs the partition, the redistribution, the locally essential
+//! tree and the interaction lists only (the lists decide which multipoles M2Lcomm brings).
+//! Prints one row per (N, R): bytes sent per rank in P2Pcomm (pruned subtrees and halo
+//! particles) and in M2Lcomm (requests, branch multipoles, requested multipoles), maximum and
+//! mean over the ranks, the halo particles and the multipoles received (maximum over ranks),
+//! and the wall time of the row; with `--ranks`, also one line per rank.
+
+#[path = "common/null_backend.rs"]
+mod null_backend;
 
 use domain::{evaluate_distributed, Comm, DomainParams, ThreadComm};
 use fmm::periodic::Periodic;
 use fmm::testsets::{generate, Distribution};
-use fmm::{CpuBackend, EvalParams, Sources, Targets};
+use fmm::{EvalParams, Sources};
+use null_backend::NullBackend;
 
 fn piece<T: Clone>(v: &[T], r: usize, n: usize) -> Vec<T> {
     v[v.len() * r / n..v.len() * (r + 1) / n].to_vec()
 }
 
+fn list(s: &str) -> Vec<usize> {
+    s.split(',')
+        .flat_map(|p| match p.split_once('-') {
+            Some((a, b)) => (a.parse().unwrap()..=b.parse().unwrap()).collect::<Vec<usize>>(),
+            None => vec![p.parse::<f64>().unwrap() as usize],
+        })
+        .collect()
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let n: usize = args
-        .first()
-        .map_or(100_000, |s| s.parse::<f64>().unwrap() as usize);
-    let ranks: usize = args.get(1).map_or(2, |s| s.parse().unwrap());
+    let ns = list(args.first().map_or("1e5", |s| s.as_str()));
+    let rs = list(args.get(1).map_or("1-8", |s| s.as_str()));
     let dist: Distribution = args
         .get(2)
+        .filter(|s| !s.starts_with('-') && *s != "periodic")
         .map_or(Distribution::Uniform, |s| s.parse().unwrap());
-    let periodic = args.get(3).is_some_and(|s| s == "periodic");
-    let s = generate(dist, n, 1, periodic);
+    let periodic = args.iter().any(|s| s == "periodic");
+    let per_rank = args.iter().any(|s| s == "--ranks");
     let params = EvalParams {
         periodic: periodic.then_some(Periodic {
             box_length: 2.0 * std::f64::consts::PI,
@@ -33,53 +51,78 @@ fn main() {
         }),
         ..Default::default()
     };
-    let t0 = std::time::Instant::now();
-    let out = ThreadComm::run(ranks, |comm| {
-        let (r, nr) = (comm.rank(), comm.size());
-        let ls = Sources {
-            position: piece(&s.position, r, nr),
-            strength: piece(&s.strength, r, nr),
-            sigma: piece(&s.sigma, r, nr),
-        };
-        let lt = Targets {
-            position: ls.position.clone(),
-            strength: ls.strength.clone(),
-        };
-        let e = evaluate_distributed(
-            comm,
-            &CpuBackend,
-            &params,
-            &DomainParams::default(),
-            &ls,
-            &lt,
-        )
-        .unwrap();
-        (e.stats, e.times, e.work[r])
-    });
     println!(
-        "# N = {n}, R = {ranks}, {dist:?}{}, p = {}, theta = {}, leaf {}; wall {:.2} s",
+        "# {dist:?}{}, p = {}, theta = {}, leaf {}, granularity {}, rayon threads {}",
         if periodic { " periodic" } else { "" },
         params.order,
         params.theta,
         params.leaf_size,
-        t0.elapsed().as_secs_f64()
+        DomainParams::default().granularity,
+        rayon::current_num_threads()
     );
-    println!("rank work summary redistribute p2p m2l total halo_particles remote_cells m2l_sent m2l_used t_p2pcomm t_m2lcomm t_total");
-    for (r, (st, t, w)) in out.iter().enumerate() {
-        println!(
-            "{r} {w} {} {} {} {} {} {} {} {} {} {:.4} {:.4} {:.3}",
-            st.bytes_summary,
-            st.bytes_redistribute,
-            st.bytes_p2p,
-            st.bytes_m2l,
-            st.bytes_total(),
-            st.halo_particles,
-            st.remote_cells,
-            st.m2l_cells_sent,
-            st.m2l_cells_used,
-            st.t_p2pcomm,
-            st.t_m2lcomm,
-            t.total
-        );
+    println!(
+        "# bytes sent per rank; p2p = P2Pcomm, m2l = M2Lcomm; halo = halo particles received, \
+         mp = multipoles received below branch cells (max over ranks)"
+    );
+    println!(
+        "{:>9} {:>2} {:>12} {:>12} {:>12} {:>12} {:>9} {:>8} {:>7}",
+        "N", "R", "p2p_max", "p2p_mean", "m2l_max", "m2l_mean", "halo", "mp", "wall_s"
+    );
+    for &n in &ns {
+        let s = generate(dist, n, 1, periodic);
+        for &ranks in &rs {
+            let t0 = std::time::Instant::now();
+            let out = ThreadComm::run(ranks, |comm| {
+                let (r, nr) = (comm.rank(), comm.size());
+                let ls = Sources {
+                    position: piece(&s.position, r, nr),
+                    strength: piece(&s.strength, r, nr),
+                    sigma: piece(&s.sigma, r, nr),
+                };
+                let lt = ls.as_targets();
+                let e = evaluate_distributed(
+                    comm,
+                    &NullBackend,
+                    &params,
+                    &DomainParams::default(),
+                    &ls,
+                    &lt,
+                )
+                .unwrap();
+                (e.stats, e.work[r])
+            });
+            let wall = t0.elapsed().as_secs_f64();
+            let max = |f: &dyn Fn(&domain::CommStats) -> u64| {
+                out.iter().map(|(st, _)| f(st)).max().unwrap_or(0)
+            };
+            let mean = |f: &dyn Fn(&domain::CommStats) -> u64| {
+                out.iter().map(|(st, _)| f(st)).sum::<u64>() as f64 / ranks as f64
+            };
+            println!(
+                "{n:>9} {ranks:>2} {:>12} {:>12.0} {:>12} {:>12.0} {:>9} {:>8} {wall:>7.2}",
+                max(&|st| st.bytes_p2p),
+                mean(&|st| st.bytes_p2p),
+                max(&|st| st.bytes_m2l),
+                mean(&|st| st.bytes_m2l),
+                max(&|st| st.halo_particles),
+                max(&|st| st.m2l_cells_used),
+            );
+            if per_rank {
+                println!("#   rank work summary redistribute p2p m2l halo_particles remote_cells m2l_sent m2l_used");
+                for (r, (st, w)) in out.iter().enumerate() {
+                    println!(
+                        "#   {r} {w} {} {} {} {} {} {} {} {}",
+                        st.bytes_summary,
+                        st.bytes_redistribute,
+                        st.bytes_p2p,
+                        st.bytes_m2l,
+                        st.halo_particles,
+                        st.remote_cells,
+                        st.m2l_cells_sent,
+                        st.m2l_cells_used
+                    );
+                }
+            }
+        }
     }
 }

@@ -29,7 +29,7 @@
 //! the results agree with it to round-off whatever the number of ranks.
 
 use crate::comm::{Comm, ReduceOp};
-use crate::ext_tree::{assemble, radius2_of, subtree_cells, Assembled, NodeInfo};
+use crate::ext_tree::{assemble, max_of, radius2_of, subtree_cells, Assembled, NodeInfo};
 use crate::partition::{key_span, Partition};
 use crate::wire::{Reader, Writer};
 use crate::{CommStats, DomainError};
@@ -296,6 +296,7 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
     };
     let np = part.cells.len();
     let t0 = Instant::now();
+    let mut laps = crate::Laps::start();
 
     // ---- 1. own subtrees and the summary of the partition cells ----------------------------
     let (own_src_cells, own_tgt_cells, summary) = timed(&mut times.tree, || {
@@ -316,7 +317,7 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
                 let rt = key_range(&tgt.key, pc.level, pc.key);
                 [
                     radius2_of(pc.center, &pos_s[rs.clone()]),
-                    src.sources.sigma[rs].iter().copied().fold(0.0, f64::max),
+                    max_of(&src.sources.sigma[rs]),
                     radius2_of(pc.center, &pos_t[rt]),
                 ]
             })
@@ -358,6 +359,7 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
         }
         (own_src, own_tgt, summ)
     });
+    laps.lap(stats, "own subtrees + summary");
     let mut summary = summary;
     comm.allreduce_f64(&mut summary, ReduceOp::Max);
     let s_r = |c: usize| summary[c * SUMMARY].sqrt();
@@ -366,6 +368,7 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
     let t_min = |c: usize| (-summary[c * SUMMARY + 3]) as u32;
     let t_max = |c: usize| summary[c * SUMMARY + 4] as u32;
     stats.bytes_summary += comm_bytes_allreduce(nranks, summary.len());
+    laps.lap(stats, "summary allreduce");
 
     // replicated nodes of the source tree: top cells and branch cells (remote ones truncated)
     let mut src_nodes: HashMap<(u32, u64), NodeInfo> = HashMap::new();
@@ -403,6 +406,7 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
         leaf_size,
     );
 
+    laps.lap(stats, "assemble own tree");
     // ---- 2. P2Pcomm: pruned subtrees and halo particles for every other rank ----------------
     let t_p2p = Instant::now();
     let views: Vec<View> = (0..nranks)
@@ -536,8 +540,10 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
         .filter(|(r, _)| *r != me)
         .map(|(_, b)| b.len() as u64)
         .sum::<u64>();
+    laps.lap(stats, "P2Pcomm pack");
     let recv = comm.alltoallv(&send);
     drop(send);
+    laps.lap(stats, "P2Pcomm exchange");
     // parse
     let mut halo = OwnedSources::default();
     // cells below the branch cells received, and the rank they came from
@@ -594,32 +600,17 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
         assert!(rd.done(), "trailing bytes in the LET message of rank {q}");
     }
     drop(recv);
-    stats.halo_particles += halo.gid.len() as u64;
+    let n_halo = halo.gid.len();
+    stats.halo_particles += n_halo as u64;
     stats.remote_cells += recv_below.len() as u64;
     stats.t_p2pcomm += t_p2p.elapsed().as_secs_f64();
+    laps.lap(stats, "P2Pcomm unpack");
 
     // ---- 3. extended source tree, local target tree, lists -------------------------------
-    let (ext_src, ext, tt) = timed(&mut times.tree, || {
-        let n = src.gid.len() + halo.gid.len();
-        let mut idx: Vec<(u64, u64, u32, usize)> = (0..src.gid.len())
-            .map(|i| (src.key[i], src.gid[i], 0u32, i))
-            .chain((0..halo.gid.len()).map(|i| (halo.key[i], halo.gid[i], 1u32, i)))
-            .collect();
-        idx.par_sort_unstable();
-        let mut all = OwnedSources::default();
-        all.gid.reserve(n);
-        for &(k, g, which, i) in &idx {
-            let s = if which == 0 {
-                &src.sources
-            } else {
-                &halo.sources
-            };
-            all.gid.push(g);
-            all.key.push(k);
-            all.sources.position.push(s.position[i]);
-            all.sources.strength.push(s.strength[i]);
-            all.sources.sigma.push(s.sigma[i]);
-        }
+    let (merged, ext, tt) = timed(&mut times.tree, || {
+        let merged = (!halo.gid.is_empty()).then(|| merge_sorted(src, halo));
+        let all = merged.as_ref().unwrap_or(src);
+        laps.lap(stats, "merge halo");
         let ext = assemble(
             cube,
             src_nodes.values().copied(),
@@ -628,6 +619,7 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
             Some(&all.sources.sigma),
             leaf_size,
         );
+        laps.lap(stats, "assemble LET");
         // target tree: top cells above own target branch cells, and own subtrees
         let mut tnodes: Vec<NodeInfo> = Vec::new();
         let mut seen = std::collections::HashSet::new();
@@ -668,8 +660,10 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
             None,
             leaf_size,
         );
-        (all, ext, tt)
+        laps.lap(stats, "assemble target tree");
+        (merged, ext, tt)
     });
+    let ext_src = merged.as_ref().unwrap_or(src);
     let has_targets = !tgt.gid.is_empty();
     let lists = timed(&mut times.lists, || {
         if !has_targets {
@@ -699,7 +693,9 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
             Ok(lists)
         }
     });
+    laps.lap(stats, "lists");
     let lists = agree(comm, lists)?;
+    laps.lap(stats, "lists agree");
     // ---- M2Lcomm requests: the remote cells below branch cells that the far lists use --------
     // (only those need a multipole: a received cell the traversal opened or paired in P2P
     // does not)
@@ -771,17 +767,17 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
     )?;
     stats.m2l_cells_sent += let_cells.iter().map(|v| v.len() as u64).sum::<u64>();
     stats.t_m2lcomm += t_req.elapsed().as_secs_f64();
+    laps.lap(stats, "M2Lcomm requests");
     log::debug!(
         "rank {me}: {} own + {} halo sources, {} source cells ({} received), {} target cells, {} near and {} far pairs",
         src.gid.len(),
-        halo.gid.len(),
+        n_halo,
         ext.tree.cells.len(),
         recv_below.len(),
         tt.tree.cells.len(),
         lists.near.len(),
         lists.far.len()
     );
-    drop(halo);
 
     // ---- 4. upward, M2Lcomm ---------------------------------------------------------------
     let plan = Plan {
@@ -797,7 +793,9 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
         let mut state = timed(&mut times.transfer, || {
             backend.prepare(&plan, &ext_src.sources, &tgt.targets)
         })?;
+        laps.lap(stats, "backend prepare");
         backend.upward(&plan, &mut state, times)?;
+        laps.lap(stats, "backend upward");
         let own_b: Vec<usize> = own_branches
             .iter()
             .map(|&b| {
@@ -816,6 +814,7 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
         Ok((state, bm, lets))
     })();
     let (mut state, bm, lets) = agree(comm, prepared)?;
+    laps.lap(stats, "get multipoles");
     let t_m2l = Instant::now();
     let len = match &ppm {
         None => 2 * expansion_len(params.order),
@@ -849,6 +848,7 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
         }
     }
     drop(all_b);
+    laps.lap(stats, "M2Lcomm branch allgather");
     // top tree by M2M, children in the order of the single-rank upward pass
     {
         let ops = Operators::new(params.order);
@@ -902,6 +902,7 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
             pm[c] = m;
         }
     }
+    laps.lap(stats, "top tree M2M");
     // multipoles of the cells sent in P2Pcomm
     let send: Vec<Vec<u8>> = lets
         .iter()
@@ -919,6 +920,7 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
         .sum::<u64>();
     let recv = comm.alltoallv(&send);
     drop(send);
+    laps.lap(stats, "M2Lcomm exchange");
     let mut set_cells = Vec::new();
     let mut set_data: Vec<f64> = Vec::new();
     for (c, pc) in part.cells.iter().enumerate() {
@@ -946,10 +948,12 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
         }
     }
     stats.t_m2lcomm += t_m2l.elapsed().as_secs_f64();
+    laps.lap(stats, "M2Lcomm unpack");
 
     // ---- 5. far images, downward, near field ----------------------------------------------
     let result = (|| -> Result<Fields, DomainError> {
         backend.set_multipoles(&plan, &mut state, &set_cells, &set_data)?;
+        laps.lap(stats, "backend set_multipoles");
         if let Some(p) = &plan.periodic {
             timed(&mut times.m2l, || -> Result<(), DomainError> {
                 let (cells, data) =
@@ -958,10 +962,13 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
             })?;
         }
         backend.downward(&plan, &mut state, times)?;
+        laps.lap(stats, "backend downward");
         backend.near_field(&plan, &mut state, times)?;
+        laps.lap(stats, "backend near field");
         let mut t = 0.0;
         let f = timed(&mut t, || backend.fields(&plan, state))?;
         times.transfer += t;
+        laps.lap(stats, "backend fields");
         Ok(f)
     })();
     let mut fields = agree(comm, result)?;
@@ -989,8 +996,57 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
             }
         }
     }
+    laps.lap(stats, "periodic correction");
     times.total += t0.elapsed().as_secs_f64();
     Ok(fields)
+}
+
+/// The union of two sets sorted by (key, global id), sorted likewise.
+fn merge_sorted(a: &OwnedSources, mut b: OwnedSources) -> OwnedSources {
+    let ord = |s: &OwnedSources, i: usize| (s.key[i], s.gid[i]);
+    if !(1..b.gid.len()).all(|i| ord(&b, i - 1) < ord(&b, i)) {
+        // (the halo arrives sorted: rank order is Morton order, leaves in Morton order)
+        let mut p: Vec<usize> = (0..b.gid.len()).collect();
+        p.par_sort_unstable_by_key(|&i| ord(&b, i));
+        b = OwnedSources {
+            gid: p.iter().map(|&i| b.gid[i]).collect(),
+            key: p.iter().map(|&i| b.key[i]).collect(),
+            sources: Sources {
+                position: p.iter().map(|&i| b.sources.position[i]).collect(),
+                strength: p.iter().map(|&i| b.sources.strength[i]).collect(),
+                sigma: p.iter().map(|&i| b.sources.sigma[i]).collect(),
+            },
+        };
+    }
+    // (from a?, index) in merged order
+    let (na, nb) = (a.gid.len(), b.gid.len());
+    let mut from: Vec<(bool, u32)> = Vec::with_capacity(na + nb);
+    let (mut i, mut j) = (0, 0);
+    while i < na && j < nb {
+        if ord(a, i) < ord(&b, j) {
+            from.push((true, i as u32));
+            i += 1;
+        } else {
+            from.push((false, j as u32));
+            j += 1;
+        }
+    }
+    from.extend((i..na).map(|i| (true, i as u32)));
+    from.extend((j..nb).map(|j| (false, j as u32)));
+    fn pick<T: Copy + Send + Sync>(from: &[(bool, u32)], a: &[T], b: &[T]) -> Vec<T> {
+        from.par_iter()
+            .map(|&(x, i)| if x { a[i as usize] } else { b[i as usize] })
+            .collect()
+    }
+    OwnedSources {
+        gid: pick(&from, &a.gid, &b.gid),
+        key: pick(&from, &a.key, &b.key),
+        sources: Sources {
+            position: pick(&from, &a.sources.position, &b.sources.position),
+            strength: pick(&from, &a.sources.strength, &b.sources.strength),
+            sigma: pick(&from, &a.sources.sigma, &b.sources.sigma),
+        },
+    }
 }
 
 /// Bytes of `send` that leave this rank.

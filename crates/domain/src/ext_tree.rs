@@ -7,6 +7,7 @@
 use crate::partition::{child_geometry, key_span, root_geometry};
 use fmm::lists::COMPLETE;
 use fmm::tree::{BoundingCube, Cell, Tree, MAX_LEVEL};
+use rayon::prelude::*;
 use std::collections::HashMap;
 
 /// A cell to put into an assembled tree.
@@ -138,18 +139,22 @@ pub fn assemble(
         });
     }
     let mut sigma_max = vec![0.0; cells.len()];
-    for (i, n) in nodes.iter().enumerate() {
-        let cell = &mut cells[i];
-        cell.radius = match n.radius {
-            Some(r) => r,
-            None => radius_of(cell.center, &position[cell.range.clone()]),
-        };
-        sigma_max[i] = match (n.sigma_max, sigma) {
-            (Some(s), _) => s,
-            (None, Some(sig)) => sig[cell.range.clone()].iter().copied().fold(0.0, f64::max),
-            (None, None) => 0.0,
-        };
-    }
+    cells
+        .par_iter_mut()
+        .zip(sigma_max.par_iter_mut())
+        .zip(nodes.par_iter())
+        .with_min_len(64)
+        .for_each(|((cell, sm), n)| {
+            cell.radius = match n.radius {
+                Some(r) => r,
+                None => radius_of(cell.center, &position[cell.range.clone()]),
+            };
+            *sm = match (n.sigma_max, sigma) {
+                (Some(s), _) => s,
+                (None, Some(sig)) => max_of(&sig[cell.range.clone()]),
+                (None, None) => 0.0,
+            };
+        });
     let n = cells.len();
     Assembled {
         tree: Tree {
@@ -165,14 +170,35 @@ pub fn assemble(
     }
 }
 
+/// Points per task of the parallel reductions (a maximum is exact: any split gives the
+/// same value).
+const CHUNK: usize = 1 << 15;
+
 /// Squared tight radius about `center`, with the arithmetic of `Tree::build`.
 pub fn radius2_of(center: [f64; 3], points: &[[f64; 3]]) -> f64 {
-    let mut r2: f64 = 0.0;
-    for p in points {
-        let d2 = (0..3).map(|c| (p[c] - center[c]).powi(2)).sum::<f64>();
-        r2 = r2.max(d2);
+    let seq = |pts: &[[f64; 3]]| {
+        let mut r2: f64 = 0.0;
+        for p in pts {
+            let d2 = (0..3).map(|c| (p[c] - center[c]).powi(2)).sum::<f64>();
+            r2 = r2.max(d2);
+        }
+        r2
+    };
+    if points.len() <= 2 * CHUNK {
+        seq(points)
+    } else {
+        points.par_chunks(CHUNK).map(seq).reduce(|| 0.0, f64::max)
     }
-    r2
+}
+
+/// Largest value (0 for none).
+pub fn max_of(v: &[f64]) -> f64 {
+    let seq = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+    if v.len() <= 2 * CHUNK {
+        seq(v)
+    } else {
+        v.par_chunks(CHUNK).map(seq).reduce(|| 0.0, f64::max)
+    }
 }
 
 pub fn radius_of(center: [f64; 3], points: &[[f64; 3]]) -> f64 {

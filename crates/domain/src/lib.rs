@@ -93,6 +93,30 @@ pub struct CommStats {
     pub t_redistribute: f64,
     pub t_p2pcomm: f64,
     pub t_m2lcomm: f64,
+    /// Wall-clock seconds of the steps of the evaluation on this rank, in pipeline order
+    /// (bookkeeping, exchanges and the backend phases), for profiling.
+    pub profile: Vec<(&'static str, f64)>,
+}
+
+/// Stopwatch recording consecutive laps into [`CommStats::profile`].
+pub(crate) struct Laps {
+    t: Instant,
+}
+
+impl Laps {
+    pub(crate) fn start() -> Self {
+        Self { t: Instant::now() }
+    }
+    /// Records the time since the previous lap under `name` (accumulating repeated names).
+    pub(crate) fn lap(&mut self, stats: &mut CommStats, name: &'static str) {
+        let now = Instant::now();
+        let dt = (now - self.t).as_secs_f64();
+        self.t = now;
+        match stats.profile.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, v)) => *v += dt,
+            None => stats.profile.push((name, dt)),
+        }
+    }
 }
 
 impl CommStats {
@@ -157,6 +181,310 @@ fn global_offsets<C: Comm + ?Sized>(comm: &C, counts: &[u64]) -> Vec<Vec<u64>> {
     out
 }
 
+/// `(Morton key, global id, input index)` of every point, sorted by (key, global id).
+fn keyed_sorted(part: &Partition, position: &[[f64; 3]], gid: &[u64]) -> Vec<(u64, u64, u32)> {
+    keyed_sorted_in(part.cube, position, gid)
+}
+
+/// Where a particle of the received set comes from: `(key, gid, run, index)` with `run` the
+/// sending rank (this rank: `index` into the caller's arrays; another: record `index` of its
+/// message).
+type Routed = (u64, u64, u32, u32);
+
+/// Sends every particle of `sorted` (see [`keyed_sorted`]) to the owner of its branch cell as a
+/// record of `words` little-endian 64-bit words (`fill(input index, record)`; word 0 is the
+/// global id, words 1..4 the position). Particles staying on this rank are not serialized.
+/// Returns the particles now owned, sorted by (key, global id), and the received messages.
+fn route<C: Comm + ?Sized>(
+    comm: &C,
+    part: &Partition,
+    sorted: &[(u64, u64, u32)],
+    words: usize,
+    fill: impl Fn(usize, &mut [u64]) + Sync,
+    stats: &mut CommStats,
+) -> (Vec<Routed>, Vec<Vec<u8>>) {
+    let (n, me) = (comm.size(), comm.rank());
+    let rb = 8 * words;
+    // owners are non-decreasing along the Morton curve: one contiguous run per rank
+    let mut bounds = vec![0usize; n + 1];
+    for (r, b) in bounds.iter_mut().enumerate().skip(1) {
+        *b = if r == n {
+            sorted.len()
+        } else {
+            sorted.partition_point(|t| part.owner_of(t.0) < r)
+        };
+    }
+    let send: Vec<Vec<u8>> = (0..n)
+        .map(|r| {
+            if r == me {
+                return Vec::new();
+            }
+            let run = &sorted[bounds[r]..bounds[r + 1]];
+            let mut buf = vec![0u8; run.len() * rb];
+            buf.par_chunks_exact_mut(rb)
+                .zip(run.par_iter())
+                .for_each(|(out, t)| {
+                    let mut w = [0u64; 16];
+                    fill(t.2 as usize, &mut w[..words]);
+                    wire::put_words(out, &w[..words]);
+                });
+            buf
+        })
+        .collect();
+    stats.bytes_redistribute += sent(comm, &send);
+    let recv = comm.alltoallv(&send);
+    drop(send);
+    let total: usize = (bounds[me + 1] - bounds[me])
+        + (0..n)
+            .filter(|&q| q != me)
+            .map(|q| recv[q].len() / rb)
+            .sum::<usize>();
+    let mut items: Vec<Routed> = Vec::with_capacity(total);
+    let mut runs = 0;
+    for (q, buf) in recv.iter().enumerate() {
+        if q == me {
+            let own = &sorted[bounds[me]..bounds[me + 1]];
+            runs += !own.is_empty() as usize;
+            items.par_extend(own.par_iter().map(|t| (t.0, t.1, q as u32, t.2)));
+        } else {
+            assert_eq!(buf.len() % rb, 0, "redistribution message of rank {q}");
+            runs += !buf.is_empty() as usize;
+            items.par_extend(buf.par_chunks_exact(rb).enumerate().map(|(j, c)| {
+                let x = [1, 2, 3].map(|k| f64::from_bits(wire::word(c, k)));
+                (part.key(x), wire::word(c, 0), q as u32, j as u32)
+            }));
+        }
+    }
+    if runs > 1 {
+        // every run is sorted: the stable merge sort merges them
+        items.par_sort_by_key(|t| (t.0, t.1));
+    }
+    (items, recv)
+}
+
+/// Value of word `k` of the record of `t` as `f64`, from this rank's arrays (`own(i)`) or the
+/// message it came in.
+#[inline]
+fn routed_f64(
+    me: usize,
+    recv: &[Vec<u8>],
+    words: usize,
+    t: &Routed,
+    k: usize,
+    own: impl Fn(usize) -> f64,
+) -> f64 {
+    if t.2 as usize == me {
+        own(t.3 as usize)
+    } else {
+        let rb = 8 * words;
+        let j = t.3 as usize * rb;
+        f64::from_bits(wire::word(&recv[t.2 as usize][j..j + rb], k))
+    }
+}
+
+fn routed_vec3(
+    me: usize,
+    recv: &[Vec<u8>],
+    words: usize,
+    items: &[Routed],
+    first: usize,
+    own: &[[f64; 3]],
+) -> Vec<[f64; 3]> {
+    items
+        .par_iter()
+        .map(|t| std::array::from_fn(|c| routed_f64(me, recv, words, t, first + c, |i| own[i][c])))
+        .collect()
+}
+
+/// Source records: gid, position, strength, core radius.
+const SRC_WORDS: usize = 8;
+/// Target records: gid, position, strength.
+const TGT_WORDS: usize = 7;
+
+#[allow(clippy::too_many_arguments)]
+fn route_sources_parts<C: Comm + ?Sized>(
+    comm: &C,
+    part: &Partition,
+    sorted: &[(u64, u64, u32)],
+    gid: &[u64],
+    position: &[[f64; 3]],
+    strength: &[[f64; 3]],
+    sigma: &[f64],
+    stats: &mut CommStats,
+) -> OwnedSources {
+    let fill = |i: usize, w: &mut [u64]| {
+        w[0] = gid[i];
+        for c in 0..3 {
+            w[1 + c] = position[i][c].to_bits();
+            w[4 + c] = strength[i][c].to_bits();
+        }
+        w[7] = sigma[i].to_bits();
+    };
+    let (items, recv) = route(comm, part, sorted, SRC_WORDS, fill, stats);
+    let me = comm.rank();
+    OwnedSources {
+        key: items.par_iter().map(|t| t.0).collect(),
+        gid: items.par_iter().map(|t| t.1).collect(),
+        sources: Sources {
+            position: routed_vec3(me, &recv, SRC_WORDS, &items, 1, position),
+            strength: routed_vec3(me, &recv, SRC_WORDS, &items, 4, strength),
+            sigma: items
+                .par_iter()
+                .map(|t| routed_f64(me, &recv, SRC_WORDS, t, 7, |i| sigma[i]))
+                .collect(),
+        },
+    }
+}
+
+fn route_sources<C: Comm + ?Sized>(
+    comm: &C,
+    part: &Partition,
+    sorted: &[(u64, u64, u32)],
+    gid: &[u64],
+    s: &Sources,
+    stats: &mut CommStats,
+) -> OwnedSources {
+    route_sources_parts(
+        comm,
+        part,
+        sorted,
+        gid,
+        &s.position,
+        &s.strength,
+        &s.sigma,
+        stats,
+    )
+}
+
+fn route_targets_parts<C: Comm + ?Sized>(
+    comm: &C,
+    part: &Partition,
+    sorted: &[(u64, u64, u32)],
+    gid: &[u64],
+    position: &[[f64; 3]],
+    strength: &[[f64; 3]],
+    stats: &mut CommStats,
+) -> OwnedTargets {
+    let fill = |i: usize, w: &mut [u64]| {
+        w[0] = gid[i];
+        for c in 0..3 {
+            w[1 + c] = position[i][c].to_bits();
+            w[4 + c] = strength[i][c].to_bits();
+        }
+    };
+    let (items, recv) = route(comm, part, sorted, TGT_WORDS, fill, stats);
+    let me = comm.rank();
+    OwnedTargets {
+        key: items.par_iter().map(|t| t.0).collect(),
+        gid: items.par_iter().map(|t| t.1).collect(),
+        targets: Targets {
+            position: routed_vec3(me, &recv, TGT_WORDS, &items, 1, position),
+            strength: routed_vec3(me, &recv, TGT_WORDS, &items, 4, strength),
+        },
+    }
+}
+
+/// Field records: gid, velocity, stretching.
+const FIELD_WORDS: usize = 7;
+
+/// Sends the fields at the owned targets (global ids `gid`) back to the ranks that hold them
+/// in the caller's order (`offsets`: first global target id of each rank); returns this
+/// rank's `n` fields in its order.
+fn return_fields<C: Comm + ?Sized>(
+    comm: &C,
+    offsets: &[u64],
+    gid: &[u64],
+    fields: &Fields,
+    n: usize,
+    stats: &mut CommStats,
+) -> Fields {
+    let (nranks, me) = (comm.size(), comm.rank());
+    let by_rank: Vec<Vec<u32>> = if nranks == 1 {
+        vec![(0..gid.len() as u32).collect()]
+    } else {
+        let dest: Vec<u32> = gid
+            .par_iter()
+            .map(|&g| (offsets.partition_point(|&o| o <= g) - 1) as u32)
+            .collect();
+        (0..nranks as u32)
+            .map(|r| {
+                (0..dest.len() as u32)
+                    .into_par_iter()
+                    .filter(|&i| dest[i as usize] == r)
+                    .collect()
+            })
+            .collect()
+    };
+    let rb = 8 * FIELD_WORDS;
+    let send: Vec<Vec<u8>> = by_rank
+        .iter()
+        .enumerate()
+        .map(|(r, idx)| {
+            if r == me {
+                return Vec::new();
+            }
+            let mut buf = vec![0u8; idx.len() * rb];
+            buf.par_chunks_exact_mut(rb)
+                .zip(idx.par_iter())
+                .for_each(|(out, &i)| {
+                    let i = i as usize;
+                    let (v, s) = (fields.velocity[i], fields.stretching[i]);
+                    let w = [
+                        gid[i],
+                        v[0].to_bits(),
+                        v[1].to_bits(),
+                        v[2].to_bits(),
+                        s[0].to_bits(),
+                        s[1].to_bits(),
+                        s[2].to_bits(),
+                    ];
+                    wire::put_words(out, &w);
+                });
+            buf
+        })
+        .collect();
+    stats.bytes_redistribute += sent(comm, &send);
+    let recv = comm.alltoallv(&send);
+    drop(send);
+    let mut out = Fields::zeros(n);
+    let base = offsets[me];
+    // where each output comes from: (rank, index) packed, by an inverse permutation; then a
+    // parallel gather
+    let mut from = vec![u64::MAX; n];
+    for &i in &by_rank[me] {
+        from[(gid[i as usize] - base) as usize] = ((me as u64) << 32) | i as u64;
+    }
+    for (q, buf) in recv.iter().enumerate() {
+        if q == me {
+            continue;
+        }
+        assert_eq!(buf.len() % rb, 0, "field message of rank {q}");
+        for (k, c) in buf.chunks_exact(rb).enumerate() {
+            from[(wire::word(c, 0) - base) as usize] = ((q as u64) << 32) | k as u64;
+        }
+    }
+    out.velocity
+        .par_iter_mut()
+        .zip(out.stretching.par_iter_mut())
+        .zip(from.par_iter())
+        .for_each(|((v, s), &f)| {
+            if f == u64::MAX {
+                return;
+            }
+            let (q, i) = ((f >> 32) as usize, (f & 0xffff_ffff) as usize);
+            if q == me {
+                *v = fields.velocity[i];
+                *s = fields.stretching[i];
+            } else {
+                let c = &recv[q][i * rb..(i + 1) * rb];
+                let g = |k: usize| f64::from_bits(wire::word(c, k));
+                *v = [g(1), g(2), g(3)];
+                *s = [g(4), g(5), g(6)];
+            }
+        });
+    out
+}
+
 /// Sends every source to the owner of its branch cell; returns the owned sources sorted by
 /// (key, global id). `gid[i]` is the global id of `sources[i]`.
 pub fn redistribute_sources<C: Comm + ?Sized>(
@@ -166,41 +494,9 @@ pub fn redistribute_sources<C: Comm + ?Sized>(
     sources: &Sources,
     stats: &mut CommStats,
 ) -> OwnedSources {
-    let n = comm.size();
-    let mut w: Vec<Writer> = (0..n).map(|_| Writer::new()).collect();
-    for (i, &g) in gid.iter().enumerate().take(sources.len()) {
-        let r = part.owner_of(part.key(sources.position[i]));
-        let w = &mut w[r];
-        w.u64(g);
-        w.vec3(sources.position[i]);
-        w.vec3(sources.strength[i]);
-        w.f64(sources.sigma[i]);
-    }
-    let send: Vec<Vec<u8>> = w.into_iter().map(|w| w.buf).collect();
-    stats.bytes_redistribute += sent(comm, &send);
-    let recv = comm.alltoallv(&send);
-    type Item = (u64, u64, [f64; 3], [f64; 3], f64);
-    let mut items: Vec<Item> = Vec::new();
-    for buf in &recv {
-        let mut rd = Reader::new(buf);
-        while !rd.done() {
-            let g = rd.u64();
-            let x = rd.vec3();
-            let a = rd.vec3();
-            let s = rd.f64();
-            items.push((part.key(x), g, x, a, s));
-        }
-    }
-    items.par_sort_unstable_by_key(|t| (t.0, t.1));
-    let mut o = OwnedSources::default();
-    for (k, g, x, a, s) in items {
-        o.key.push(k);
-        o.gid.push(g);
-        o.sources.position.push(x);
-        o.sources.strength.push(a);
-        o.sources.sigma.push(s);
-    }
-    o
+    let n = sources.len();
+    let sorted = keyed_sorted(part, &sources.position, &gid[..n]);
+    route_sources(comm, part, &sorted, gid, sources, stats)
 }
 
 /// Redistribution of particles that moved (the time stepper calls it every step): the
@@ -221,7 +517,12 @@ pub fn redistribute_particles<C: Comm + ?Sized>(
     let t0 = Instant::now();
     let position: Vec<[f64; 3]> = match &params.periodic {
         None => owned.sources.position.clone(),
-        Some(p) => owned.sources.position.iter().map(|&x| p.wrap(x)).collect(),
+        Some(p) => owned
+            .sources
+            .position
+            .par_iter()
+            .map(|&x| p.wrap(x))
+            .collect(),
     };
     let cube = match &params.periodic {
         None => partition::global_cube(comm, &[&position]),
@@ -230,11 +531,8 @@ pub fn redistribute_particles<C: Comm + ?Sized>(
             width: p.box_length,
         },
     };
-    let mut keys: Vec<u64> = position
-        .par_iter()
-        .map(|&x| fmm::tree::morton_key(cube.grid_coords(x)))
-        .collect();
-    keys.par_sort_unstable();
+    let sorted = keyed_sorted_in(cube, &position, &owned.gid);
+    let keys: Vec<u64> = sorted.par_iter().map(|t| t.0).collect();
     let part = Partition::build(
         comm,
         cube,
@@ -243,6 +541,7 @@ pub fn redistribute_particles<C: Comm + ?Sized>(
         params.leaf_size,
         dparams.granularity,
     );
+    drop(keys);
     stats.bytes_summary += essential_bytes_partition(&part, comm.size());
     stats.t_partition += t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
@@ -251,9 +550,29 @@ pub fn redistribute_particles<C: Comm + ?Sized>(
         strength: owned.sources.strength.clone(),
         sigma: owned.sources.sigma.clone(),
     };
-    let out = redistribute_sources(comm, &part, &owned.gid, &s, stats);
+    let out = route_sources(comm, &part, &sorted, &owned.gid, &s, stats);
     stats.t_redistribute += t1.elapsed().as_secs_f64();
     (part, out)
+}
+
+/// As [`keyed_sorted`] before the partition exists (the keys depend only on the cube).
+fn keyed_sorted_in(
+    cube: fmm::tree::BoundingCube,
+    position: &[[f64; 3]],
+    gid: &[u64],
+) -> Vec<(u64, u64, u32)> {
+    assert!(
+        position.len() <= u32::MAX as usize,
+        "over 2^32 particles on one rank"
+    );
+    let mut k: Vec<(u64, u64, u32)> = position
+        .par_iter()
+        .zip(gid.par_iter())
+        .enumerate()
+        .map(|(i, (&x, &g))| (fmm::tree::morton_key(cube.grid_coords(x)), g, i as u32))
+        .collect();
+    k.par_sort_unstable();
+    k
 }
 
 /// As [`redistribute_sources`] for targets.
@@ -264,37 +583,17 @@ pub fn redistribute_targets<C: Comm + ?Sized>(
     targets: &Targets,
     stats: &mut CommStats,
 ) -> OwnedTargets {
-    let n = comm.size();
-    let mut w: Vec<Writer> = (0..n).map(|_| Writer::new()).collect();
-    for (i, &g) in gid.iter().enumerate().take(targets.len()) {
-        let r = part.owner_of(part.key(targets.position[i]));
-        let w = &mut w[r];
-        w.u64(g);
-        w.vec3(targets.position[i]);
-        w.vec3(targets.strength[i]);
-    }
-    let send: Vec<Vec<u8>> = w.into_iter().map(|w| w.buf).collect();
-    stats.bytes_redistribute += sent(comm, &send);
-    let recv = comm.alltoallv(&send);
-    let mut items: Vec<(u64, u64, [f64; 3], [f64; 3])> = Vec::new();
-    for buf in &recv {
-        let mut rd = Reader::new(buf);
-        while !rd.done() {
-            let g = rd.u64();
-            let x = rd.vec3();
-            let a = rd.vec3();
-            items.push((part.key(x), g, x, a));
-        }
-    }
-    items.par_sort_unstable_by_key(|t| (t.0, t.1));
-    let mut o = OwnedTargets::default();
-    for (k, g, x, a) in items {
-        o.key.push(k);
-        o.gid.push(g);
-        o.targets.position.push(x);
-        o.targets.strength.push(a);
-    }
-    o
+    let n = targets.len();
+    let sorted = keyed_sorted(part, &targets.position, &gid[..n]);
+    route_targets_parts(
+        comm,
+        part,
+        &sorted,
+        gid,
+        &targets.position,
+        &targets.strength,
+        stats,
+    )
 }
 
 fn sent<C: Comm + ?Sized>(comm: &C, send: &[Vec<u8>]) -> u64 {
@@ -340,6 +639,7 @@ pub fn evaluate_distributed<C: Comm + ?Sized, B: Backend>(
 ) -> Result<DistributedEvaluation, DomainError> {
     let t0 = Instant::now();
     let mut stats = CommStats::default();
+    let mut laps = Laps::start();
     let mut times = PhaseTimes::default();
     let me = comm.rank();
     let nranks = comm.size();
@@ -414,95 +714,129 @@ pub fn evaluate_distributed<C: Comm + ?Sized, B: Backend>(
     }
 
     // positions (wrapped when periodic) and the global cube
+    laps.lap(&mut stats, "checks");
     let tp = Instant::now();
-    let (src_pos, tgt_pos, cube) = match &params.periodic {
-        None => {
-            let cube = partition::global_cube(comm, &[&sources.position, &targets.position]);
-            (sources.position.clone(), targets.position.clone(), cube)
-        }
-        Some(p) => (
-            sources
-                .position
-                .iter()
-                .map(|&x| p.wrap(x))
-                .collect::<Vec<_>>(),
-            targets
-                .position
-                .iter()
-                .map(|&x| p.wrap(x))
-                .collect::<Vec<_>>(),
-            fmm::tree::BoundingCube {
-                lo: [-0.5 * p.box_length; 3],
-                width: p.box_length,
-            },
-        ),
+    let wrapped = |pos: &[[f64; 3]]| -> Option<Vec<[f64; 3]>> {
+        params
+            .periodic
+            .map(|p| pos.par_iter().map(|&x| p.wrap(x)).collect())
     };
-    let keys = |pos: &[[f64; 3]]| {
-        let mut k: Vec<u64> = pos
-            .par_iter()
-            .map(|&x| fmm::tree::morton_key(cube.grid_coords(x)))
-            .collect();
-        k.par_sort_unstable();
-        k
+    let (src_wrapped, tgt_wrapped) = (wrapped(&sources.position), wrapped(&targets.position));
+    let src_pos = src_wrapped.as_deref().unwrap_or(&sources.position);
+    let tgt_pos = tgt_wrapped.as_deref().unwrap_or(&targets.position);
+    let cube = match &params.periodic {
+        None => partition::global_cube(comm, &[src_pos, tgt_pos]),
+        Some(p) => fmm::tree::BoundingCube {
+            lo: [-0.5 * p.box_length; 3],
+            width: p.box_length,
+        },
     };
-    let part = Partition::build(
-        comm,
-        cube,
-        &keys(&src_pos),
-        &keys(&tgt_pos),
-        params.leaf_size,
-        dparams.granularity,
-    );
-    stats.bytes_summary += essential_bytes_partition(&part, nranks);
-    stats.t_partition = tp.elapsed().as_secs_f64();
-
-    let tr = Instant::now();
     let sgid: Vec<u64> = (0..sources.len() as u64)
+        .into_par_iter()
         .map(|i| offsets[0][me] + i)
         .collect();
     let tgid: Vec<u64> = (0..targets.len() as u64)
+        .into_par_iter()
         .map(|i| offsets[1][me] + i)
         .collect();
-    let src_w = Sources {
-        position: src_pos,
-        strength: sources.strength.clone(),
-        sigma: sources.sigma.clone(),
+    // Morton keys once: sorted (key, gid, index) for the partition counts and the routing
+    let s_sorted = keyed_sorted_in(cube, src_pos, &sgid);
+    // targets equal to the sources on every rank (the vortex method): the targets are not
+    // routed on their own (same keys, same owners, same order), only copied
+    let bits = |a: &[[f64; 3]], b: &[[f64; 3]]| {
+        a.len() == b.len()
+            && a.par_iter()
+                .zip(b.par_iter())
+                .all(|(x, y)| x.map(f64::to_bits) == y.map(f64::to_bits))
     };
-    let tgt_w = Targets {
-        position: tgt_pos,
-        strength: targets.strength.clone(),
+    let mut same =
+        [(bits(src_pos, tgt_pos) && bits(&sources.strength, &targets.strength)) as u8 as f64];
+    comm.allreduce_f64(&mut same, ReduceOp::Min);
+    let same = same[0] == 1.0;
+    let t_sorted = if same {
+        Vec::new()
+    } else if src_pos == tgt_pos {
+        // targets at the sources (the vortex method): same order, ids shifted
+        let shift = offsets[1][me].wrapping_sub(offsets[0][me]);
+        s_sorted
+            .par_iter()
+            .map(|t| (t.0, t.1.wrapping_add(shift), t.2))
+            .collect()
+    } else {
+        keyed_sorted_in(cube, tgt_pos, &tgid)
     };
-    let own_s = redistribute_sources(comm, &part, &sgid, &src_w, &mut stats);
-    let own_t = redistribute_targets(comm, &part, &tgid, &tgt_w, &mut stats);
+    laps.lap(&mut stats, "keys");
+    let part = {
+        let sk: Vec<u64> = s_sorted.par_iter().map(|t| t.0).collect();
+        let tk: Vec<u64> = if same {
+            Vec::new()
+        } else {
+            t_sorted.par_iter().map(|t| t.0).collect()
+        };
+        let tk = if same { &sk } else { &tk };
+        Partition::build(comm, cube, &sk, tk, params.leaf_size, dparams.granularity)
+    };
+    stats.bytes_summary += essential_bytes_partition(&part, nranks);
+    stats.t_partition = tp.elapsed().as_secs_f64();
+    laps.lap(&mut stats, "partition");
+
+    let tr = Instant::now();
+    // the records carry the (wrapped) positions: borrowed, not copied
+    let own_s = route_sources_parts(
+        comm,
+        &part,
+        &s_sorted,
+        &sgid,
+        src_pos,
+        &sources.strength,
+        &sources.sigma,
+        &mut stats,
+    );
+    drop(s_sorted);
+    let own_t = if same {
+        // equal counts on every rank: equal global ids
+        OwnedTargets {
+            gid: own_s.gid.clone(),
+            key: own_s.key.clone(),
+            targets: Targets {
+                position: own_s.sources.position.clone(),
+                strength: own_s.sources.strength.clone(),
+            },
+        }
+    } else {
+        route_targets_parts(
+            comm,
+            &part,
+            &t_sorted,
+            &tgid,
+            tgt_pos,
+            &targets.strength,
+            &mut stats,
+        )
+    };
+    drop(t_sorted);
+    drop((src_wrapped, tgt_wrapped, sgid, tgid));
     stats.t_redistribute += tr.elapsed().as_secs_f64();
+    laps.lap(&mut stats, "redistribute");
 
     let fields = essential::evaluate_owned_with(
         comm, backend, params, dparams, &part, &own_s, &own_t, &mut stats, &mut times,
     )?;
+    laps = Laps::start();
 
     // fields back to the ranks and positions they came from
     let tr = Instant::now();
-    let mut w: Vec<Writer> = (0..nranks).map(|_| Writer::new()).collect();
-    for (i, &g) in own_t.gid.iter().enumerate() {
-        let r = offsets[1].partition_point(|&o| o <= g) - 1;
-        let w = &mut w[r];
-        w.u64(g);
-        w.vec3(fields.velocity[i]);
-        w.vec3(fields.stretching[i]);
-    }
-    let send: Vec<Vec<u8>> = w.into_iter().map(|w| w.buf).collect();
-    stats.bytes_redistribute += sent(comm, &send);
-    let recv = comm.alltoallv(&send);
-    let mut out = Fields::zeros(targets.len());
-    for buf in &recv {
-        let mut rd = Reader::new(buf);
-        while !rd.done() {
-            let i = (rd.u64() - offsets[1][me]) as usize;
-            out.velocity[i] = rd.vec3();
-            out.stretching[i] = rd.vec3();
-        }
-    }
+    let out = return_fields(
+        comm,
+        &offsets[1],
+        &own_t.gid,
+        &fields,
+        targets.len(),
+        &mut stats,
+    );
+    drop(fields);
     stats.t_redistribute += tr.elapsed().as_secs_f64();
+    laps.lap(&mut stats, "fields back");
     times.total = t0.elapsed().as_secs_f64();
     Ok(DistributedEvaluation {
         fields: out,

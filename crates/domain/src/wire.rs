@@ -43,6 +43,20 @@ impl Writer {
     }
 }
 
+/// Writes `words` little-endian into `out` (fixed-size records of 64-bit words).
+#[inline]
+pub fn put_words(out: &mut [u8], words: &[u64]) {
+    for (o, w) in out.chunks_exact_mut(8).zip(words) {
+        o.copy_from_slice(&w.to_le_bytes());
+    }
+}
+
+/// Word `k` of a record written by [`put_words`].
+#[inline]
+pub fn word(rec: &[u8], k: usize) -> u64 {
+    u64::from_le_bytes(rec[8 * k..8 * k + 8].try_into().unwrap())
+}
+
 pub struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
