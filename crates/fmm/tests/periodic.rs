@@ -223,3 +223,149 @@ fn a_box_smaller_than_the_cores_is_refused() {
         .to_string();
     assert!(e.contains("box_length"), "{e}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// The Ewald-split reference (fmm::periodic::ewald)
+
+use fmm::periodic::{EwaldParams, EwaldReference};
+
+fn ewald_with(s: &fmm::Sources, t: &Targets, split: Option<f64>) -> fmm::Fields {
+    let p = EwaldParams {
+        split_width: split,
+        ..EwaldParams::default()
+    };
+    EwaldReference::new(s, &p, t.len())
+        .unwrap()
+        .evaluate(t)
+        .unwrap()
+}
+
+/// Random targets with random strengths (so that the stretching is tested at points that are
+/// not sources, including points outside the box).
+fn random_targets(m: usize, seed: u64) -> Targets {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    Targets {
+        position: (0..m)
+            .map(|_| std::array::from_fn(|_| rng.gen_range(-4.0..4.0)))
+            .collect(),
+        strength: (0..m)
+            .map(|_| std::array::from_fn(|_| rng.gen_range(-1.0..1.0)))
+            .collect(),
+    }
+}
+
+#[test]
+fn ewald_matches_fourier_reference() {
+    // the standard zero-mean set, and a set with three different core radii
+    let s = generate(Distribution::Uniform, 400, 31, true);
+    let mut mixed = generate(Distribution::Uniform, 300, 32, true);
+    for (j, sg) in mixed.sigma.iter_mut().enumerate() {
+        *sg *= [0.6, 0.8, 1.0][j % 3];
+    }
+    for (set, name) in [(&s, "uniform"), (&mixed, "mixed cores")] {
+        let mut t = sample(set, 7);
+        let extra = random_targets(30, 33);
+        t.position.extend(extra.position);
+        t.strength.extend(extra.strength);
+        let reference = fourier_reference(set, &t, 2.0 * PI, 8.6);
+        // a splitting width well above the cores, so that both parts matter
+        for split in [None, Some(1.3)] {
+            let f = ewald_with(set, &t, split);
+            let ev = relative_l2_error(&f.velocity, &reference.velocity);
+            let es = relative_l2_error(&f.stretching, &reference.stretching);
+            eprintln!("{name}, s = {split:?}: velocity {ev:e} stretching {es:e}");
+            assert!(
+                ev < 1e-10 && es < 1e-10,
+                "{name}, s = {split:?}: velocity {ev:e} stretching {es:e}"
+            );
+        }
+    }
+}
+
+#[test]
+fn ewald_does_not_depend_on_the_split() {
+    let s = generate(Distribution::Uniform, 20_000, 34, true);
+    let sigma = s.sigma[0];
+    let t = sample(&s, 97);
+    let fields: Vec<(f64, fmm::Fields)> = [sigma, 2.5 * sigma, 6.0 * sigma]
+        .into_iter()
+        .map(|w| (w, ewald_with(&s, &t, Some(w))))
+        .collect();
+    let (_, base) = &fields[1];
+    for (w, f) in &fields {
+        let ev = relative_l2_error(&f.velocity, &base.velocity);
+        let es = relative_l2_error(&f.stretching, &base.stretching);
+        eprintln!("s = {w}: velocity {ev:e} stretching {es:e}");
+        assert!(
+            ev < 1e-10 && es < 1e-10,
+            "s = {w}: velocity {ev:e} stretching {es:e}"
+        );
+    }
+}
+
+#[test]
+fn ewald_matches_periodic_direct_sum() {
+    // an independent route: the 27 minimum images summed directly plus the far images and the
+    // surface correction (crate::evaluators::direct::direct_periodic, p = 16, 6 image levels)
+    let s = generate(Distribution::Uniform, 1500, 35, true);
+    let t = sample(&s, 11);
+    let f = ewald_with(&s, &t, None);
+    let p = Periodic {
+        box_length: 2.0 * PI,
+        image_levels: 6,
+    };
+    let d = fmm::evaluators::direct::direct_periodic(&s, &t, &p);
+    let ev = relative_l2_error(&d.velocity, &f.velocity);
+    let es = relative_l2_error(&d.stretching, &f.stretching);
+    eprintln!("direct_periodic vs Ewald: velocity {ev:e} stretching {es:e}");
+    // the lattice sum truncated at 6 levels differs by ~2e-7 (BENCHMARKS.md)
+    assert!(ev < 2e-6 && es < 2e-6, "velocity {ev:e} stretching {es:e}");
+}
+
+#[test]
+fn ewald_refuses_bad_input() {
+    let s = generate(Distribution::Uniform, 100, 36, false);
+    let e = EwaldReference::new(&s, &EwaldParams::default(), 10)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("total strength"), "{e}");
+    let s = generate(Distribution::Uniform, 100, 36, true);
+    let p = EwaldParams {
+        split_width: Some(0.5 * s.sigma[0]),
+        ..EwaldParams::default()
+    };
+    let e = EwaldReference::new(&s, &p, 10).err().unwrap().to_string();
+    assert!(e.contains("split_width"), "{e}");
+    let p = EwaldParams {
+        tolerance: 0.0,
+        ..EwaldParams::default()
+    };
+    let e = EwaldReference::new(&s, &p, 10).err().unwrap().to_string();
+    assert!(e.contains("tolerance"), "{e}");
+}
+
+#[test]
+fn periodic_fmm_matches_ewald_at_larger_n() {
+    // N = 2e4: beyond what the O(N M k^3) Fourier sum can check
+    let s = generate(Distribution::Uniform, 20_000, 37, true);
+    let t = sample(&s, 50);
+    let reference = ewald_with(&s, &t, None);
+    let ev = evaluate(
+        &CpuBackend,
+        &periodic_params(Method::Fmm, 10, 4),
+        &s,
+        &s.as_targets(),
+    )
+    .unwrap();
+    let u: Vec<[f64; 3]> = ev.fields.velocity.iter().step_by(50).copied().collect();
+    let st: Vec<[f64; 3]> = ev.fields.stretching.iter().step_by(50).copied().collect();
+    let e_u = relative_l2_error(&u, &reference.velocity);
+    let e_s = relative_l2_error(&st, &reference.stretching);
+    eprintln!("FMM p = 10, N = 2e4 vs Ewald: velocity {e_u:e} stretching {e_s:e}");
+    assert!(
+        e_u < 1e-4 && e_s < 1e-3,
+        "velocity {e_u:e} stretching {e_s:e}"
+    );
+}

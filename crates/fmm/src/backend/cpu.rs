@@ -3,22 +3,29 @@
 //!
 //! The phases are written once, generically over [`FarOps`] (the far-field operators of one
 //! method acting on one cell's expansion, stored as `f64`), so the FMM and the PPM share the
-//! traversal of the tree levels and lists. Parallelism never splits a reduction: every output (a
-//! cell's expansion, a leaf's particles) is written by one task that sums its inputs in list
-//! order, so the results do not depend on the number of threads.
+//! traversal of the tree levels and lists. Two FMM phases have their own schedule: the M2L
+//! ([`m2l_pass_batched`]: blocks of target cells, pairs sorted by direction, translations of one
+//! direction batched) and, when the targets are the sources, the P2P ([`near_field_mutual`]:
+//! each pair of near leaves visited once, both updated).
+//!
+//! Parallelism never makes a sum order depend on the schedule: every output (a cell's
+//! expansion, a leaf's particles) receives its terms in an order fixed by the plan (list order,
+//! or the block and colour order of the two phases above), so the results do not depend on the
+//! number of threads.
 
 use super::{timed, Backend, FarField, PhaseTimes, Plan};
 use crate::expansions::{expansion_len, Complex64};
 use crate::kernel::{KernelTable, INV_4PI};
-use crate::lists::SourceRef;
-use crate::operators::p2p::{p2p, PackedSources};
-use crate::operators::{Operators, Rotation, Scratch};
+use crate::lists::{SourceRef, NO_SHIFT};
+use crate::operators::p2p::{add_group_acc, p2p, p2p_mutual, PackedSources};
+use crate::operators::{BatchScratch, Operators, Rotation, Scratch, M2L_BATCH};
 use crate::ppm::PseudoParticles;
 use crate::tree::{Cell, Tree};
 use crate::{Fields, FmmError, Sources, Targets};
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::ops::Range;
+use wide::f64x4;
 
 /// The CPU backend (f64 throughout).
 #[derive(Debug, Default, Clone)]
@@ -34,6 +41,9 @@ pub struct CpuState {
     multipoles: Vec<f64>,
     locals: Vec<f64>,
     fields: Fields,
+    /// The targets are the sources (same tree, points and strengths): the near field uses
+    /// Newton's third law ([`near_field_mutual`]).
+    self_evaluation: bool,
 }
 
 enum Far {
@@ -55,10 +65,7 @@ impl Backend for CpuBackend {
         targets: &Targets,
     ) -> Result<CpuState, FmmError> {
         let far = match plan.far_field {
-            FarField::Fmm | FarField::Treecode => Far::Fmm(FmmOps {
-                ops: Operators::new(plan.order),
-                rotations: HashMap::new(),
-            }),
+            FarField::Fmm | FarField::Treecode => Far::Fmm(FmmOps::new(plan.order)),
             FarField::Ppm => Far::Ppm(PseudoParticles::new(plan.order)),
         };
         let len = far_len(&far);
@@ -76,6 +83,9 @@ impl Backend for CpuBackend {
                 Vec::new()
             },
             fields: Fields::zeros(targets.len()),
+            self_evaluation: same_tree(&plan.source_tree, &plan.target_tree)
+                && sources.position == targets.position
+                && sources.strength == targets.strength,
         })
     }
 
@@ -115,7 +125,7 @@ impl Backend for CpuBackend {
                 timed(&mut times.m2l, || f.cache_rotations(plan));
             }
             match &st.far {
-                Far::Fmm(f) => m2l_pass(f, plan, &st.multipoles, &mut st.locals, times),
+                Far::Fmm(f) => m2l_pass_batched(f, plan, &st.multipoles, &mut st.locals, times),
                 Far::Ppm(f) => m2l_pass(f, plan, &st.multipoles, &mut st.locals, times),
             }
         }
@@ -138,6 +148,10 @@ impl Backend for CpuBackend {
         st: &mut CpuState,
         times: &mut PhaseTimes,
     ) -> Result<(), FmmError> {
+        if st.self_evaluation {
+            timed(&mut times.p2p, || near_field_mutual(plan, st));
+            return Ok(());
+        }
         let tt = &plan.target_tree;
         let (src, tgt, table) = (&st.packed, &st.targets, &st.table);
         timed(&mut times.p2p, || {
@@ -255,8 +269,90 @@ trait FarOps: Sync {
 /// The FMM operators with the rotations of the M2L directions of the current plan.
 struct FmmOps {
     ops: Operators,
-    rotations: HashMap<[i64; 3], Rotation>,
+    /// Rotation of each M2L direction key, in the order of the sorted keys.
+    rotations: Vec<Rotation>,
+    /// Index into `rotations` of each direction key.
+    rotation_index: HashMap<[i64; 3], u32, BuildKeyHasher>,
+    /// Rotations of the 8 diagonals `(+-1, +-1, +-1)` (bit `k` set: component `k` positive):
+    /// M2M and L2L always translate along one of them.
+    diagonals: Vec<Rotation>,
 }
+
+impl FmmOps {
+    fn new(order: usize) -> Self {
+        let ops = Operators::new(order);
+        let diagonals = (0..8)
+            .map(|b| {
+                ops.rotation(std::array::from_fn(|k| {
+                    if b >> k & 1 == 1 {
+                        1.0
+                    } else {
+                        -1.0
+                    }
+                }))
+            })
+            .collect();
+        Self {
+            ops,
+            rotations: Vec::new(),
+            rotation_index: HashMap::default(),
+            diagonals,
+        }
+    }
+
+    /// The cached rotation of `v` and `|v|` when `v` is a diagonal, as between the centres of
+    /// a cell and its child.
+    fn diagonal(&self, v: [f64; 3]) -> Option<(&Rotation, f64)> {
+        let a = v[0].abs();
+        let tol = 1e-12 * a;
+        if a == 0.0 || (v[1].abs() - a).abs() > tol || (v[2].abs() - a).abs() > tol {
+            return None;
+        }
+        let b = (0..3).map(|k| ((v[k] > 0.0) as usize) << k).sum::<usize>();
+        Some((
+            &self.diagonals[b],
+            (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt(),
+        ))
+    }
+}
+
+/// A multiplicative hash of direction keys (small integer triples); the std SipHash costs more
+/// than the lookup is worth in the M2L loop.
+#[derive(Clone, Copy, Default)]
+struct BuildKeyHasher;
+
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl std::hash::BuildHasher for BuildKeyHasher {
+    type Hasher = KeyHasher;
+    fn build_hasher(&self) -> KeyHasher {
+        KeyHasher(0)
+    }
+}
+
+impl std::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(*b as u64);
+        }
+    }
+    fn write_i64(&mut self, v: i64) {
+        self.write_u64(v as u64);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(23) ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// Target cells per block of the batched M2L pass (consecutive cells: one level, Morton order).
+const M2L_BLOCK: usize = 64;
 
 /// Views interleaved `(re, im)` pairs as complex coefficients.
 fn as_complex(v: &[f64]) -> &[Complex64] {
@@ -288,23 +384,39 @@ impl FmmOps {
         (key, dist)
     }
 
+    /// Builds one rotation per direction key of the far lists (keys collected per block of
+    /// target cells, then merged and sorted: the indices do not depend on the thread count).
     fn cache_rotations(&mut self, plan: &Plan) {
-        let mut keys: Vec<[i64; 3]> = (0..plan.target_tree.cells.len())
+        let n = plan.target_tree.cells.len();
+        let blocks: Vec<Vec<[i64; 3]>> = (0..n.div_ceil(M2L_BLOCK))
             .into_par_iter()
-            .flat_map_iter(|t| {
-                plan.lists
-                    .far
-                    .row(t)
-                    .iter()
-                    .map(move |s| Self::key(plan, t, *s).0)
+            .map(|b| {
+                let mut keys: Vec<[i64; 3]> = (b * M2L_BLOCK..((b + 1) * M2L_BLOCK).min(n))
+                    .flat_map(|t| {
+                        plan.lists
+                            .far
+                            .row(t)
+                            .iter()
+                            .map(move |s| Self::key(plan, t, *s).0)
+                    })
+                    .collect();
+                keys.sort_unstable();
+                keys.dedup();
+                keys
             })
             .collect();
+        let mut keys: Vec<[i64; 3]> = blocks.into_iter().flatten().collect();
         keys.par_sort_unstable();
         keys.dedup();
         let ops = &self.ops;
         self.rotations = keys
-            .into_par_iter()
-            .map(|k| (k, ops.rotation([k[0] as f64, k[1] as f64, k[2] as f64])))
+            .par_iter()
+            .map(|k| ops.rotation([k[0] as f64, k[1] as f64, k[2] as f64]))
+            .collect();
+        self.rotation_index = keys
+            .into_iter()
+            .enumerate()
+            .map(|(i, k)| (k, i as u32))
             .collect();
     }
 }
@@ -322,6 +434,11 @@ impl FarOps for FmmOps {
             .p2m(cell.center, position, strength, as_complex_mut(m));
     }
     fn m2m(&self, child: &Cell, parent: &Cell, cm: &[f64], pm: &mut [f64], s: &mut Scratch) {
+        let v = std::array::from_fn(|k| parent.center[k] - child.center[k]);
+        if let Some((rot, d)) = self.diagonal(v) {
+            let (cm, pm) = (as_complex(cm), as_complex_mut(pm));
+            return self.ops.m2m_with_rotation(rot, d, cm, pm, s);
+        }
         self.ops.m2m(
             child.center,
             parent.center,
@@ -340,11 +457,16 @@ impl FarOps for FmmOps {
         s: &mut Scratch,
     ) {
         let (key, dist) = Self::key(plan, t, src);
-        let rot = &self.rotations[&key];
+        let rot = &self.rotations[self.rotation_index[&key] as usize];
         self.ops
             .m2l_with_rotation(rot, dist, as_complex(m), as_complex_mut(l), s);
     }
     fn l2l(&self, parent: &Cell, child: &Cell, pl: &[f64], cl: &mut [f64], s: &mut Scratch) {
+        let v = std::array::from_fn(|k| child.center[k] - parent.center[k]);
+        if let Some((rot, d)) = self.diagonal(v) {
+            let (pl, cl) = (as_complex(pl), as_complex_mut(cl));
+            return self.ops.l2l_with_rotation(rot, d, pl, cl, s);
+        }
         self.ops.l2l(
             parent.center,
             child.center,
@@ -498,6 +620,82 @@ fn m2l_pass<F: FarOps>(
     });
 }
 
+/// FMM M2L in blocks of [`M2L_BLOCK`] consecutive target cells, one task per block: the
+/// block's (target, source) pairs are sorted by direction, and the pairs of one direction go
+/// through [`Operators::m2l_batch`] in groups of up to [`M2L_BATCH`], so each rotation is
+/// loaded once per block and its entries serve several translations at a time. A target's
+/// local receives its terms in the order (direction, target, list position) of its block,
+/// whatever the thread count.
+fn m2l_pass_batched(
+    f: &FmmOps,
+    plan: &Plan,
+    multipoles: &[f64],
+    locals: &mut [f64],
+    times: &mut PhaseTimes,
+) {
+    let len = f.len();
+    let clen = len / 2;
+    let p = f.ops.order();
+    let multipoles = as_complex(multipoles);
+    timed(&mut times.m2l, || {
+        locals
+            .par_chunks_mut(len * M2L_BLOCK)
+            .enumerate()
+            .for_each_init(
+                || (BatchScratch::new(p), Vec::new()),
+                |(scratch, pairs), (b, block)| {
+                    let t0 = b * M2L_BLOCK;
+                    let t1 = t0 + block.len() / len;
+                    // (rotation, target in block, source cell, distance)
+                    pairs.clear();
+                    for t in t0..t1 {
+                        for s in plan.lists.far.row(t) {
+                            let (key, dist) = FmmOps::key(plan, t, *s);
+                            let r = f.rotation_index[&key];
+                            pairs.push((r, (t - t0) as u32, s.cell, dist));
+                        }
+                    }
+                    // unique sort keys (a target lists a source once per image, and images
+                    // differ in direction), so the order is fixed
+                    pairs.sort_unstable_by(|x: &(u32, u32, u32, f64), y| {
+                        (x.0, x.1, x.2)
+                            .cmp(&(y.0, y.1, y.2))
+                            .then(x.3.total_cmp(&y.3))
+                    });
+                    let block = as_complex_mut(block);
+                    let mut i = 0;
+                    while i < pairs.len() {
+                        let r = pairs[i].0;
+                        let mut e = i + 1;
+                        while e < pairs.len() && pairs[e].0 == r && e - i < M2L_BATCH {
+                            e += 1;
+                        }
+                        let group = &pairs[i..e];
+                        let mut dist = [0.0; M2L_BATCH];
+                        let mut src = [0usize; M2L_BATCH];
+                        let mut dst = [0usize; M2L_BATCH];
+                        for (k, q) in group.iter().enumerate() {
+                            dist[k] = q.3;
+                            src[k] = q.2 as usize * clen;
+                            dst[k] = q.1 as usize * clen;
+                        }
+                        let l = group.len();
+                        f.ops.m2l_batch(
+                            &f.rotations[r as usize],
+                            &dist[..l],
+                            multipoles,
+                            &src[..l],
+                            block,
+                            &dst[..l],
+                            scratch,
+                        );
+                        i = e;
+                    }
+                },
+            );
+    });
+}
+
 /// L2L down the target tree, then L2P at its leaves.
 fn local_passes<F: FarOps>(
     f: &F,
@@ -580,6 +778,197 @@ fn treecode_far(
     });
 }
 
+/// Whether two trees have the same cells (the trees of one point set).
+fn same_tree(a: &Tree, b: &Tree) -> bool {
+    a.cells.len() == b.cells.len()
+        && a.cells
+            .iter()
+            .zip(&b.cells)
+            .all(|(x, y)| x.range == y.range && x.children == y.children)
+}
+
+/// Leaves (in Morton order) per block of the mutual near-field schedule.
+const P2P_BLOCK_LEAVES: usize = 8;
+
+/// The near field of a self-evaluation, where every unshifted near pair of leaves `(a, b)`
+/// whose lists name each other is visited once ([`p2p_mutual`]: one kernel evaluation per
+/// pair of points serves both directions; the leaf with itself visits each pair of points
+/// once).
+///
+/// Schedule: the leaves, in Morton order, form blocks of [`P2P_BLOCK_LEAVES`]; the pairs of
+/// leaves between two blocks (or within one) form a task, and the tasks are coloured greedily
+/// (in sorted order) so that no two tasks of one colour touch the same block. Colours run one
+/// after the other, the tasks of one colour in parallel, the pairs of one task in sorted order:
+/// every point receives its terms in an order fixed by the plan alone, whatever the thread
+/// count. Near entries that are not mutual (shifted periodic images, or a list that names a
+/// leaf whose own list does not name it back, as the core-radius criterion of the lists is not
+/// symmetric) and pairs of leaves with different core radii are then summed one-sidedly, per
+/// target leaf in list order.
+fn near_field_mutual(plan: &Plan, st: &mut CpuState) {
+    let tt = &plan.target_tree;
+    let near = &plan.lists.near;
+    let mut leaves: Vec<usize> = tt.leaves().collect();
+    leaves.sort_unstable_by_key(|&l| tt.cells[l].range.start);
+    let mut block = vec![u32::MAX; tt.cells.len()];
+    for (k, &l) in leaves.iter().enumerate() {
+        block[l] = (k / P2P_BLOCK_LEAVES) as u32;
+    }
+    let n_blocks = leaves.len().div_ceil(P2P_BLOCK_LEAVES);
+    // common core radius of each leaf (NaN when its points differ: never equal)
+    let sigma = &st.sources.sigma;
+    let leaf_sigma: Vec<f64> = (0..tt.cells.len())
+        .into_par_iter()
+        .map(|c| {
+            let r = tt.cells[c].range.clone();
+            match sigma[r.clone()].first() {
+                Some(&s0) if tt.cells[c].is_leaf() && sigma[r].iter().all(|&s| s == s0) => s0,
+                _ => f64::NAN,
+            }
+        })
+        .collect();
+    let names = |row: &[SourceRef], t: usize| {
+        row.binary_search(&SourceRef {
+            cell: t as u32,
+            image: NO_SHIFT,
+        })
+        .is_ok()
+    };
+    // mutual pairs (block a, block b, leaf a, leaf b) with block a <= block b, and the rest
+    let per_leaf: Vec<(Vec<[u32; 4]>, Vec<SourceRef>)> = leaves
+        .par_iter()
+        .map(|&t| {
+            let (mut pairs, mut rest) = (Vec::new(), Vec::new());
+            for s in near.row(t) {
+                let b = s.cell as usize;
+                let mutual = s.image == NO_SHIFT
+                    && (b == t || names(near.row(b), t))
+                    && leaf_sigma[t] == leaf_sigma[b];
+                if !mutual {
+                    rest.push(*s);
+                } else if t <= b {
+                    let (x, y) = if block[t] <= block[b] { (t, b) } else { (b, t) };
+                    pairs.push([block[x], block[y], x as u32, y as u32]);
+                }
+            }
+            (pairs, rest)
+        })
+        .collect();
+    let mut rest_offsets = vec![0usize; tt.cells.len() + 1];
+    for (&t, (_, r)) in leaves.iter().zip(&per_leaf) {
+        rest_offsets[t + 1] = r.len();
+    }
+    for c in 0..tt.cells.len() {
+        rest_offsets[c + 1] += rest_offsets[c];
+    }
+    let mut rest = vec![
+        SourceRef {
+            cell: 0,
+            image: NO_SHIFT
+        };
+        rest_offsets[tt.cells.len()]
+    ];
+    let mut pairs = Vec::new();
+    for (&t, (pr, r)) in leaves.iter().zip(per_leaf) {
+        rest[rest_offsets[t]..rest_offsets[t + 1]].copy_from_slice(&r);
+        pairs.extend(pr);
+    }
+    pairs.par_sort_unstable();
+    // tasks: runs of one block pair; greedy edge colouring in task order
+    let mut tasks: Vec<(u32, Range<usize>)> = Vec::new();
+    let mut used: Vec<Vec<u64>> = vec![Vec::new(); n_blocks];
+    let mut start = 0;
+    while start < pairs.len() {
+        let (ba, bb) = (pairs[start][0] as usize, pairs[start][1] as usize);
+        let mut end = start + 1;
+        while end < pairs.len() && pairs[end][0] as usize == ba && pairs[end][1] as usize == bb {
+            end += 1;
+        }
+        let free = |c: usize, u: &[u64]| u.get(c / 64).is_none_or(|w| w & (1 << (c % 64)) == 0);
+        let colour = (0..)
+            .find(|&c| free(c, &used[ba]) && free(c, &used[bb]))
+            .expect("a free colour");
+        for b in [ba, bb] {
+            let u = &mut used[b];
+            if u.len() <= colour / 64 {
+                u.resize(colour / 64 + 1, 0);
+            }
+            u[colour / 64] |= 1 << (colour % 64);
+        }
+        tasks.push((colour as u32, start..end));
+        start = end;
+    }
+    tasks.sort_by_key(|t| t.0); // stable: task order within a colour kept
+    let (table, packed, tgt) = (&st.table, &st.packed, &st.targets);
+    let len = st.fields.len();
+    let out = FieldPtr(
+        st.fields.velocity.as_mut_ptr(),
+        st.fields.stretching.as_mut_ptr(),
+    );
+    let out = &out;
+    let mut c0 = 0;
+    while c0 < tasks.len() {
+        let colour = tasks[c0].0;
+        let c1 = c0 + tasks[c0..].partition_point(|t| t.0 == colour);
+        tasks[c0..c1]
+            .par_iter()
+            .for_each_init(Vec::new, |acc, (_, range)| {
+                for q in &pairs[range.clone()] {
+                    let (a, b) = (q[2] as usize, q[3] as usize);
+                    let ra = tt.cells[a].range.clone();
+                    let rb = tt.cells[b].range.clone();
+                    assert!(ra.end <= len && rb.end <= len);
+                    // SAFETY: the tasks of one colour touch disjoint blocks, hence disjoint leaves
+                    // and point ranges; within the task `ra` and `rb` are disjoint unless a == b.
+                    let (va, sa) = unsafe { out.slices(ra.clone()) };
+                    let groups = packed.of(b);
+                    acc.clear();
+                    acc.resize(groups.len(), [f64x4::splat(0.0); 6]);
+                    let (pos, str_) = (&tgt.position[ra.clone()], &tgt.strength[ra.clone()]);
+                    p2p_mutual(table, pos, str_, groups, a == b, va, sa, acc);
+                    if a == b {
+                        add_group_acc(acc, va, sa);
+                    } else {
+                        // SAFETY: as above, and a != b
+                        let (vb, sb) = unsafe { out.slices(rb) };
+                        add_group_acc(acc, vb, sb);
+                    }
+                }
+            });
+        c0 = c1;
+    }
+    for_each_leaf(tt, &mut st.fields, |leaf, r, vel, str_| {
+        for s in &rest[rest_offsets[leaf]..rest_offsets[leaf + 1]] {
+            p2p(
+                table,
+                &tgt.position[r.clone()],
+                &tgt.strength[r.clone()],
+                packed.of(s.cell as usize),
+                plan.shift_of(s.image).unwrap_or([0.0; 3]),
+                vel,
+                str_,
+            );
+        }
+    });
+}
+
+/// Velocity and stretching arrays written by the tasks of one colour of [`near_field_mutual`].
+struct FieldPtr(*mut [f64; 3], *mut [f64; 3]);
+
+// SAFETY: the tasks that share a `FieldPtr` write disjoint ranges (see `near_field_mutual`).
+unsafe impl Sync for FieldPtr {}
+
+impl FieldPtr {
+    /// # Safety
+    /// `r` lies inside the arrays and no other live slice overlaps it.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn slices(&self, r: Range<usize>) -> (&mut [[f64; 3]], &mut [[f64; 3]]) {
+        (
+            std::slice::from_raw_parts_mut(self.0.add(r.start), r.len()),
+            std::slice::from_raw_parts_mut(self.1.add(r.start), r.len()),
+        )
+    }
+}
+
 /// Runs `f(leaf, range, velocity, stretching)` in parallel over the leaves of `tree`, each with
 /// the disjoint slices of the outputs that belong to its points.
 fn for_each_leaf<F>(tree: &Tree, fields: &mut Fields, f: F)
@@ -605,4 +994,63 @@ where
     work.into_par_iter()
         .with_max_len(1)
         .for_each(|(l, r, v, s)| f(l, r, v, s));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// M2M and L2L through the cached diagonal rotations equal the ones that build their
+    /// rotation, to round-off.
+    #[test]
+    fn diagonal_rotations_match_built_ones() {
+        let f = FmmOps::new(7);
+        let ops = &f.ops;
+        let len = expansion_len(7);
+        let m: Vec<Complex64> = (0..len)
+            .map(|i| Complex64::new((i as f64 * 0.37).sin(), (i as f64 * 0.11).cos()))
+            .collect();
+        let mut s = Scratch::new(7);
+        let parent = [0.5, -0.25, 1.0];
+        for b in 0..8 {
+            let h = 0.125;
+            let child: [f64; 3] =
+                std::array::from_fn(|k| parent[k] + if b >> k & 1 == 1 { h } else { -h });
+            let v = std::array::from_fn(|k| parent[k] - child[k]);
+            let (rot, d) = f.diagonal(v).expect("a diagonal");
+            let (mut x, mut y) = (
+                vec![Complex64::default(); len],
+                vec![Complex64::default(); len],
+            );
+            ops.m2m_with_rotation(rot, d, &m, &mut x, &mut s);
+            ops.m2m(child, parent, &m, &mut y, &mut s);
+            let e = x
+                .iter()
+                .zip(&y)
+                .map(|(a, b)| (a - b).norm())
+                .fold(0.0, f64::max);
+            assert!(
+                e < 1e-14 * y.iter().map(|z| z.norm()).fold(0.0, f64::max),
+                "m2m {b}: {e:e}"
+            );
+            let v = std::array::from_fn(|k| child[k] - parent[k]);
+            let (rot, d) = f.diagonal(v).expect("a diagonal");
+            let (mut x, mut y) = (
+                vec![Complex64::default(); len],
+                vec![Complex64::default(); len],
+            );
+            ops.l2l_with_rotation(rot, d, &m, &mut x, &mut s);
+            ops.l2l(parent, child, &m, &mut y, &mut s);
+            let e = x
+                .iter()
+                .zip(&y)
+                .map(|(a, b)| (a - b).norm())
+                .fold(0.0, f64::max);
+            assert!(
+                e < 1e-14 * y.iter().map(|z| z.norm()).fold(0.0, f64::max),
+                "l2l {b}: {e:e}"
+            );
+        }
+        assert!(f.diagonal([1.0, 1.0, 0.5]).is_none());
+    }
 }

@@ -24,10 +24,11 @@
 
 use super::Complex64;
 
-/// Offset of degree `n`'s `(2n+1)^2` block in the `Delta` table.
+/// Offset of degree `n`'s `(2n+1)^2` block in the `Delta` table (`sum_{k<n} (2k+1)^2`;
+/// written so that `n = 0` does not underflow).
 #[inline(always)]
 fn delta_offset(n: usize) -> usize {
-    n * (4 * n * n - 1) / 3
+    (4 * n * n * n - n) / 3
 }
 
 /// Offset of degree `n`'s `(n+1)^2` block in a folded rotation matrix.

@@ -434,3 +434,118 @@ fn timing_m2l() {
         );
     }
 }
+
+/// The batched M2L (1 to 4 lanes, repeated targets, different distances) against the per-pair
+/// rotation-based M2L: equal to round-off.
+#[test]
+fn m2l_batch_matches_per_pair_m2l() {
+    let mut rng = ChaCha8Rng::seed_from_u64(41);
+    for p in [1, 2, 5, 8, 13, 20] {
+        let ops = Operators::new(p);
+        let len = expansion_len(p);
+        let mut scratch = Scratch::new(p);
+        let mut batch = BatchScratch::new(p);
+        // five source multipoles, concatenated
+        let mut mps = vec![Complex64::default(); 5 * len];
+        for k in 0..5 {
+            let xs = rand_in(&mut rng, [0.0; 3], 0.5, 12);
+            let a = rand_strength(&mut rng, 12);
+            ops.p2m([0.0; 3], &xs, &a, &mut mps[k * len..(k + 1) * len]);
+        }
+        for dir in [[2.0, -1.0, 3.0], [0.0, 0.0, -1.0], [1.0, 1.0, 0.0]] {
+            let rot = ops.rotation(dir);
+            for lanes in 1..=M2L_BATCH {
+                // lane l: source (l * 3) % 5, target l % 3 (targets repeat), distance varies
+                let src: Vec<usize> = (0..lanes).map(|l| (l * 3) % 5 * len).collect();
+                let dst: Vec<usize> = (0..lanes).map(|l| (l % 3) * len).collect();
+                let dist: Vec<f64> = (0..lanes)
+                    .map(|l| norm(dir) * (1.0 + 0.5 * l as f64))
+                    .collect();
+                let mut got = vec![Complex64::default(); 3 * len];
+                let mut want = vec![Complex64::default(); 3 * len];
+                ops.m2l_batch(&rot, &dist, &mps, &src, &mut got, &dst, &mut batch);
+                for l in 0..lanes {
+                    ops.m2l_with_rotation(
+                        &rot,
+                        dist[l],
+                        &mps[src[l]..src[l] + len],
+                        &mut want[dst[l]..dst[l] + len],
+                        &mut scratch,
+                    );
+                }
+                for t in 0..3 {
+                    let r = t * len..(t + 1) * len;
+                    let e = coef_error_per_degree(p, &got[r.clone()], &want[r]);
+                    assert!(
+                        e < 1e-13,
+                        "p {p} dir {dir:?} lanes {lanes} target {t}: {e:e}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// CPU time of the calling thread (seconds), from `/proc/thread-self/schedstat`: timings on a
+/// shared machine then count only this thread's own time on a core.
+pub(crate) fn thread_cpu_seconds() -> f64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+        .map(|ns| ns * 1e-9)
+        .unwrap_or_else(|| {
+            use std::sync::OnceLock;
+            static T0: OnceLock<std::time::Instant> = OnceLock::new();
+            T0.get_or_init(std::time::Instant::now)
+                .elapsed()
+                .as_secs_f64()
+        })
+}
+
+/// CPU seconds per translation of the batched M2L (4 and 2 lanes) next to the per-pair one.
+#[test]
+#[ignore = "measurement: cargo test --release -p vortex-fmm --lib timing_m2l_batch -- --ignored --nocapture"]
+fn timing_m2l_batch() {
+    let mut rng = ChaCha8Rng::seed_from_u64(28);
+    for p in [6, 8, 10] {
+        let ops = Operators::new(p);
+        let len = expansion_len(p);
+        let mut scratch = Scratch::new(p);
+        let mut batch = BatchScratch::new(p);
+        let mut mps = vec![Complex64::default(); 4 * len];
+        for k in 0..4 {
+            let xs = rand_in(&mut rng, [0.0; 3], 0.5, 10);
+            let a = rand_strength(&mut rng, 10);
+            ops.p2m([0.0; 3], &xs, &a, &mut mps[k * len..(k + 1) * len]);
+        }
+        let tgt = [2.0, -1.0, 3.0];
+        let rot = ops.rotation(tgt);
+        let d = norm(tgt);
+        let mut lc = vec![Complex64::default(); 4 * len];
+        let reps = 20000;
+        let mut best = [f64::MAX; 3];
+        for _ in 0..5 {
+            let t0 = thread_cpu_seconds();
+            for _ in 0..reps {
+                ops.m2l_with_rotation(&rot, d, &mps[..len], &mut lc[..len], &mut scratch);
+            }
+            best[0] = best[0].min((thread_cpu_seconds() - t0) / reps as f64);
+            for (i, lanes) in [(1, 2), (2, 4)] {
+                let src: Vec<usize> = (0..lanes).map(|l| l * len).collect();
+                let dist = vec![d; lanes];
+                let t0 = thread_cpu_seconds();
+                for _ in 0..reps / lanes {
+                    ops.m2l_batch(&rot, &dist, &mps, &src, &mut lc, &src, &mut batch);
+                }
+                best[i] = best[i].min((thread_cpu_seconds() - t0) / reps as f64);
+            }
+        }
+        std::hint::black_box(&lc);
+        eprintln!(
+            "p = {p:2}: us per M2L: per pair {:.3}, batch of 2 {:.3}, batch of 4 {:.3}",
+            best[0] * 1e6,
+            best[1] * 1e6,
+            best[2] * 1e6
+        );
+    }
+}
