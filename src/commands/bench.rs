@@ -28,6 +28,8 @@ pub enum BenchKind {
     Fmm(FmmBench),
     /// Time of one M2L: rotation-based O(p^3) vs plain O(p^4).
     M2l(M2lBench),
+    /// Pseudo-spectral solver: GPU-vs-CPU check, time per RK4 step per grid size.
+    Spectral(super::bench_spectral::SpectralBench),
 }
 
 #[derive(Args, Debug)]
@@ -96,6 +98,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     match &args.what {
         BenchKind::Fmm(b) => bench_fmm(b),
         BenchKind::M2l(b) => bench_m2l(b),
+        BenchKind::Spectral(b) => super::bench_spectral::run(b),
     }
 }
 

@@ -1,4 +1,5 @@
-//! `vortex spectral CONFIG.toml [--out DIR] [--restart FILE]`: the pseudo-spectral reference solver.
+//! `vortex spectral CONFIG.toml [--out DIR] [--restart FILE] [--backend auto|cpu|cuda]`: the
+//! pseudo-spectral reference solver.
 //! All the logic lives in the `spectral` crate (`spectral::run`); this is argument glue.
 
 use std::path::PathBuf;
@@ -17,6 +18,14 @@ pub struct SpectralArgs {
     /// Do not show the progress bar
     #[arg(long)]
     pub no_progress: bool,
+    /// Compute backend, overriding the configuration's `backend` key: auto (the GPU when usable),
+    /// cpu or cuda
+    #[arg(long, value_parser = parse_backend)]
+    pub backend: Option<spectral::Backend>,
+}
+
+fn parse_backend(s: &str) -> Result<spectral::Backend, String> {
+    s.parse()
 }
 
 /// Run the command.
@@ -34,7 +43,11 @@ pub fn run(args: &SpectralArgs) -> anyhow::Result<()> {
         restart: args.restart.clone(),
         progress: !args.no_progress,
     };
-    let s = spectral::run::run_file(&args.config, &opts)?;
+    let mut cfg = spectral::Config::from_file(&args.config)?;
+    if let Some(b) = args.backend {
+        cfg.backend = b;
+    }
+    let s = spectral::run::run_config(&cfg, &opts)?;
     println!("{}", s.report());
     Ok(())
 }

@@ -6,18 +6,25 @@
 //! - [`initial`]: Taylor-Green and isotropic random initial fields;
 //! - [`diagnostics`]: energy, enstrophy, spectrum and the scales of `shared/CONVENTIONS.md`;
 //! - [`solver`]: RK4 with an integrating factor, 3/2-rule (or 2/3-rule) dealiasing;
+//! - [`gpu`]: the same solver on a CUDA GPU (feature `cuda`: cuFFT and the kernels of
+//!   `kernels/spectral.cu`, double precision, agreeing with the CPU to round-off);
+//! - [`backend`]: [`backend::Stepper`], one interface over both, chosen by the configuration key
+//!   `backend = "auto" | "cpu" | "cuda"` (`auto`, the default, takes the GPU when one is usable);
 //! - [`config`], [`run`], [`io`], [`plot`]: the `vortex spectral` command.
 
+pub mod backend;
 pub mod config;
 pub mod diagnostics;
 pub mod fft;
 pub mod field;
+pub mod gpu;
 pub mod initial;
 pub mod io;
 pub mod plot;
 pub mod run;
 pub mod solver;
 
-pub use config::{Config, ConfigError, Dealias};
+pub use backend::Stepper;
+pub use config::{Backend, Config, ConfigError, Dealias};
 pub use field::{SpectralField, VelocityField};
 pub use solver::{Solver, SolverError, StepMode};

@@ -4,10 +4,11 @@
 //! a step that would pass one is shortened to land on it. Everything written goes to a temporary file
 //! first and is renamed, so an interrupted run leaves complete files.
 
+use crate::backend::{new_stepper, Stepper};
 use crate::config::{Config, ConfigError};
 use crate::diagnostics::Stats;
 use crate::io::{self, os, Checkpoint, IoError};
-use crate::solver::{Solver, SolverError};
+use crate::solver::SolverError;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -22,7 +23,7 @@ pub enum RunError {
     #[error(transparent)]
     Io(#[from] IoError),
     /// The solver failed.
-    #[error("{0}")]
+    #[error(transparent)]
     Solver(#[from] SolverError),
     /// The solution blew up; the last good checkpoint is kept.
     #[error("{source}; last good checkpoint: {checkpoint}")]
@@ -148,7 +149,7 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
             if ck.nu.to_bits() != cfg.nu.to_bits() {
                 return Err(mism(format!("nu {} vs {}", ck.nu, cfg.nu)));
             }
-            let mut s = Solver::new(cfg)?;
+            let mut s = new_stepper(cfg, cfg.backend)?;
             s.set_state(ck.state(), ck.t, ck.steps)?;
             log::info!(
                 "restarting from {} at t = {} (step {})",
@@ -158,8 +159,14 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
             );
             (s, true)
         }
-        None => (Solver::new(cfg)?, false),
+        None => (new_stepper(cfg, cfg.backend)?, false),
     };
+    log::info!(
+        "spectral solver: {}^3, {:?}, backend {}",
+        cfg.n,
+        cfg.dealias,
+        solver.backend_name()
+    );
     let out = &opts.out;
     std::fs::create_dir_all(out).map_err(os(out))?;
     let ck_path = out.join(CHECKPOINT_FILE);
@@ -191,16 +198,23 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
     let mut peak = (0.0f64, t0);
     let mut last_good_ck: Option<f64> = if restarted { Some(t0) } else { None };
 
-    let do_outputs = |solver: &Solver,
+    // Statistics are computed when a row of energy.csv is due (and at the start and the end): on
+    // the GPU backend they need the state on the host. The peak dissipation is the largest of
+    // those rows.
+    let do_outputs = |solver: &mut dyn Stepper,
                       csv: &mut String,
                       peak: &mut (f64, f64),
-                      first: bool|
+                      first: bool,
+                      last: Option<Stats>|
      -> Result<Stats, RunError> {
         let t = solver.time();
-        let st = solver.stats();
         let stats_due = match cfg.stats_every {
             None => true,
             Some(e) => periodic_hit(t, e) || hit(t, t_end),
+        };
+        let st = match last {
+            Some(st) if !stats_due => st,
+            _ => solver.stats()?,
         };
         if stats_due && !(first && restarted) {
             csv.push_str(&st.csv_row());
@@ -211,13 +225,13 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
         }
         if !(first && restarted) && cfg.spectrum_times.iter().any(|&e| hit(t, e)) {
             let p = out.join(format!("spectrum_{t:010.4}.csv"));
-            io::write_spectrum_csv(&p, &solver.spectrum())?;
+            io::write_spectrum_csv(&p, &solver.spectrum()?)?;
             log::info!("t = {t:.4}: spectrum -> {}", p.display());
         }
         if !(first && restarted) && cfg.field_times.iter().any(|&e| hit(t, e)) {
-            let vel = solver.velocity();
+            let vel = solver.velocity()?;
             let vort = if cfg.vorticity {
-                Some(solver.vorticity())
+                Some(solver.vorticity()?)
             } else {
                 None
             };
@@ -242,7 +256,7 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
         Ok(st)
     };
 
-    let mut last = do_outputs(&solver, &mut csv, &mut peak, true)?;
+    let mut last = do_outputs(solver.as_mut(), &mut csv, &mut peak, true, None)?;
     write_csv(&csv)?;
 
     let bar = if opts.progress && t_end > t0 {
@@ -293,19 +307,14 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
         };
         steps += 1;
         let t = solver.time();
-        last = do_outputs(&solver, &mut csv, &mut peak, false)?;
+        last = do_outputs(solver.as_mut(), &mut csv, &mut peak, false, Some(last))?;
         let ck_due = cfg.checkpoint_every.is_some_and(|e| periodic_hit(t, e)) || hit(t, t_end);
         if ck_due {
             write_csv(&csv)?;
+            let steps_done = solver.steps();
             io::write_checkpoint(
                 &ck_path,
-                &Checkpoint::from_state(
-                    solver.spectral(),
-                    solver.nu(),
-                    solver.dealias(),
-                    t,
-                    solver.steps(),
-                ),
+                &Checkpoint::from_state(solver.state()?, cfg.nu, cfg.dealias, t, steps_done),
             )?;
             last_good_ck = Some(t);
             log::debug!("t = {t:.4}: checkpoint");

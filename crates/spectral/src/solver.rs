@@ -41,6 +41,9 @@ pub enum SolverError {
     /// Bad parameters.
     #[error("{0}")]
     Invalid(String),
+    /// A failure of the compute device or of its libraries (CUDA backend).
+    #[error("CUDA backend: {0}")]
+    Device(String),
 }
 
 /// How the step size is chosen.
@@ -96,43 +99,8 @@ impl Solver {
         config
             .validate("config")
             .map_err(|e| SolverError::Invalid(e.to_string()))?;
-        let n = config.n;
-        let ini = &config.initial;
-        let field = match ini.kind {
-            InitialKind::TaylorGreen | InitialKind::TaylorGreen2d => {
-                let mut f = if ini.kind == InitialKind::TaylorGreen {
-                    initial::taylor_green(n)
-                } else {
-                    initial::taylor_green_2d(n)
-                };
-                let a = ini.amplitude.unwrap_or(1.0);
-                if a != 1.0 {
-                    for c in f.u.iter_mut() {
-                        c.iter_mut().for_each(|v| *v *= a);
-                    }
-                }
-                f
-            }
-            InitialKind::Isotropic => initial::isotropic(
-                n,
-                &initial::IsotropicParams {
-                    k_peak: ini.k_peak.unwrap_or(4.0),
-                    energy: ini.energy,
-                    re_lambda: ini.re_lambda,
-                    seed: ini.seed.unwrap_or(0),
-                    nu: config.nu,
-                },
-            ),
-        };
-        let mode = match (config.dt, config.cfl) {
-            (Some(dt), _) => StepMode::Fixed(dt),
-            (None, Some(cfl)) => StepMode::Cfl {
-                cfl,
-                dt_max: config.dt_max.unwrap_or(f64::INFINITY),
-            },
-            (None, None) => unreachable!("validated"),
-        };
-        Solver::with_field(&field, config.nu, config.dealias, mode)
+        let field = initial_field(config);
+        Solver::with_field(&field, config.nu, config.dealias, step_mode(config))
     }
 
     /// A solver starting from a given physical field (projected to divergence-free and truncated to
@@ -162,13 +130,7 @@ impl Solver {
                 "viscosity must be >= 0, got {nu}"
             )));
         }
-        let (m, kcut) = match dealias {
-            Dealias::ThreeHalves => {
-                let m = 3 * n / 2;
-                (m + m % 2, n as i64 / 2 - 1)
-            }
-            Dealias::TwoThirds => (n, (n as f64 / 3.0).ceil() as i64 - 1),
-        };
+        let (m, kcut) = product_grid(n, dealias);
         let fft_n = Fft3::new(n);
         let fft_m = if m != n { Some(Fft3::new(m)) } else { None };
         let mlen = m * m * m;
@@ -310,7 +272,6 @@ impl Solver {
 
     /// Advance one step, never beyond `dt_limit` (used to land on output times).
     pub fn step_limited(&mut self, dt_limit: f64) -> Result<StepInfo, SolverError> {
-        let dx = 2.0 * std::f64::consts::PI / self.n as f64;
         // Stage 1 does not depend on dt: compute it first, then choose dt from its velocity.
         let umax = self.nonlinear(Stage::State);
         if !umax.is_finite() {
@@ -319,30 +280,14 @@ impl Solver {
                 t: self.t,
             });
         }
-        let mut dt = match self.mode {
-            StepMode::Fixed(dt) => dt,
-            StepMode::Cfl { cfl, dt_max } => {
-                if umax > 0.0 {
-                    (cfl * dx / umax).min(dt_max)
-                } else {
-                    dt_max.min(dx)
-                }
-            }
-        };
-        if dt_limit < dt * (1.0 + 1e-9) {
-            dt = dt_limit;
-        }
-        if !(dt > 0.0 && dt.is_finite()) {
-            return Err(SolverError::Invalid(format!("bad time step {dt}")));
-        }
-        let cfl = dt * umax / dx;
-        if cfl > 0.9 && !self.cfl_warned {
-            log::warn!(
-                "CFL number {cfl:.3} at step {} exceeds about 0.9, the RK4 stability limit of spectral advection; reduce dt (further warnings suppressed)",
-                self.steps + 1
-            );
-            self.cfl_warned = true;
-        }
+        let (dt, cfl) = choose_dt(
+            self.mode,
+            umax,
+            self.n,
+            dt_limit,
+            self.steps,
+            &mut self.cfl_warned,
+        )?;
         self.update_factors(dt);
         let h = dt;
         // k1 = rhs. acc = Ef u + h/6 Ef k1; stage = Eh (u + h/2 k1)
@@ -568,7 +513,7 @@ enum Stage {
 }
 
 /// Zero modes with any `|k_i| > kcut` and the mean, project the rest onto `k . v = 0`.
-fn project_truncate(
+pub fn project_truncate(
     n: usize,
     kcut: i64,
     a: &mut [Complex64],
@@ -606,4 +551,110 @@ fn project_truncate(
                 }
             }
         });
+}
+
+/// Size `m` of the grid on which products are formed and the largest retained wavenumber `kcut`:
+/// `(3n/2 rounded up to even, n/2 - 1)` for the 3/2 rule, `(n, ceil(n/3) - 1)` for the 2/3 rule.
+pub fn product_grid(n: usize, dealias: Dealias) -> (usize, i64) {
+    match dealias {
+        Dealias::ThreeHalves => {
+            let m = 3 * n / 2;
+            (m + m % 2, n as i64 / 2 - 1)
+        }
+        Dealias::TwoThirds => (n, (n as f64 / 3.0).ceil() as i64 - 1),
+    }
+}
+
+/// The initial velocity field of a configuration on its `n^3` grid.
+pub fn initial_field(config: &Config) -> VelocityField {
+    let n = config.n;
+    let ini = &config.initial;
+    match ini.kind {
+        InitialKind::TaylorGreen | InitialKind::TaylorGreen2d => {
+            let mut f = if ini.kind == InitialKind::TaylorGreen {
+                initial::taylor_green(n)
+            } else {
+                initial::taylor_green_2d(n)
+            };
+            let a = ini.amplitude.unwrap_or(1.0);
+            if a != 1.0 {
+                for c in f.u.iter_mut() {
+                    c.iter_mut().for_each(|v| *v *= a);
+                }
+            }
+            f
+        }
+        InitialKind::Isotropic => initial::isotropic(
+            n,
+            &initial::IsotropicParams {
+                k_peak: ini.k_peak.unwrap_or(4.0),
+                energy: ini.energy,
+                re_lambda: ini.re_lambda,
+                seed: ini.seed.unwrap_or(0),
+                nu: config.nu,
+            },
+        ),
+    }
+}
+
+/// The step mode of a (validated) configuration.
+pub fn step_mode(config: &Config) -> StepMode {
+    match (config.dt, config.cfl) {
+        (Some(dt), _) => StepMode::Fixed(dt),
+        (None, Some(cfl)) => StepMode::Cfl {
+            cfl,
+            dt_max: config.dt_max.unwrap_or(f64::INFINITY),
+        },
+        (None, None) => unreachable!("validated"),
+    }
+}
+
+/// The Fourier coefficients of a physical field, projected to divergence-free and truncated to the
+/// modes kept with `dealias`: the state every backend starts from.
+pub fn initial_state(field: &VelocityField, dealias: Dealias) -> SpectralField {
+    let n = field.n;
+    let (_, kcut) = product_grid(n, dealias);
+    let mut s = SpectralField::from_physical_with(field, &Fft3::new(n));
+    let [a, b, c] = &mut s.c;
+    project_truncate(n, kcut, a, b, c);
+    s
+}
+
+/// The step size for a step starting with `max(|u|+|v|+|w|) = umax` on an `n^3` grid, never beyond
+/// `dt_limit`, and its CFL number. Warns once (through `cfl_warned`) when the CFL number exceeds 0.9.
+/// `steps` is the number of steps taken before this one.
+pub fn choose_dt(
+    mode: StepMode,
+    umax: f64,
+    n: usize,
+    dt_limit: f64,
+    steps: u64,
+    cfl_warned: &mut bool,
+) -> Result<(f64, f64), SolverError> {
+    let dx = 2.0 * std::f64::consts::PI / n as f64;
+    let mut dt = match mode {
+        StepMode::Fixed(dt) => dt,
+        StepMode::Cfl { cfl, dt_max } => {
+            if umax > 0.0 {
+                (cfl * dx / umax).min(dt_max)
+            } else {
+                dt_max.min(dx)
+            }
+        }
+    };
+    if dt_limit < dt * (1.0 + 1e-9) {
+        dt = dt_limit;
+    }
+    if !(dt > 0.0 && dt.is_finite()) {
+        return Err(SolverError::Invalid(format!("bad time step {dt}")));
+    }
+    let cfl = dt * umax / dx;
+    if cfl > 0.9 && !*cfl_warned {
+        log::warn!(
+            "CFL number {cfl:.3} at step {} exceeds about 0.9, the RK4 stability limit of spectral advection; reduce dt (further warnings suppressed)",
+            steps + 1
+        );
+        *cfl_warned = true;
+    }
+    Ok((dt, cfl))
 }

@@ -189,3 +189,65 @@ amplitude = 20.0
         assert!(ck.data.iter().all(|v| v.is_finite()));
     }
 }
+
+#[test]
+fn backend_key_is_parsed_and_checked() {
+    use spectral::Backend;
+    assert_eq!(cfg(BASE).backend, Backend::Auto);
+    assert_eq!(
+        cfg(&format!("backend = \"cpu\"\n{BASE}")).backend,
+        Backend::Cpu
+    );
+    assert_eq!(
+        cfg(&format!("backend = \"cuda\"\n{BASE}")).backend,
+        Backend::Cuda
+    );
+    let e = Config::from_str_named(&format!("backend = \"gpu\"\n{BASE}"), "x.toml").unwrap_err();
+    let s = e.to_string();
+    assert!(
+        s.contains("x.toml") && s.contains("backend") && s.contains("gpu"),
+        "{s}"
+    );
+    assert_eq!("cuda".parse::<Backend>(), Ok(Backend::Cuda));
+    assert!("gpu".parse::<Backend>().is_err());
+    // backend = "cuda" without a usable GPU is an error naming the reason, not a panic
+    if let Err(why) = spectral::backend::cuda_usable() {
+        let d = tempfile::tempdir().unwrap();
+        let mut c = cfg(BASE);
+        c.backend = Backend::Cuda;
+        let e = run_config(&c, &opts(d.path(), None)).unwrap_err();
+        assert!(e.to_string().contains(&why), "{e} / {why}");
+    }
+}
+
+/// The whole run on the CPU and on the GPU: the final checkpoints agree to round-off.
+#[test]
+fn cpu_and_cuda_runs_agree() {
+    if let Err(why) = spectral::backend::cuda_usable() {
+        println!("skipped: no CUDA device ({why})");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let mut ck = Vec::new();
+    for b in [spectral::Backend::Cpu, spectral::Backend::Cuda] {
+        let mut c = cfg(BASE);
+        c.backend = b;
+        let out = d.path().join(b.to_string());
+        run_config(&c, &opts(&out, None)).unwrap();
+        ck.push(io::read_checkpoint(&out.join(CHECKPOINT_FILE)).unwrap());
+    }
+    assert_eq!(ck[0].steps, ck[1].steps);
+    let num: f64 = ck[0]
+        .data
+        .iter()
+        .zip(&ck[1].data)
+        .map(|(a, b)| (a - b) * (a - b))
+        .sum();
+    let den: f64 = ck[0].data.iter().map(|a| a * a).sum();
+    let rel = (num / den).sqrt();
+    println!(
+        "cpu vs cuda run, {} steps: relative difference {rel:.2e}",
+        ck[0].steps
+    );
+    assert!(rel < 1e-12, "{rel:e}");
+}
