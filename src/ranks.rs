@@ -15,6 +15,20 @@ pub fn with_comm<R>(f: impl FnOnce(&dyn Comm, usize) -> Result<R>) -> Result<R> 
         log::debug!("MPI rank {} of {}", world.rank(), world.size());
         let comm = domain::MpiComm::new(world);
         let local = comm.local_rank();
+        if comm.size() > 1 {
+            // a panic on one rank would leave the others waiting in a collective: abort the job
+            let rank = comm.rank();
+            let default = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                eprintln!("rank {rank}: fatal: aborting the MPI job");
+                default(info);
+                // SAFETY: MPI is initialised (the universe lives until `f` returns) and
+                // MPI_Abort does not return.
+                unsafe {
+                    mpi::ffi::MPI_Abort(mpi::ffi::RSMPI_COMM_WORLD, 1);
+                }
+            }));
+        }
         f(&comm, local)
     }
     #[cfg(not(feature = "mpi"))]

@@ -1,10 +1,15 @@
-//! `vortex run CONFIG.toml [--out DIR] [--restart FILE]`: a vortex-method simulation.
-//! All the logic lives in the `method` crate (`method::run`); this is argument glue that picks
-//! the backend named by the configuration (`[evaluation] backend = "auto"|"cpu"|"cuda"`).
+//! `vortex run CONFIG.toml [--out DIR] [--restart FILE] [--steps K] [--backend B]`: a
+//! vortex-method simulation, in one process or as `mpirun -np R vortex run ...` (built with the
+//! `mpi` feature). All the logic lives in the `method` crate (`method::run::run_loaded_on`);
+//! this is argument glue: rank 0 reads the configuration and broadcasts it, the options are
+//! checked to be the same on every rank, and each rank builds the backend named by the
+//! configuration or `--backend` (under MPI, rank `r` uses GPU `local_rank % gpus_per_node`).
+//! Only rank 0 prints an error; every rank exits with status 1.
 
 use crate::backends::{resolve, BackendChoice};
 use anyhow::Result;
 use clap::Args;
+use domain::Comm;
 use std::path::PathBuf;
 
 #[derive(Args, Debug)]
@@ -14,39 +19,127 @@ pub struct RunArgs {
     /// Output directory (default: runs/out/<config file stem>).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Continue from this checkpoint (DIR/checkpoint.bin of an earlier run).
+    /// Continue from this checkpoint (DIR/checkpoint.bin of an earlier run, any number of ranks).
     #[arg(long)]
     pub restart: Option<PathBuf>,
-    /// Number of threads (default: all cores).
+    /// Stop after this many steps (a checkpoint is written there), e.g. to time a few steps.
+    #[arg(long)]
+    pub steps: Option<u64>,
+    /// Compute backend, overriding `evaluation.backend` of the configuration.
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendChoice>,
+    /// GPU index, overriding `evaluation.device` (one rank; under MPI the node-local rank
+    /// chooses).
+    #[arg(long)]
+    pub device: Option<usize>,
+    /// Number of threads per rank (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
 }
 
 pub fn run(args: &RunArgs) -> Result<()> {
     crate::set_global_threads(args.threads)?;
-    let config = method::Config::from_file(&args.config)?;
+    let mut several = false;
+    let r = crate::ranks::with_comm(|comm, local_rank| {
+        let r = run_ranks(args, comm, local_rank);
+        if let Err(e) = &r {
+            if comm.size() > 1 {
+                // every rank has the same outcome: rank 0 prints it before any rank exits (mpirun
+                // stops the job at the first non-zero exit)
+                several = true;
+                if comm.rank() == 0 {
+                    eprintln!("error: {e:#}");
+                }
+                comm.barrier();
+            }
+        }
+        r
+    });
+    if r.is_err() && several {
+        std::process::exit(1);
+    }
+    r
+}
+
+fn run_ranks(args: &RunArgs, comm: &dyn Comm, local_rank: usize) -> Result<()> {
+    let root = comm.rank() == 0;
+    method::parallel::check_same(comm, "command-line options", &format!("{args:?}"))?;
+    let text = if root {
+        std::fs::read_to_string(&args.config)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", args.config.display()))
+    } else {
+        Ok(String::new())
+    };
+    let text = crate::ranks::agree(comm, text)?.unwrap_or_default();
+    let text = String::from_utf8(method::parallel::broadcast_bytes(comm, text.as_bytes()))?;
+    let mut config = method::Config::from_str_named(&text, &args.config.display().to_string())?;
+    if let Some(b) = args.backend {
+        config.evaluation.backend = match b {
+            BackendChoice::Auto => "auto",
+            BackendChoice::Cpu => "cpu",
+            BackendChoice::Cuda => "cuda",
+        }
+        .into();
+    }
+    if let Some(d) = args.device {
+        config.evaluation.device = d;
+    }
     let choice = match config.evaluation.backend.as_str() {
         "cpu" => BackendChoice::Cpu,
         "cuda" => BackendChoice::Cuda,
         _ => BackendChoice::Auto,
     };
+    // every rank runs the same backend: `auto` takes the GPU only when every rank has one
+    let mut gpu = [if resolve(choice) == BackendChoice::Cuda {
+        1.0
+    } else {
+        0.0
+    }];
+    comm.allreduce_f64(&mut gpu, domain::ReduceOp::Min);
+    let opts = method::run::RunOptions {
+        max_steps: args.steps,
+    };
     let (out, restart) = (args.out.as_deref(), args.restart.as_deref());
-    match resolve(choice) {
-        BackendChoice::Cuda => {
-            #[cfg(feature = "cuda")]
-            {
-                let device = config.evaluation.device;
-                let b = gpu::CudaBackend::new(device).map_err(|e| {
-                    anyhow::anyhow!("backend = \"cuda\" in {}: {e}", args.config.display())
-                })?;
-                method::run::run_loaded(config, &args.config, out, restart, b)?;
-            }
-            #[cfg(not(feature = "cuda"))]
+    if gpu[0] == 1.0 {
+        #[cfg(feature = "cuda")]
+        {
+            let device = if comm.size() > 1 {
+                local_rank % gpu::device_count().unwrap_or(1).max(1)
+            } else {
+                config.evaluation.device
+            };
+            let b = gpu::CudaBackend::new(device).map_err(|e| {
+                anyhow::anyhow!(
+                    "backend \"cuda\" (device {device}) for {}: {e}",
+                    args.config.display()
+                )
+            });
+            let b =
+                method::parallel::agree(comm, b.map_err(|e| method::Error::Other(e.to_string())))?;
+            method::run::run_loaded_on(comm, config, &args.config, out, restart, b, &opts)?;
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = local_rank;
             anyhow::bail!("backend = \"cuda\": this binary was built without the `cuda` feature");
         }
-        _ => {
-            method::run::run_loaded(config, &args.config, out, restart, fmm::CpuBackend)?;
+    } else {
+        if choice == BackendChoice::Cuda {
+            anyhow::bail!(
+                "backend \"cuda\" for {}: no usable GPU on every rank (`--backend cpu` runs on the CPU)",
+                args.config.display()
+            );
         }
+        let _ = local_rank;
+        method::run::run_loaded_on(
+            comm,
+            config,
+            &args.config,
+            out,
+            restart,
+            fmm::CpuBackend,
+            &opts,
+        )?;
     }
     Ok(())
 }

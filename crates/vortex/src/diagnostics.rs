@@ -16,9 +16,11 @@
 
 use crate::cells::gaussian_sum;
 use crate::error::{Error, Result};
-use crate::particles::{chunked_sum, Particles};
+use crate::parallel::DistSimulation;
+use crate::particles::{chunked_sum, norm, Particles};
 use crate::rhs::Derivatives;
 use crate::stepping::Simulation;
+use domain::{Comm, ReduceOp};
 use fmm::kernel::{cross, dot};
 use fmm::{Backend, Targets};
 use spectral::field::{wavevector, SpectralField};
@@ -148,32 +150,7 @@ pub fn compute<B: Backend>(
             let targets = Targets::points(grid_points(n, l));
             let p = sim.state.particles.clone();
             let fields = sim.rhs.evaluate_at(&p, &targets)?;
-            let mut vf = VelocityField::zeros(n);
-            for (i, v) in fields.velocity.iter().enumerate() {
-                for (c, &vc) in v.iter().enumerate() {
-                    vf.u[c][i] = vc;
-                }
-            }
-            let kscale = 2.0 * std::f64::consts::PI / l;
-            d.energy = spectral::diagnostics::energy(&vf);
-            d.enstrophy = spectral::diagnostics::enstrophy(&vf) * kscale * kscale;
-            let spec: Vec<(f64, f64)> = spectral::diagnostics::spectrum(&vf)
-                .into_iter()
-                .map(|(k, e)| (k * kscale, e))
-                .collect();
-            if sim.config.nu > 0.0 {
-                let st = spectral::diagnostics::stats_from_parts(
-                    d.t,
-                    d.energy,
-                    d.enstrophy,
-                    &spec,
-                    sim.config.nu,
-                    (n / 2) as f64 * kscale,
-                );
-                d.re_lambda = st.re_lambda;
-            }
-            d.spectrum = Some(spec);
-            d.grid_velocity = Some(vf);
+            grid_diagnostics(&mut d, &fields.velocity, n, l, sim.config.nu);
         }
         _ => {
             d.energy = free_space_energy(p, &f.velocity);
@@ -182,6 +159,130 @@ pub fn compute<B: Backend>(
     }
     d.seconds = t0.elapsed().as_secs_f64();
     Ok(d)
+}
+
+/// Energy, enstrophy, spectrum and `Re_lambda` from the velocity on the `n^3` grid of
+/// [`grid_points`] in the box of length `l`.
+fn grid_diagnostics(d: &mut Diagnostics, velocity: &[[f64; 3]], n: usize, l: f64, nu: f64) {
+    let mut vf = VelocityField::zeros(n);
+    for (i, v) in velocity.iter().enumerate() {
+        for (c, &vc) in v.iter().enumerate() {
+            vf.u[c][i] = vc;
+        }
+    }
+    let kscale = 2.0 * std::f64::consts::PI / l;
+    d.energy = spectral::diagnostics::energy(&vf);
+    d.enstrophy = spectral::diagnostics::enstrophy(&vf) * kscale * kscale;
+    let spec: Vec<(f64, f64)> = spectral::diagnostics::spectrum(&vf)
+        .into_iter()
+        .map(|(k, e)| (k * kscale, e))
+        .collect();
+    if nu > 0.0 {
+        let st = spectral::diagnostics::stats_from_parts(
+            d.t,
+            d.energy,
+            d.enstrophy,
+            &spec,
+            nu,
+            (n / 2) as f64 * kscale,
+        );
+        d.re_lambda = st.re_lambda;
+    }
+    d.spectrum = Some(spec);
+    d.grid_velocity = Some(vf);
+}
+
+/// The moments of all particles (total strength, impulse, centroid, count, largest core) from
+/// this rank's particles and sums over the ranks.
+fn global_moments(comm: &dyn Comm, p: &Particles, d: &mut Diagnostics) {
+    // exact sums: the same bits for every number of ranks
+    let mut parts = crate::exact::sums(p.len(), |i| {
+        let (x, a) = (p.position[i], p.strength[i]);
+        let w = norm(a);
+        let c = cross(x, a);
+        [
+            a[0],
+            a[1],
+            a[2],
+            c[0],
+            c[1],
+            c[2],
+            x[0] * w,
+            x[1] * w,
+            x[2] * w,
+            w,
+        ]
+    });
+    let mut count = crate::exact::ExactSum::default();
+    count.add(p.len() as f64);
+    parts.push(count);
+    let v = crate::exact::allreduce(comm, &parts);
+    let mut smax = [p.sigma.iter().copied().fold(0.0, f64::max)];
+    comm.allreduce_f64(&mut smax, ReduceOp::Max);
+    d.total_strength = [v[0], v[1], v[2]];
+    d.impulse = [0.5 * v[3], 0.5 * v[4], 0.5 * v[5]];
+    d.centroid = if v[9] == 0.0 {
+        [0.0; 3]
+    } else {
+        [v[6] / v[9], v[7] / v[9], v[8] / v[9]]
+    };
+    d.n_particles = v[10] as usize;
+    d.max_sigma = smax[0];
+}
+
+/// The diagnostics of a simulation over ranks; `Some` on rank 0, `None` elsewhere. `f` are the
+/// derivatives at this rank's particles. Periodic: the totals by sums over the ranks and the
+/// velocity on the grid by the distributed evaluation with the grid points as targets (each rank
+/// a contiguous piece), gathered on rank 0 for the spectral routines. Free space: the particles
+/// and their velocities gathered on rank 0 in global-id order (the enstrophy needs the Gaussian
+/// sums over all particles). Collective.
+pub fn compute_distributed<B: Backend>(
+    sim: &mut DistSimulation<'_, B>,
+    f: &Derivatives,
+    grid: Option<usize>,
+) -> Result<Option<Diagnostics>> {
+    let t0 = std::time::Instant::now();
+    let comm = sim.comm;
+    let mut d = Diagnostics {
+        step: sim.state.step,
+        t: sim.t(),
+        re_lambda: f64::NAN,
+        ..Default::default()
+    };
+    match (sim.config.periodic(), grid) {
+        (Some(per), Some(n)) => {
+            global_moments(comm, &sim.state.particles, &mut d);
+            let l = per.box_length;
+            let n3 = n * n * n;
+            let (r, size) = (comm.rank(), comm.size());
+            let (lo, hi) = (n3 * r / size, n3 * (r + 1) / size);
+            let c = |i: usize| -0.5 * l + l * i as f64 / n as f64;
+            let pts: Vec<[f64; 3]> = (lo..hi)
+                .map(|g| [c(g / (n * n)), c((g / n) % n), c(g % n)])
+                .collect();
+            let p = &sim.state.particles;
+            let fields = sim.rhs.evaluate_at(&p.to_sources(), &Targets::points(pts));
+            let fields = crate::parallel::agree(comm, fields)?;
+            let Some(all) = domain::gather_to_root(comm, &fields) else {
+                return Ok(None);
+            };
+            grid_diagnostics(&mut d, &all.velocity, n, l, sim.config.nu);
+        }
+        _ => {
+            let Some((p, v)) = sim.gather(&[&f.velocity]) else {
+                return Ok(None);
+            };
+            d.total_strength = p.total_strength();
+            d.impulse = p.linear_impulse();
+            d.centroid = p.centroid();
+            d.n_particles = p.len();
+            d.max_sigma = p.sigma.iter().copied().fold(0.0, f64::max);
+            d.energy = free_space_energy(&p, &v[0]);
+            d.enstrophy = free_space_enstrophy(&p, sim.config.reinterpolation.cutoff);
+        }
+    }
+    d.seconds = t0.elapsed().as_secs_f64();
+    Ok(Some(d))
 }
 
 fn io_err(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {

@@ -22,6 +22,17 @@ pub enum Error {
         #[source]
         source: fmm::FmmError,
     },
+    /// A distributed evaluation failed (on this rank, or `DomainError::Remote` on another).
+    #[error("evaluation failed at step {step}: {source}")]
+    Domain {
+        step: u64,
+        #[source]
+        source: domain::DomainError,
+    },
+    /// Another rank failed (every rank returns this after [`crate::parallel::agree`]): its
+    /// rank and message.
+    #[error("rank {rank}: {msg}")]
+    Rank { rank: usize, msg: String },
     #[error("I/O error on {path}: {source}")]
     Io {
         path: PathBuf,
@@ -46,6 +57,17 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether this error only reports that another rank failed (its own message says why).
+    pub fn is_remote(&self) -> bool {
+        matches!(
+            self,
+            Error::Domain {
+                source: domain::DomainError::Remote { .. },
+                ..
+            }
+        )
+    }
+
     pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
         let path = path.into();
         move |source| Error::Io { path, source }

@@ -13,7 +13,10 @@
 //! * [`reinterpolation`]: the Gaussian interpolation system solved by CG; [`cells`]: cell lists;
 //! * [`diagnostics`]: energy, enstrophy, spectra, impulse, VTK and CSV outputs;
 //! * [`checkpoint`]: atomic, versioned bincode checkpoints;
-//! * [`run`]: the `vortex run` command ([`run::run`]);
+//! * [`parallel`]: the same step over ranks (MPI, simulated ranks, or one process): owned
+//!   particles with global ids, the distributed FMM, redistribution, gathers on rank 0 for the
+//!   rare global operations ([`parallel::DistSimulation`]);
+//! * [`run`]: the `vortex run` command ([`run::run`], [`run::run_on`] for any communicator);
 //! * [`validate`]: cross-validation against the spectral solver (Taylor-Green, same initial field).
 
 // `!(x > 0.0)` style checks are deliberate: they reject NaN as well.
@@ -25,7 +28,9 @@ pub mod config;
 pub mod core_spreading;
 pub mod diagnostics;
 pub mod error;
+pub mod exact;
 pub mod initial;
+pub mod parallel;
 pub mod particles;
 pub mod reinterpolation;
 pub mod rhs;

@@ -101,7 +101,9 @@ impl Stepper {
         step as f64 * self.dt
     }
 
-    fn tidy(&self, p: &mut Particles) {
+    /// Wraps the positions into the periodic box and removes the mean strength (`total` gives the
+    /// total strength and the number of particles: of this rank's particles, or of all ranks').
+    fn tidy(&self, p: &mut Particles, total: &dyn Fn(&Particles) -> ([f64; 3], usize)) {
         if let Some(l) = self.period {
             let per = fmm::periodic::Periodic {
                 box_length: l,
@@ -110,7 +112,14 @@ impl Stepper {
             for x in &mut p.position {
                 *x = per.wrap(*x);
             }
-            p.subtract_mean_strength();
+            let (sum, n) = total(p);
+            let n = n.max(1) as f64;
+            let mean = sum.map(|c| c / n);
+            for a in &mut p.strength {
+                for c in 0..3 {
+                    a[c] -= mean[c];
+                }
+            }
         }
     }
 
@@ -121,6 +130,41 @@ impl Stepper {
         f_n: Derivatives,
         rhs: &mut R,
     ) -> Result<StepReport> {
+        let local = |p: &Particles| (p.total_strength(), p.len());
+        let (scheme, extra) = self.update(st, f_n, rhs, &local)?;
+        let p = &mut st.particles;
+        let mut reinterpolation = None;
+        if self.reinterpolation_due(st.step - st.step_reset, p.max_core_ratio()) {
+            let (fresh, report) = reinterpolate(p, &self.lattice, self.sigma0, &self.rbf)?;
+            if fresh.is_empty() {
+                return Err(Error::Rbf(format!(
+                    "no particle left after re-interpolation at step {}",
+                    st.step
+                )));
+            }
+            *p = fresh;
+            self.reset(st);
+            reinterpolation = Some(report);
+        }
+        Ok(StepReport {
+            scheme,
+            extra_evaluations: extra,
+            reinterpolation,
+        })
+    }
+
+    /// The update of one step without the re-interpolation: AB2 (or Heun, which evaluates `rhs`
+    /// once more), core spreading to `t_{n+1}`, wrapping and mean-strength removal (periodic).
+    /// Every particle is updated from its own values only, so `st` may hold any subset of the
+    /// particles (one rank's) as long as `rhs` evaluates the whole set and `total` sums over it.
+    /// Sets `st.previous = f_n` and counts the step.
+    pub fn update<R: RightHandSide>(
+        &self,
+        st: &mut State,
+        f_n: Derivatives,
+        rhs: &mut R,
+        total: &dyn Fn(&Particles) -> ([f64; 3], usize),
+    ) -> Result<(Scheme, u32)> {
         let dt = self.dt;
         let elapsed_next = self.time(st.step + 1) - self.time(st.step_reset);
         let p = &mut st.particles;
@@ -135,7 +179,7 @@ impl Stepper {
                 axpy(&mut star.position, dt, &f_n.velocity);
                 axpy(&mut star.strength, dt, &f_n.stretching);
                 core_spreading::apply(&mut star, self.nu, elapsed_next);
-                self.tidy(&mut star);
+                self.tidy(&mut star, total);
                 let f_star = rhs.eval(&star)?;
                 axpy(&mut p.position, 0.5 * dt, &f_n.velocity);
                 axpy(&mut p.position, 0.5 * dt, &f_star.velocity);
@@ -145,31 +189,26 @@ impl Stepper {
             }
         };
         core_spreading::apply(p, self.nu, elapsed_next);
-        self.tidy(p);
+        self.tidy(p, total);
         st.previous = Some(f_n);
         st.step += 1;
-        let due_ratio = self.ratio > 0.0 && p.max_core_ratio() > self.ratio;
-        let due_count = self.every > 0 && st.step - st.step_reset >= self.every;
-        let mut reinterpolation = None;
-        if due_ratio || due_count {
-            let (fresh, report) = reinterpolate(p, &self.lattice, self.sigma0, &self.rbf)?;
-            if fresh.is_empty() {
-                return Err(Error::Rbf(format!(
-                    "no particle left after re-interpolation at step {}",
-                    st.step
-                )));
-            }
-            *p = fresh;
-            st.step_reset = st.step;
-            st.previous = None;
-            st.reinterpolations += 1;
-            reinterpolation = Some(report);
-        }
-        Ok(StepReport {
-            scheme,
-            extra_evaluations: extra,
-            reinterpolation,
-        })
+        Ok((scheme, extra))
+    }
+
+    /// Whether the cores are reset now, `since_reset` steps after the last reset, with the
+    /// largest `sigma / sigma0` over all particles `max_ratio`.
+    pub fn reinterpolation_due(&self, since_reset: u64, max_ratio: f64) -> bool {
+        let due_ratio = self.ratio > 0.0 && max_ratio > self.ratio;
+        let due_count = self.every > 0 && since_reset >= self.every;
+        due_ratio || due_count
+    }
+
+    /// Book-keeping after the particles were replaced by re-interpolated ones: the next step is a
+    /// Heun step and the core spreading restarts.
+    pub fn reset(&self, st: &mut State) {
+        st.step_reset = st.step;
+        st.previous = None;
+        st.reinterpolations += 1;
     }
 }
 

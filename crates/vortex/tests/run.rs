@@ -185,3 +185,23 @@ fn run_entry_point_reports_a_missing_file() {
         .to_string();
     assert!(e.contains("/nonexistent/x.toml"), "{e}");
 }
+
+#[test]
+fn the_vortex_configurations_in_runs_are_valid() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../runs");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with("vortex-") && name.ends_with(".toml") {
+            Config::from_file(&p).unwrap_or_else(|e| panic!("{e}"));
+            n += 1;
+        }
+    }
+    assert!(n >= 6, "{n} configurations");
+    let big = Config::from_file(&dir.join("vortex-isotropic-256.toml")).unwrap();
+    assert_eq!(
+        (big.lattice_n(), big.evaluation.order, big.domain.periodic),
+        (Some(256), 10, true)
+    );
+}
