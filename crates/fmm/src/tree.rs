@@ -299,10 +299,8 @@ mod tests {
             assert!(cell.len() <= tree.leaf_size || cell.level == MAX_LEVEL);
             for &i in &tree.order[cell.range.clone()] {
                 count[i] += 1;
-                for c in 0..3 {
-                    assert!(
-                        (points[i][c] - cell.center[c]).abs() <= cell.half_width * (1.0 + 1e-9)
-                    );
+                for (x, c) in points[i].iter().zip(&cell.center) {
+                    assert!((x - c).abs() <= cell.half_width * (1.0 + 1e-9));
                 }
             }
         }

@@ -276,11 +276,10 @@ pub fn evaluate<B: Backend>(
                 .iter()
                 .chain(&targets.position)
                 .fold((0usize, 0usize), |(o, f), x| {
+                    // the box is [-L/2, L/2): a coordinate equal to -L/2 is inside
+                    let out = x.iter().any(|&c| !(-half..half).contains(&c));
                     let m = x.iter().fold(0.0f64, |a, c| a.max(c.abs()));
-                    (
-                        o + (m >= half) as usize,
-                        f + (m > half + p.box_length) as usize,
-                    )
+                    (o + out as usize, f + (m > half + p.box_length) as usize)
                 });
         if far > 0 {
             log::warn!(
