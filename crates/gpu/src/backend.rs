@@ -176,6 +176,17 @@ fn centers(tree: &fmm::tree::Tree) -> Vec<f32> {
         .collect()
 }
 
+/// One task per non-empty leaf: `(first point, point count, leaf cell, 0)` (P2M, PPM L2P).
+fn leaf_tasks(tree: &fmm::tree::Tree) -> Vec<[i32; 4]> {
+    tree.leaves()
+        .filter(|&l| !tree.cells[l].is_empty())
+        .map(|l| {
+            let r = &tree.cells[l].range;
+            [r.start as i32, r.len() as i32, l as i32, 0]
+        })
+        .collect()
+}
+
 fn blocks(n: usize, threads: usize) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (n as u32, 1, 1),
@@ -330,14 +341,7 @@ impl CudaBackend {
         let p2m_threads = ncoef(p).div_ceil(32) * 32;
         let mut wall = 0.0;
         let r: GpuResult<()> = timed(&mut wall, || {
-            let tasks: Vec<[i32; 4]> = tree
-                .leaves()
-                .filter(|&l| !tree.cells[l].is_empty())
-                .map(|l| {
-                    let r = &tree.cells[l].range;
-                    [r.start as i32, r.len() as i32, l as i32, 0]
-                })
-                .collect();
+            let tasks = leaf_tasks(tree);
             if tasks.is_empty() {
                 return Ok(());
             }
@@ -630,14 +634,7 @@ impl CudaBackend {
         let f = self.dev.function(&PPM, &d.defines(), "ppm_p2m")?;
         let mut wall = 0.0;
         let r: GpuResult<()> = timed(&mut wall, || {
-            let tasks: Vec<[i32; 4]> = tree
-                .leaves()
-                .filter(|&l| !tree.cells[l].is_empty())
-                .map(|l| {
-                    let r = &tree.cells[l].range;
-                    [r.start as i32, r.len() as i32, l as i32, 0]
-                })
-                .collect();
+            let tasks = leaf_tasks(tree);
             if tasks.is_empty() {
                 return Ok(());
             }
@@ -776,14 +773,7 @@ impl CudaBackend {
         let f = self.dev.function(&PPM, &d.defines(), "ppm_l2p")?;
         let mut wall = 0.0;
         let r: GpuResult<()> = timed(&mut wall, || {
-            let tasks: Vec<[i32; 4]> = tt
-                .leaves()
-                .filter(|&l| !tt.cells[l].is_empty())
-                .map(|l| {
-                    let r = &tt.cells[l].range;
-                    [r.start as i32, r.len() as i32, l as i32, 0]
-                })
-                .collect();
+            let tasks = leaf_tasks(tt);
             if tasks.is_empty() {
                 return Ok(());
             }
