@@ -28,7 +28,8 @@
 //! [reinterpolation]    # optional
 //! ratio = 1.2          # re-interpolate when sigma / sigma0 exceeds this ...
 //! every = 0            # ... or every this many steps (0: never by count)
-//! tolerance = 1e-8
+//! solver = "direct"    # direct (separable, exact) | cg (conjugate gradients)
+//! tolerance = 1e-8     # relative residual the solve must reach
 //!
 //! [output]             # optional
 //! diagnostics_every = 10
@@ -37,7 +38,7 @@
 //! ```
 
 use crate::error::{Error, Result};
-use crate::reinterpolation::{LatticeSpec, RbfSettings};
+use crate::reinterpolation::{LatticeSpec, RbfSettings, RbfSolver};
 use fmm::periodic::Periodic;
 use fmm::{EvalParams, Method};
 use serde::{Deserialize, Serialize};
@@ -191,7 +192,9 @@ pub struct ReinterpolationConfig {
     pub ratio: f64,
     /// Also re-interpolate every this many steps (0: never by count).
     pub every: u64,
-    /// CG relative residual.
+    /// `"direct"` (default: exact separable solve) or `"cg"` (conjugate gradients).
+    pub solver: RbfSolver,
+    /// Relative residual the solve must reach (where CG stops).
     pub tolerance: f64,
     pub max_iterations: usize,
     /// Truncation of the Gaussian sums, in core radii.
@@ -210,6 +213,7 @@ impl Default for ReinterpolationConfig {
         Self {
             ratio: 1.2,
             every: 0,
+            solver: r.solver,
             tolerance: r.tolerance,
             max_iterations: r.max_iterations,
             cutoff: r.cutoff,
@@ -312,6 +316,7 @@ impl Config {
 
     pub fn rbf_settings(&self) -> RbfSettings {
         RbfSettings {
+            solver: self.reinterpolation.solver,
             tolerance: self.reinterpolation.tolerance,
             max_iterations: self.reinterpolation.max_iterations,
             cutoff: self.reinterpolation.cutoff,

@@ -364,10 +364,7 @@ pub fn run_on<B: Backend>(
         None => {
             let sim = DistSimulation::new(comm, config, backend)?;
             if let Some(r) = &sim.initial_report {
-                log::info!(
-                    "initial RBF solve: {} lattice points, {} particles kept, CG iterations {:?}, residual {:.2e}, {:.2} s",
-                    r.lattice_points, r.kept, r.iterations, r.residual, r.seconds
-                );
+                log::info!("initial RBF solve: {}", r.summary());
             }
             (sim, None)
         }
@@ -526,10 +523,7 @@ pub fn run_on<B: Backend>(
         let report = sim.step()?;
         if let Some(r) = &report.reinterpolation {
             if root {
-                log::info!(
-                    "step {}: re-interpolated onto {} lattice points, {} particles kept, CG {:?} iterations, residual {:.2e}, {:.2} s",
-                    sim.state.step, r.lattice_points, r.kept, r.iterations, r.residual, r.seconds
-                );
+                log::info!("step {}: re-interpolated, {}", sim.state.step, r.summary());
             }
         }
         sim.check_finite(&last_ck).inspect_err(|_| bar.abandon())?;

@@ -5,7 +5,7 @@ mod common;
 use common::coarse_ring;
 use method::cells::gaussian_sum;
 use method::config::Config;
-use method::reinterpolation::{particles_from_lattice_vorticity, Lattice, RbfSettings};
+use method::reinterpolation::{particles_from_lattice_vorticity, Lattice, RbfSettings, RbfSolver};
 use method::rhs::{FmmRhs, RightHandSide};
 use method::stepping::Simulation;
 use rand::{Rng, SeedableRng};
@@ -31,30 +31,40 @@ fn rbf_solve_reproduces_a_smooth_gaussian_field() {
         .iter()
         .map(|&x| exact_gaussian(x, a, s_field))
         .collect();
-    let settings = RbfSettings {
-        tolerance: 1e-10,
-        drop: 0.0,
-        ..Default::default()
-    };
-    let (p, rep) = particles_from_lattice_vorticity(&lat, h, &omega, &settings).unwrap();
-    assert!(rep.residual <= 1e-10);
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
-    let ys: Vec<[f64; 3]> = (0..400)
-        .map(|_| std::array::from_fn(|_| rng.gen_range(-0.8..0.8)))
-        .collect();
-    let got = gaussian_sum(&p.position, &p.strength, &p.sigma, &ys, 8.0, None);
-    let want: Vec<[f64; 3]> = ys.iter().map(|&y| exact_gaussian(y, a, s_field)).collect();
-    let e = rel_err(&got, &want);
-    eprintln!(
-        "RBF: {} points, CG iterations {:?}, residual {:.1e}; off-lattice relative L2 error {e:.2e}",
-        rep.lattice_points, rep.iterations, rep.residual
-    );
-    assert!(e < 1e-4, "off-lattice error {e}");
-    // total strength = integral of the field
-    let tot = p.total_strength();
-    for c in 0..3 {
-        assert!((tot[c] - a[c]).abs() < 1e-6 * a[c].abs(), "{tot:?}");
+    let mut strengths = Vec::new();
+    for solver in [RbfSolver::Direct, RbfSolver::Cg] {
+        let settings = RbfSettings {
+            solver,
+            tolerance: 1e-10,
+            drop: 0.0,
+            ..Default::default()
+        };
+        let (p, rep) = particles_from_lattice_vorticity(&lat, h, &omega, &settings).unwrap();
+        assert!(rep.residual <= 1e-10);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let ys: Vec<[f64; 3]> = (0..400)
+            .map(|_| std::array::from_fn(|_| rng.gen_range(-0.8..0.8)))
+            .collect();
+        let got = gaussian_sum(&p.position, &p.strength, &p.sigma, &ys, 8.0, None);
+        let want: Vec<[f64; 3]> = ys.iter().map(|&y| exact_gaussian(y, a, s_field)).collect();
+        let e = rel_err(&got, &want);
+        eprintln!(
+            "RBF {solver:?}: {} points, CG iterations {:?}, residual {:.1e}; off-lattice \
+             relative L2 error {e:.2e}",
+            rep.lattice_points, rep.iterations, rep.residual
+        );
+        assert!(e < 1e-4, "off-lattice error {e}");
+        // total strength = integral of the field
+        let tot = p.total_strength();
+        for c in 0..3 {
+            assert!((tot[c] - a[c]).abs() < 1e-6 * a[c].abs(), "{tot:?}");
+        }
+        strengths.push(p.strength);
     }
+    // the two solvers find the same strengths (to the CG tolerance times the conditioning)
+    let d = rel_err(&strengths[1], &strengths[0]);
+    eprintln!("direct vs CG strengths: {d:.2e}");
+    assert!(d < 1e-5, "direct vs CG {d}");
 }
 
 /// A single Gaussian blob diffuses exactly as the heat equation says (sigma^2 + 2 nu t), also

@@ -7,8 +7,12 @@
 //! `sum_j beta_j zeta_sigma(y_i - y_j) = omega(y_i)`      for every lattice point `i`,
 //!
 //! i.e. the blob field interpolates the vorticity at the lattice points. The Gaussian matrix is
-//! symmetric positive definite; it is solved by conjugate gradients to a relative residual
-//! `||r|| / ||omega|| <= tolerance` per component. On a lattice the Gaussian factorises,
+//! symmetric positive definite. By default it is solved directly ([`separable`]: the matrix is a
+//! Kronecker product of 1-D banded or circulant factors, inverted line by line), which is exact
+//! to round-off times its conditioning and takes a fixed sequence of operations, so results do not
+//! depend on how many ranks or threads produced the input beyond that; `solver = "cg"` uses
+//! conjugate gradients instead. Either way the relative residual `||A beta - omega|| / ||omega||`
+//! must reach `tolerance` per component. On a lattice the Gaussian factorises,
 //! `exp(-|d|^2/2 sigma^2) = prod_c exp(-d_c^2/2 sigma^2)`, so the product with the matrix is three
 //! one-dimensional convolutions (truncated at `cutoff * sigma`, wrapped in a periodic box, zero
 //! outside the lattice in free space), rayon-parallel and deterministic.
@@ -25,6 +29,9 @@ use crate::particles::{chunked_sum, norm, Particles};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
+
+pub mod separable;
+use separable::SeparableSolver;
 
 /// A regular lattice of `dims` points `origin + h * (i, j, k)`, stored at `(i*ny + j)*nz + k`
 /// (z fastest, as the spectral grids). `periodic`: the lattice tiles the box `[-L/2, L/2)^3`
@@ -89,10 +96,23 @@ impl Lattice {
     }
 }
 
+/// How the lattice system is solved.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RbfSolver {
+    /// Line-by-line inverse of the separable matrix ([`separable`]): exact to round-off.
+    #[default]
+    Direct,
+    /// Conjugate gradients from the quadrature guess, to `tolerance`.
+    Cg,
+}
+
 /// Settings of the interpolation solve.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RbfSettings {
-    /// Relative residual `||A beta - omega|| / ||omega||` at which CG stops (per component).
+    pub solver: RbfSolver,
+    /// Relative residual `||A beta - omega|| / ||omega||` that the solve must reach (CG stops
+    /// there; the direct solve is checked against it), per component.
     pub tolerance: f64,
     pub max_iterations: usize,
     /// Truncation of the Gaussian in core radii.
@@ -104,6 +124,7 @@ pub struct RbfSettings {
 impl Default for RbfSettings {
     fn default() -> Self {
         Self {
+            solver: RbfSolver::Direct,
             tolerance: 1e-8,
             max_iterations: 2000,
             cutoff: 6.0,
@@ -115,7 +136,7 @@ impl Default for RbfSettings {
 /// What one solve did.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RbfReport {
-    /// CG iterations of each component.
+    /// CG iterations of each component (0 for the direct solve).
     pub iterations: [usize; 3],
     /// Final relative residual (largest over the components).
     pub residual: f64,
@@ -124,6 +145,21 @@ pub struct RbfReport {
     /// Particles kept.
     pub kept: usize,
     pub seconds: f64,
+}
+
+impl RbfReport {
+    /// One line for the log: lattice, particles kept, solver, residual, time.
+    pub fn summary(&self) -> String {
+        let solve = if self.iterations == [0; 3] {
+            "direct solve".to_string()
+        } else {
+            format!("CG {:?} iterations", self.iterations)
+        };
+        format!(
+            "{} lattice points, {} particles kept, {solve}, residual {:.2e}, {:.2} s",
+            self.lattice_points, self.kept, self.residual, self.seconds
+        )
+    }
 }
 
 /// `y = A x` for a scalar field on the lattice, `A_ij = zeta_sigma(y_i - y_j)` truncated at
@@ -246,6 +282,22 @@ pub fn conjugate_gradient(
     (it, rr.sqrt() / bnorm)
 }
 
+/// `||A x - b|| / ||b||` (0 when `b = 0` and `x = 0`).
+fn relative_residual(lat: &Lattice, sigma: f64, cutoff: f64, x: &[f64], b: &[f64]) -> f64 {
+    let ax = apply_gaussian(lat, sigma, cutoff, x);
+    let bn = dot(b, b).sqrt();
+    let rn = chunked_sum(b.len(), |i| (ax[i] - b[i]).powi(2)).sqrt();
+    if bn == 0.0 {
+        if rn == 0.0 {
+            0.0
+        } else {
+            f64::INFINITY
+        }
+    } else {
+        rn / bn
+    }
+}
+
 /// Strengths of blobs of core `sigma` on every lattice point whose field interpolates `omega`
 /// (given at the lattice points). Fails if CG does not reach the tolerance.
 pub fn solve(
@@ -263,26 +315,53 @@ pub fn solve(
         ..Default::default()
     };
     let mut beta = vec![[0.0; 3]; n];
+    let direct = match s.solver {
+        RbfSolver::Direct => Some(
+            SeparableSolver::new(lat.dims, lat.h, sigma, s.cutoff, lat.periodic)
+                .map_err(|e| Error::Rbf(format!("{e}; lower initial.overlap")))?,
+        ),
+        RbfSolver::Cg => None,
+    };
     for c in 0..3 {
         let b: Vec<f64> = omega.iter().map(|w| w[c]).collect();
-        // quadrature guess: beta = omega h^3
-        let mut x: Vec<f64> = b.iter().map(|v| v * h3).collect();
-        let (it, res) = conjugate_gradient(
-            |v| apply_gaussian(lat, sigma, s.cutoff, v),
-            &b,
-            &mut x,
-            s.tolerance,
-            s.max_iterations,
-        );
-        if !(res <= s.tolerance) {
-            return Err(Error::Rbf(format!(
-                "conjugate gradients stopped at relative residual {res:.3e} after {it} iterations \
-                 (component {c}, tolerance {:.1e}, {n} lattice points, sigma/h = {:.3}); raise \
-                 reinterpolation.max_iterations or the overlap",
-                s.tolerance,
-                sigma / lat.h
-            )));
-        }
+        let (x, it, res) = match &direct {
+            Some(solver) => {
+                let x = solver.solve(&b);
+                let res = relative_residual(lat, sigma, s.cutoff, &x, &b);
+                if !(res <= s.tolerance) {
+                    return Err(Error::Rbf(format!(
+                        "the direct solve left a relative residual {res:.3e} (component {c}, \
+                         tolerance {:.1e}, {n} lattice points, sigma/h = {:.3}): the system is \
+                         too ill-conditioned; lower initial.overlap",
+                        s.tolerance,
+                        sigma / lat.h
+                    )));
+                }
+                (x, 0, res)
+            }
+            None => {
+                // quadrature guess: beta = omega h^3
+                let mut x: Vec<f64> = b.iter().map(|v| v * h3).collect();
+                let (it, res) = conjugate_gradient(
+                    |v| apply_gaussian(lat, sigma, s.cutoff, v),
+                    &b,
+                    &mut x,
+                    s.tolerance,
+                    s.max_iterations,
+                );
+                if !(res <= s.tolerance) {
+                    return Err(Error::Rbf(format!(
+                        "conjugate gradients stopped at relative residual {res:.3e} after {it} \
+                         iterations (component {c}, tolerance {:.1e}, {n} lattice points, \
+                         sigma/h = {:.3}); raise reinterpolation.max_iterations, use \
+                         solver = \"direct\" or lower the overlap",
+                        s.tolerance,
+                        sigma / lat.h
+                    )));
+                }
+                (x, it, res)
+            }
+        };
         report.iterations[c] = it;
         report.residual = report.residual.max(res);
         for (bj, xj) in beta.iter_mut().zip(&x) {
