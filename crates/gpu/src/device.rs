@@ -110,8 +110,23 @@ pub const PPM: KernelSource = KernelSource {
     source: include_str!("../../../kernels/ppm.cu"),
 };
 
+/// Uniform-grid FMM built on the device (`kernels/uniform.cu`, compiled with `-DORDER=p
+/// -DEVAL_BLOCK=32`), appended to `p2p.cu` and `fmm.cu` so that it reuses their device
+/// functions and their `p2p_near`, `p2m` and `l2p` kernels (one module; compile errors in
+/// uniform.cu carry its own line numbers through a `#line` directive).
+pub const UNIFORM: KernelSource = KernelSource {
+    name: "uniform",
+    source: concat!(
+        include_str!("../../../kernels/p2p.cu"),
+        "\n",
+        include_str!("../../../kernels/fmm.cu"),
+        "\n",
+        include_str!("../../../kernels/uniform.cu")
+    ),
+};
+
 /// Every kernel source of the crate.
-pub const ALL_SOURCES: [KernelSource; 3] = [P2P, FMM, PPM];
+pub const ALL_SOURCES: [KernelSource; 4] = [P2P, FMM, PPM, UNIFORM];
 
 /// NVRTC options for a device of compute capability `cc`.
 pub fn compile_options(cc: (i32, i32)) -> Vec<String> {

@@ -6,7 +6,9 @@
 //! * [`tables`]: `K_n^m`, z-axis translation tables and rotation records for the kernels;
 //! * [`backend`]: [`CudaBackend`], an [`fmm::Backend`], so `fmm::evaluate(&CudaBackend, ..)`
 //!   runs P2M, M2M, M2L (rotation O(p^3) or plain O(p^4)), L2L, L2P / M2P and P2P on the GPU;
-//! * [`ppm`]: the pseudo-particle method (M2L kernel on the GPU, the other operators on the host).
+//! * [`ppm`]: the pseudo-particle method (M2L kernel on the GPU, the other operators on the host);
+//! * [`uniform`]: the uniform-grid FMM built entirely on the device (sort, lists by stencil,
+//!   every operator), [`UniformFmm`] / [`evaluate_uniform`].
 //!
 //! The CUDA C sources live in `kernels/*.cu` at the top of the workspace and are embedded
 //! with `include_str!`; NVRTC compiles them at run time (no `nvcc` needed at build time).
@@ -16,9 +18,11 @@ pub mod device;
 pub mod layout;
 pub mod ppm;
 pub mod tables;
+pub mod uniform;
 
 pub use backend::{CudaBackend, KernelTimes, M2lKind};
 pub use device::{available, device_count, driver_present, nvrtc_present, GpuDevice, GpuError};
+pub use uniform::{evaluate_uniform, UniformFmm, UniformParams, UniformTimes};
 
 #[cfg(test)]
 mod tests {
@@ -60,6 +64,10 @@ mod tests {
             for p in [4, 8, 10, 16] {
                 let k = fmm::ppm::PseudoParticles::new(p).count();
                 device::compile(&device::PPM, cc, &[("PPM_K", k), ("PPM_P", p)]).unwrap();
+            }
+            for p in [4, 6, 8, backend::MAX_GPU_ORDER] {
+                device::compile(&device::UNIFORM, cc, &uniform::pipeline::uniform_defines(p))
+                    .unwrap();
             }
         }
         println!("all kernels compiled with NVRTC");

@@ -1,0 +1,358 @@
+//! `gpu-uniform`: the uniform-grid FMM built on the device (`gpu::uniform`), checked and timed.
+//!
+//! ```text
+//! gpu-uniform [--sizes 1e5,1e6,1e7] [--order 6,8] [--cutoff 4.4] [--leaf-target 100]
+//!             [--reps 3] [--samples 1000] [--device 0] [--grid m,k] [--adaptive-max 1e6]
+//!             [--seed 5]
+//! ```
+//! For each N of the standard set (CONVENTIONS.md) and each order p: one warm-up evaluation
+//! (NVRTC compilation and the rotation tables of the order are not timed), then `--reps`
+//! timed evaluations, the best kept. Wall times include the host bounding cube and f32
+//! packing, the upload of the particles and the download of the fields (input order, f64).
+//! The result is compared with the f64 direct sum on `--samples` targets, and for
+//! N <= `--adaptive-max` with the adaptive-octree CUDA FMM (`CudaBackend`, same order) on all
+//! targets. Exits 1 when a velocity error exceeds 1e-4 or, at p >= 8, a stretching error
+//! exceeds 1e-3; 2 when no GPU is usable.
+
+use fmm::evaluators::direct::direct;
+use fmm::{relative_l2_error, EvalParams, Method, Sources, Targets};
+use gpu::{CudaBackend, UniformFmm, UniformParams, UniformTimes};
+use std::time::Instant;
+
+struct Args {
+    sizes: Vec<usize>,
+    orders: Vec<usize>,
+    cutoff: f64,
+    leaf_target: f64,
+    reps: usize,
+    samples: usize,
+    device: usize,
+    grid: Option<(usize, usize)>,
+    adaptive_max: usize,
+    seed: u64,
+}
+
+fn parse() -> Args {
+    let mut a = Args {
+        sizes: vec![100_000, 1_000_000, 10_000_000],
+        orders: vec![6, 8],
+        cutoff: 4.4,
+        leaf_target: 100.0,
+        reps: 3,
+        samples: 1000,
+        device: 0,
+        grid: None,
+        adaptive_max: 1_000_000,
+        seed: 5,
+    };
+    let v: Vec<String> = std::env::args().skip(1).collect();
+    let num = |s: &str| -> usize {
+        s.parse::<f64>().unwrap_or_else(|_| {
+            eprintln!("bad number {s}");
+            std::process::exit(64)
+        }) as usize
+    };
+    let mut i = 0;
+    while i < v.len() {
+        if v[i] == "--help" || v[i] == "-h" || i + 1 >= v.len() {
+            eprintln!(
+                "{}",
+                include_str!("gpu-uniform.rs")
+                    .lines()
+                    .take(10)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+            std::process::exit(if v[i].starts_with("-h") || v[i] == "--help" {
+                0
+            } else {
+                64
+            });
+        }
+        let x = &v[i + 1];
+        match v[i].as_str() {
+            "--sizes" => a.sizes = x.split(',').map(num).collect(),
+            "--order" => a.orders = x.split(',').map(num).collect(),
+            "--cutoff" => a.cutoff = x.parse().expect("--cutoff: a number"),
+            "--leaf-target" => a.leaf_target = x.parse().expect("--leaf-target: a number"),
+            "--reps" => a.reps = num(x).max(1),
+            "--samples" => a.samples = num(x).max(1),
+            "--device" => a.device = num(x),
+            "--grid" => {
+                let g: Vec<usize> = x.split(',').map(num).collect();
+                assert!(g.len() == 2, "--grid m,k");
+                a.grid = Some((g[0], g[1]));
+            }
+            "--adaptive-max" => a.adaptive_max = num(x),
+            "--seed" => a.seed = num(x) as u64,
+            o => {
+                eprintln!("unknown option {o} (see --help)");
+                std::process::exit(64);
+            }
+        }
+        i += 2;
+    }
+    a
+}
+
+struct Check {
+    failed: Vec<String>,
+}
+
+impl Check {
+    fn le(&mut self, what: &str, v: f64, tol: f64) {
+        let ok = v.is_finite() && v <= tol;
+        println!(
+            "  {:<52} {:>10.3e}  (tol {:.0e}) {}",
+            what,
+            v,
+            tol,
+            if ok { "ok" } else { "FAIL" }
+        );
+        if !ok {
+            self.failed.push(format!("{what}: {v:.3e} > {tol:.0e}"));
+        }
+    }
+    fn info(&self, what: &str, v: f64) {
+        println!("  {what:<52} {v:>10.3e}  (reported, not checked)");
+    }
+}
+
+fn sample_targets(s: &Sources, k: usize) -> (Vec<usize>, Targets) {
+    let n = s.len();
+    let k = k.min(n);
+    // evenly spaced indices (the set is random, so this is a random sample)
+    let idx: Vec<usize> = (0..k).map(|i| i * n / k).collect();
+    let t = Targets {
+        position: idx.iter().map(|&i| s.position[i]).collect(),
+        strength: idx.iter().map(|&i| s.strength[i]).collect(),
+    };
+    (idx, t)
+}
+
+fn pick(v: &[[f64; 3]], idx: &[usize]) -> Vec<[f64; 3]> {
+    idx.iter().map(|&i| v[i]).collect()
+}
+
+fn print_times(t: &UniformTimes) {
+    let ms = |x: f64| x * 1e3;
+    println!("  phase              wall ms   kernel ms");
+    println!(
+        "  host prepare     {:>9.2}           -   (bounding cube, f32 packing)",
+        ms(t.host_prepare)
+    );
+    println!("  upload           {:>9.2}           -", ms(t.upload));
+    println!(
+        "  sort + tasks     {:>9.2}   {:>9.2}",
+        ms(t.sort),
+        ms(t.k_sort)
+    );
+    println!(
+        "  upward           {:>9.2}   {:>9.2}   (P2M {:.2} + M2M {:.2})",
+        ms(t.upward),
+        ms(t.k_p2m + t.k_m2m),
+        ms(t.k_p2m),
+        ms(t.k_m2m)
+    );
+    println!(
+        "  M2L              {:>9.2}   {:>9.2}",
+        ms(t.m2l),
+        ms(t.k_m2l)
+    );
+    println!(
+        "  downward         {:>9.2}   {:>9.2}   (L2L {:.2} + L2P {:.2})",
+        ms(t.downward),
+        ms(t.k_l2l + t.k_l2p),
+        ms(t.k_l2l),
+        ms(t.k_l2p)
+    );
+    println!(
+        "  P2P              {:>9.2}   {:>9.2}",
+        ms(t.p2p),
+        ms(t.k_p2p)
+    );
+    println!(
+        "  download         {:>9.2}   {:>9.2}   (scatter kernel; wall incl. f64 conversion)",
+        ms(t.download),
+        ms(t.k_scatter)
+    );
+    println!(
+        "  TOTAL            {:>9.2}   {:>9.2}",
+        ms(t.total),
+        ms(t.kernels())
+    );
+    println!(
+        "  P2P {:.3e} pairs, {:.3e} pairs/s; M2L {:.3e} translations, {:.3e} translations/s",
+        t.p2p_pairs as f64,
+        t.p2p_pairs as f64 / t.k_p2p.max(1e-12),
+        t.m2l_translations as f64,
+        t.m2l_translations as f64 / t.k_m2l.max(1e-12)
+    );
+}
+
+fn main() {
+    let args = parse();
+    if !gpu::available() {
+        eprintln!("gpu-uniform: no usable CUDA device (driver, NVRTC and a device are needed)");
+        std::process::exit(2);
+    }
+    let ufmm = match UniformFmm::on_device(args.device) {
+        Ok(u) => u,
+        Err(e) => {
+            eprintln!("gpu-uniform: {e}");
+            std::process::exit(2);
+        }
+    };
+    let dev = ufmm.device().clone();
+    let (cc0, cc1) = dev.compute_capability();
+    println!(
+        "device: {} (sm_{cc0}{cc1}), {:.1} GiB; host threads: {}",
+        dev.name(),
+        dev.total_mem() as f64 / (1u64 << 30) as f64,
+        rayon::current_num_threads()
+    );
+    println!(
+        "uniform-grid FMM: cutoff {} sigma_max, leaf target {}, reps {} (best of, after one untimed warm-up call: NVRTC compilation and rotation tables excluded), samples {}",
+        args.cutoff, args.leaf_target, args.reps, args.samples
+    );
+    let mut chk = Check { failed: Vec::new() };
+    let mut summary = Vec::new();
+    for &n in &args.sizes {
+        println!("\n=== N = {n} (standard set, seed {}) ===", args.seed);
+        let t = Instant::now();
+        let src = fmm::testsets::standard(n, args.seed);
+        let (idx, tgt) = sample_targets(&src, args.samples);
+        let reference = direct(&src, &tgt);
+        println!(
+            "f64 direct sum on {} sampled targets: {:.1} s",
+            idx.len(),
+            t.elapsed().as_secs_f64()
+        );
+        for &p in &args.orders {
+            let params = UniformParams {
+                order: p,
+                core_cutoff: args.cutoff,
+                leaf_target: args.leaf_target,
+                grid: args.grid,
+            };
+            println!("\n--- N = {n}, p = {p} ---");
+            let t = Instant::now();
+            let warm = ufmm.evaluate(&src, &params);
+            let (_, wt) = match warm {
+                Ok(x) => x,
+                Err(e) => {
+                    println!("  FAILED: {e}");
+                    chk.failed.push(format!("N {n} p {p}: {e}"));
+                    continue;
+                }
+            };
+            println!(
+                "warm-up call {:.3} s (NVRTC compile {:.2} s cumulative)",
+                t.elapsed().as_secs_f64(),
+                dev.compile_seconds()
+            );
+            let sigma = src.sigma[0];
+            let w = 2.0 * std::f64::consts::PI / wt.n as f64;
+            println!(
+                "grid: n = {} = {} * 2^{} leaves per side, leaf width ~ {:.3} sigma, {:.1} particles per leaf",
+                wt.n,
+                wt.m,
+                wt.k,
+                w / sigma,
+                n as f64 / (wt.n as f64).powi(3)
+            );
+            let mut best: Option<(fmm::Fields, UniformTimes)> = None;
+            for _ in 0..args.reps {
+                let r = ufmm
+                    .evaluate(&src, &params)
+                    .expect("evaluation failed after the warm-up");
+                if best.as_ref().map(|b| r.1.total < b.1.total).unwrap_or(true) {
+                    best = Some(r);
+                }
+            }
+            let (fields, tm) = best.unwrap();
+            let (free, total) = dev.mem_info().unwrap_or((0, 0));
+            print_times(&tm);
+            println!(
+                "  device memory: {:.1} MB allocated by the evaluation ({:.0} B/particle); device in use now {:.1} MB of {:.1} GB",
+                tm.device_bytes as f64 / 1e6,
+                tm.device_bytes as f64 / n as f64,
+                (total - free) as f64 / 1e6,
+                total as f64 / 1e9
+            );
+            println!("  errors:");
+            let eu = relative_l2_error(&pick(&fields.velocity, &idx), &reference.velocity);
+            let es = relative_l2_error(&pick(&fields.stretching, &idx), &reference.stretching);
+            chk.le(&format!("N {n} p {p}: velocity vs f64 direct"), eu, 1e-4);
+            if p >= 8 {
+                chk.le(&format!("N {n} p {p}: stretching vs f64 direct"), es, 1e-3);
+            } else {
+                chk.info(&format!("N {n} p {p}: stretching vs f64 direct"), es);
+            }
+            let mut adaptive = String::from("-");
+            if n <= args.adaptive_max {
+                match CudaBackend::new(args.device) {
+                    Ok(be) => {
+                        let ep = EvalParams {
+                            method: Method::Fmm,
+                            order: p,
+                            ..Default::default()
+                        };
+                        let _ = fmm::evaluate(&be, &ep, &src, &src.as_targets());
+                        let t = Instant::now();
+                        match fmm::evaluate(&be, &ep, &src, &src.as_targets()) {
+                            Ok(ev) => {
+                                let wall = t.elapsed().as_secs_f64();
+                                let du = relative_l2_error(&fields.velocity, &ev.fields.velocity);
+                                let ds =
+                                    relative_l2_error(&fields.stretching, &ev.fields.stretching);
+                                let au = relative_l2_error(
+                                    &pick(&ev.fields.velocity, &idx),
+                                    &reference.velocity,
+                                );
+                                chk.info(
+                                    &format!("N {n} p {p}: velocity vs adaptive CUDA FMM (all)"),
+                                    du,
+                                );
+                                chk.info(
+                                    &format!("N {n} p {p}: stretching vs adaptive CUDA FMM (all)"),
+                                    ds,
+                                );
+                                chk.info(
+                                    &format!("N {n} p {p}: adaptive FMM velocity vs direct"),
+                                    au,
+                                );
+                                println!("  adaptive CUDA FMM (theta {}, leaf {}): {:.3} s wall (CPU tree + lists included)", ep.theta, ep.leaf_size, wall);
+                                adaptive = format!("{wall:.3}");
+                            }
+                            Err(e) => println!("  adaptive CUDA FMM failed: {e}"),
+                        }
+                    }
+                    Err(e) => println!("  adaptive CUDA FMM unavailable: {e}"),
+                }
+            }
+            summary.push(format!(
+                "| {n} | {p} | {} | {:.4} | {:.4} | {:.2e} | {:.2e} | {adaptive} |",
+                wt.n,
+                tm.total,
+                tm.kernels(),
+                eu,
+                es
+            ));
+        }
+    }
+    println!("\n| N | p | n | wall s | kernels s | vel err | str err | adaptive wall s |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for r in &summary {
+        println!("{r}");
+    }
+    if chk.failed.is_empty() {
+        println!("\nall checks passed");
+    } else {
+        println!("\nFAILED:");
+        for f in &chk.failed {
+            println!("  {f}");
+        }
+        std::process::exit(1);
+    }
+}

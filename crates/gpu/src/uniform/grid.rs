@@ -1,0 +1,251 @@
+//! Geometry of the uniform grid: bounding cube, the number of leaf cells per side
+//! `n = m 2^k`, cell widths, centres and the numbering of cells across levels.
+//!
+//! Level `l = 0..=k` has `n_l = m 2^l` cells per side of width `w_l = side / n_l` (length
+//! units of the input positions); level `k` holds the leaves. Cell `(i, j, k)` of level `l` has
+//! the local index `i + n_l (j + n_l k)` (x fastest: the three cells `i-1..=i+1` of one row are
+//! contiguous in the sorted particle array, so the 27 neighbours of a leaf are 9 runs) and the
+//! global index `level_offset(l) + local` (levels stored top first).
+//!
+//! The leaf width is at least `core_cutoff * sigma_max`: a particle and any source outside the
+//! 27 neighbours of its leaf are at least one leaf width apart, so the singular far-field
+//! kernel equals the Gaussian-cored one there up to `1 - q(core_cutoff)` (CONVENTIONS.md).
+
+use rayon::prelude::*;
+
+/// Largest number of top-level cells per side (`m`): at the top every pair of non-adjacent
+/// cells interacts by M2L, so `m^3` cells cost `O(m^6)` translations.
+pub const MAX_TOP: usize = 7;
+/// Largest number of levels below the top.
+pub const MAX_LEVELS: usize = 10;
+
+/// Bounding cube of the positions, found by a parallel reduction: lower corner and side.
+/// The side is enlarged by a relative 1e-6 (and never zero) so that every point lies strictly
+/// inside. Also returns the largest core radius; `None` when a value is not finite or a core
+/// radius is not positive.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Extent {
+    pub lo: [f64; 3],
+    pub side: f64,
+    pub sigma_max: f64,
+}
+
+impl Extent {
+    /// Parallel reduction over the sources (the only N-sized host work besides the f32 packing).
+    pub fn of(position: &[[f64; 3]], sigma: &[f64]) -> Option<Extent> {
+        type Acc = ([f64; 3], [f64; 3], f64, bool);
+        let id = || -> Acc { ([f64::INFINITY; 3], [f64::NEG_INFINITY; 3], 0.0, true) };
+        let (lo, hi, smax, ok) = position
+            .par_iter()
+            .zip(sigma.par_iter())
+            .fold(id, |(mut lo, mut hi, s, ok), (x, &sg)| {
+                for c in 0..3 {
+                    lo[c] = lo[c].min(x[c]);
+                    hi[c] = hi[c].max(x[c]);
+                }
+                let good = x.iter().all(|v| v.is_finite()) && sg.is_finite() && sg > 0.0;
+                (lo, hi, s.max(sg), ok && good)
+            })
+            .reduce(id, |a, b| {
+                (
+                    std::array::from_fn(|c| a.0[c].min(b.0[c])),
+                    std::array::from_fn(|c| a.1[c].max(b.1[c])),
+                    a.2.max(b.2),
+                    a.3 && b.3,
+                )
+            });
+        if !ok || position.is_empty() {
+            return None;
+        }
+        let width = (0..3).map(|c| hi[c] - lo[c]).fold(0.0, f64::max);
+        let side = if width > 0.0 {
+            width * (1.0 + 1e-6)
+        } else {
+            smax
+        };
+        let mid: [f64; 3] = std::array::from_fn(|c| 0.5 * (lo[c] + hi[c]));
+        Some(Extent {
+            lo: std::array::from_fn(|c| mid[c] - 0.5 * side),
+            side,
+            sigma_max: smax,
+        })
+    }
+}
+
+/// The uniform grid of one evaluation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct UniformGrid {
+    /// Cells per side at the top level.
+    pub m: usize,
+    /// Levels below the top (the leaves are level `k`).
+    pub k: usize,
+    /// Lower corner of the cube.
+    pub lo: [f64; 3],
+    /// Side of the cube.
+    pub side: f64,
+}
+
+impl UniformGrid {
+    /// Chooses `n = m 2^k` (`m <= MAX_TOP`): the largest leaf count per side whose width is at
+    /// least `core_cutoff * sigma_max` (gap condition), and among those allowed the one nearest
+    /// (in log) to `(N / leaf_target)^(1/3)`; ties go to the larger `n`, equal `n` to the
+    /// smaller `m` (more levels, fewer top-level translations).
+    pub fn choose(ext: &Extent, np: usize, core_cutoff: f64, leaf_target: f64) -> UniformGrid {
+        let n_geom = if core_cutoff * ext.sigma_max > 0.0 {
+            (ext.side / (core_cutoff * ext.sigma_max)).floor()
+        } else {
+            f64::INFINITY
+        };
+        let n_want = (np as f64 / leaf_target.max(1.0)).cbrt().max(1.0);
+        let mut best: Option<(f64, usize, usize, usize)> = None; // (score, n, m, k)
+        for k in 0..=MAX_LEVELS {
+            for m in 1..=MAX_TOP {
+                let n = m << k;
+                if n as f64 > n_geom && n > 1 {
+                    continue;
+                }
+                let score = ((n as f64) / n_want).ln().abs();
+                let better = match best {
+                    None => true,
+                    Some((s, bn, bm, _)) => {
+                        score < s - 1e-12
+                            || ((score - s).abs() <= 1e-12 && n > bn)
+                            || (n == bn && m < bm)
+                    }
+                };
+                if better {
+                    best = Some((score, n, m, k));
+                }
+            }
+        }
+        let (_, _, m, k) = best.expect("n = 1 is always allowed");
+        UniformGrid::fixed(ext, m, k)
+    }
+
+    /// The grid with `m` top cells per side and `k` levels below, over the extent's cube.
+    pub fn fixed(ext: &Extent, m: usize, k: usize) -> UniformGrid {
+        assert!(m >= 1 && k <= MAX_LEVELS);
+        UniformGrid {
+            m,
+            k,
+            lo: ext.lo,
+            side: ext.side,
+        }
+    }
+
+    /// Leaf cells per side.
+    pub fn n(&self) -> usize {
+        self.m << self.k
+    }
+    /// Cells per side at level `l`.
+    pub fn n_at(&self, l: usize) -> usize {
+        self.m << l
+    }
+    /// Cell width at level `l`.
+    pub fn width(&self, l: usize) -> f64 {
+        self.side / self.n_at(l) as f64
+    }
+    /// Leaf width.
+    pub fn leaf_width(&self) -> f64 {
+        self.width(self.k)
+    }
+    /// Number of leaves.
+    pub fn leaves(&self) -> usize {
+        self.n().pow(3)
+    }
+    /// Global index of the first cell of level `l` (`l = k + 1` gives the total).
+    pub fn level_offset(&self, l: usize) -> usize {
+        (0..l).map(|q| self.n_at(q).pow(3)).sum()
+    }
+    /// Cells of all levels.
+    pub fn total_cells(&self) -> usize {
+        self.level_offset(self.k + 1)
+    }
+    /// Centre of cell `c` of level `l`.
+    pub fn center(&self, l: usize, c: [usize; 3]) -> [f64; 3] {
+        let w = self.width(l);
+        std::array::from_fn(|d| self.lo[d] + (c[d] as f64 + 0.5) * w)
+    }
+    /// Largest number of cells away (per axis) of an M2L source: 3 below the top (children of
+    /// the parent's neighbours), `m - 1` at the top.
+    pub fn max_offset(&self) -> usize {
+        3.max(self.m.saturating_sub(1))
+    }
+    /// The f32 parameters of the cell-index kernel: lower corner and `1 / leaf width`.
+    pub fn f32_params(&self) -> ([f32; 3], f32) {
+        (self.lo.map(|x| x as f32), (1.0 / self.leaf_width()) as f32)
+    }
+}
+
+/// Local index of cell `c` in a level of `nl` cells per side.
+pub fn local_index(nl: usize, c: [usize; 3]) -> usize {
+    c[0] + nl * (c[1] + nl * c[2])
+}
+
+/// Coordinates of local index `i` in a level of `nl` cells per side.
+pub fn coords(nl: usize, i: usize) -> [usize; 3] {
+    [i % nl, (i / nl) % nl, i / (nl * nl)]
+}
+
+#[cfg(test)]
+#[allow(clippy::needless_range_loop)] // index loops over coordinates
+mod tests {
+    use super::*;
+
+    fn ext(side: f64, sigma: f64) -> Extent {
+        Extent {
+            lo: [0.0; 3],
+            side,
+            sigma_max: sigma,
+        }
+    }
+
+    #[test]
+    fn ten_million_standard_set_gets_48_cells() {
+        // sigma = mean spacing h = 2 pi / N^(1/3); side 2 pi: n <= 2 pi / (4.45 h) = 48.4
+        let n = 1e7;
+        let h = 2.0 * std::f64::consts::PI / f64::cbrt(n);
+        let g = UniformGrid::choose(&ext(2.0 * std::f64::consts::PI, h), n as usize, 4.45, 100.0);
+        assert_eq!((g.n(), g.m, g.k), (48, 3, 4));
+        // cutoff 5 does not allow 48 (w >= 5 h): the next allowed is 40 = 5 * 8
+        let g = UniformGrid::choose(&ext(2.0 * std::f64::consts::PI, h), n as usize, 5.0, 100.0);
+        assert_eq!(g.n(), 40);
+        assert!(g.leaf_width() >= 5.0 * h);
+    }
+
+    #[test]
+    fn gap_condition_and_numbering() {
+        for &(side, sigma, np) in &[(1.0, 0.01, 100_000), (3.0, 0.5, 1000), (1.0, 2.0, 10)] {
+            let e = ext(side, sigma);
+            let g = UniformGrid::choose(&e, np, 4.5, 100.0);
+            assert!(g.n() == 1 || g.leaf_width() >= 4.5 * sigma, "{g:?}");
+            assert!(g.m <= MAX_TOP);
+            assert_eq!(
+                g.total_cells(),
+                (0..=g.k).map(|l| g.n_at(l).pow(3)).sum::<usize>()
+            );
+            let nl = g.n();
+            for i in [0, 1, nl * nl - 1, g.leaves() - 1] {
+                assert_eq!(local_index(nl, coords(nl, i)), i);
+            }
+        }
+    }
+
+    #[test]
+    fn extent_contains_points_and_rejects_bad_input() {
+        let s = fmm::testsets::standard(1000, 2);
+        let e = Extent::of(&s.position, &s.sigma).unwrap();
+        for x in &s.position {
+            for c in 0..3 {
+                assert!(x[c] > e.lo[c] && x[c] < e.lo[c] + e.side);
+            }
+        }
+        assert_eq!(e.sigma_max, s.max_sigma());
+        let mut bad = s.clone();
+        bad.sigma[3] = 0.0;
+        assert!(Extent::of(&bad.position, &bad.sigma).is_none());
+        bad.sigma[3] = 1.0;
+        bad.position[5][1] = f64::NAN;
+        assert!(Extent::of(&bad.position, &bad.sigma).is_none());
+    }
+}

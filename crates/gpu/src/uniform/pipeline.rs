@@ -1,0 +1,691 @@
+//! [`UniformFmm`]: the uniform-grid FMM on one CUDA device (kernels of `kernels/uniform.cu`
+//! plus `p2m`, `l2p` of `kernels/fmm.cu` and `p2p_near` of `kernels/p2p.cu`, one module).
+//!
+//! Phases (each ends with a synchronization, so the wall times are device times; the kernel
+//! times come from CUDA events):
+//! 1. host: bounding cube and largest core radius (parallel reduction), grid choice, f32
+//!    packing (`layout::pack_sources`, parallel); the rotation records and z tables of the
+//!    order are built and uploaded once and kept by the [`UniformFmm`];
+//! 2. upload of the packed particles (two `float4` arrays);
+//! 3. sort: cell index + histogram (atomics), exclusive scan, scatter, in-cell ordering by
+//!    input index, gather into sorted buffers, leaf tasks (P2M, P2P slices of 32 targets with 9
+//!    source runs, L2P); the number of slices (one integer) is the only mid-way download;
+//! 4. upward: cell centres, P2M per leaf, M2M level by level;
+//! 5. M2L per level over the implicit stencil (one block per target cell);
+//! 6. downward: L2L level by level, L2P (slices of 32 targets);
+//! 7. P2P: `p2p_near` over the 9 runs of each leaf;
+//! 8. scatter of the fields to input order (interleaved `(u, s)` per particle), one download
+//!    (in 8 pieces into page-locked memory, each converted to f64 with `1/(4 pi)` on the host,
+//!    in parallel, while the next piece is copied).
+
+use super::grid::{Extent, UniformGrid};
+use super::sort::SCAN_BLOCK;
+use super::stencil::RotationTable;
+use super::{UniformParams, UniformTimes};
+use crate::backend::{P2P_TARGETS, P2P_THREADS};
+use crate::device::{GpuDevice, GpuError, GpuResult, UNIFORM};
+use crate::tables::{knm_table, toff, z_tables};
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::sys::CU_MEMHOSTALLOC_WRITECOMBINED;
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PinnedHostSlice, PushKernelArg};
+use fmm::expansions::ncoef;
+use fmm::kernel::INV_4PI;
+use fmm::{Fields, Sources};
+use rayon::prelude::*;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Targets per L2P block in this module (`-DEVAL_BLOCK`): the P2P slice, so both kernels
+/// share one task list.
+pub const UNIFORM_EVAL_BLOCK: usize = P2P_TARGETS;
+/// Pieces of the download, each converted on the host while the next one is copied.
+const DOWNLOAD_CHUNKS: usize = 8;
+/// Threads per block of the element-wise kernels.
+const THREADS: usize = 256;
+
+/// NVRTC defines of the module for order `p`.
+pub fn uniform_defines(p: usize) -> [(&'static str, usize); 2] {
+    [("ORDER", p), ("EVAL_BLOCK", UNIFORM_EVAL_BLOCK)]
+}
+
+/// Tables of one order on the device (built once, reused across evaluations).
+struct Tables {
+    order: usize,
+    r: usize,
+    rots: CudaSlice<f32>,
+    z_m2m: CudaSlice<f32>,
+    z_m2l: CudaSlice<f32>,
+    z_l2l: CudaSlice<f32>,
+    toff: CudaSlice<i32>,
+    knm: CudaSlice<f32>,
+}
+
+/// Page-locked host buffers of the upload (`float4` positions then strengths, written by the
+/// packing: write-combined) and of the download (6 floats per particle, read by the host:
+/// cached), kept between evaluations and grown when too small.
+#[derive(Default)]
+struct Staging {
+    up: Option<PinnedHostSlice<f32>>,
+    down: Option<PinnedHostSlice<f32>>,
+}
+
+/// The uniform-grid FMM on one device; keeps the tables of the last order used and the
+/// page-locked staging buffers (so transfers run at full PCIe speed from the second call on).
+pub struct UniformFmm {
+    dev: Arc<GpuDevice>,
+    tables: Mutex<Option<Tables>>,
+    staging: Mutex<Staging>,
+}
+
+/// Packs the sources into `out` (`8 N` floats): `float4 (x, y, z, 1/sigma)` rows, then
+/// `float4 (ax, ay, az, 0)` rows, as `layout::pack_sources` (parallel).
+pub fn pack_sources_into(s: &Sources, out: &mut [f32]) {
+    let np = s.len();
+    let (p, a) = out[..8 * np].split_at_mut(4 * np);
+    p.par_chunks_mut(4 * 4096)
+        .zip(a.par_chunks_mut(4 * 4096))
+        .enumerate()
+        .for_each(|(b, (p, a))| {
+            let i0 = b * 4096;
+            for (k, (p, a)) in p.chunks_exact_mut(4).zip(a.chunks_exact_mut(4)).enumerate() {
+                let i = i0 + k;
+                let x = s.position[i];
+                let w = s.strength[i];
+                p.copy_from_slice(&[
+                    x[0] as f32,
+                    x[1] as f32,
+                    x[2] as f32,
+                    (1.0 / s.sigma[i]) as f32,
+                ]);
+                a.copy_from_slice(&[w[0] as f32, w[1] as f32, w[2] as f32, 0.0]);
+            }
+        });
+}
+
+/// A pinned buffer of at least `len` floats in `slot` (reallocated when smaller).
+fn pinned<'a>(
+    dev: &GpuDevice,
+    slot: &'a mut Option<PinnedHostSlice<f32>>,
+    len: usize,
+    flags: u32,
+) -> GpuResult<&'a mut [f32]> {
+    if slot.as_ref().map(|b| b.len() < len).unwrap_or(true) {
+        *slot = None;
+        // SAFETY: the contents are written before they are read (packing / download).
+        *slot = Some(unsafe { dev.context().alloc_pinned_with_flags::<f32>(len, flags) }?);
+    }
+    Ok(&mut slot.as_mut().expect("allocated above").as_mut_slice()?[..len])
+}
+
+impl std::fmt::Debug for UniformFmm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UniformFmm")
+            .field("device", &self.dev)
+            .finish()
+    }
+}
+
+/// One evaluation on a fresh [`UniformFmm`] (tables built for this call; keep a
+/// [`UniformFmm`] to reuse them).
+pub fn evaluate_uniform(
+    dev: &Arc<GpuDevice>,
+    sources: &Sources,
+    params: &UniformParams,
+) -> GpuResult<(Fields, UniformTimes)> {
+    UniformFmm::new(dev.clone()).evaluate(sources, params)
+}
+
+fn grid1(n: usize, threads: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (n.div_ceil(threads).max(1) as u32, 1, 1),
+        block_dim: (threads as u32, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+fn blocks(n: usize, threads: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (n as u32, 1, 1),
+        block_dim: (threads as u32, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// `[[i32; 4]]`-shaped device buffers are `int4` arrays: 4 `i32` per element.
+fn i4(n: usize) -> usize {
+    4 * n.max(1)
+}
+
+/// Threads of a translation block (`TR_THREADS` of `kernels/fmm.cu`).
+fn tr_threads(p: usize) -> usize {
+    (3 * ncoef(p)).div_ceil(32) * 32
+}
+
+/// Sums the bytes of the buffers it is shown.
+#[derive(Default)]
+struct Bytes(usize);
+impl Bytes {
+    fn add<T>(&mut self, s: &CudaSlice<T>) {
+        self.0 += s.len() * std::mem::size_of::<T>();
+    }
+}
+
+impl UniformFmm {
+    pub fn new(dev: Arc<GpuDevice>) -> Self {
+        Self {
+            dev,
+            tables: Mutex::new(None),
+            staging: Mutex::new(Staging::default()),
+        }
+    }
+
+    /// The device on visible index `index` (an error, never a panic, without a GPU).
+    pub fn on_device(index: usize) -> GpuResult<Self> {
+        Ok(Self::new(GpuDevice::get(index)?))
+    }
+
+    pub fn device(&self) -> &Arc<GpuDevice> {
+        &self.dev
+    }
+
+    /// Compiles the module of order `p` now (otherwise at the first evaluation).
+    pub fn warm_up(&self, p: usize) -> GpuResult<()> {
+        self.dev.module(&UNIFORM, &uniform_defines(p))?;
+        Ok(())
+    }
+
+    fn func(&self, p: usize, name: &str) -> GpuResult<CudaFunction> {
+        self.dev.function(&UNIFORM, &uniform_defines(p), name)
+    }
+
+    /// Runs `f` between two CUDA events; returns the elapsed seconds.
+    fn event_timed(&self, f: impl FnOnce() -> GpuResult<()>) -> GpuResult<f64> {
+        let s = self.dev.stream();
+        let e0 = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        f()?;
+        let e1 = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        e1.synchronize()?;
+        Ok(e0.elapsed_ms(&e1)? as f64 * 1e-3)
+    }
+
+    /// Makes sure the tables of order `p` with offsets up to `r` are on the device.
+    fn ensure_tables(&self, p: usize, r: usize) -> GpuResult<()> {
+        let mut t = self.tables.lock().expect("tables poisoned");
+        if matches!(&*t, Some(x) if x.order == p && x.r >= r) {
+            return Ok(());
+        }
+        let s = self.dev.stream();
+        let t0 = Instant::now();
+        let rt = RotationTable::new(p, r);
+        let (a, b, c) = z_tables(p);
+        *t = Some(Tables {
+            order: p,
+            r,
+            rots: s.clone_htod(&rt.records)?,
+            z_m2m: s.clone_htod(&a)?,
+            z_m2l: s.clone_htod(&b)?,
+            z_l2l: s.clone_htod(&c)?,
+            toff: s.clone_htod(&toff(p))?,
+            knm: s.clone_htod(&knm_table(p))?,
+        });
+        log::debug!(
+            "uniform FMM: rotation table p = {p}, r = {r} built in {:.0} ms",
+            t0.elapsed().as_secs_f64() * 1e3
+        );
+        Ok(())
+    }
+
+    /// Exclusive scan of `input[..len]` into `out[..=len]` (`out[len]` = total): the three
+    /// kernels emulated by `sort::exclusive_scan`.
+    fn scan(
+        &self,
+        p: usize,
+        input: &CudaSlice<i32>,
+        len: usize,
+        out: &mut CudaSlice<i32>,
+    ) -> GpuResult<()> {
+        let s = self.dev.stream();
+        let nb = len.div_ceil(SCAN_BLOCK).max(1);
+        let mut sums = s.alloc_zeros::<i32>(nb)?;
+        let (len_i, nb_i) = (len as i32, nb as i32);
+        let f = self.func(p, "u_scan_blocks")?;
+        let mut b = s.launch_builder(&f);
+        b.arg(input).arg(&len_i).arg(&mut *out).arg(&mut sums);
+        unsafe { b.launch(blocks(nb, 256)) }?;
+        let f = self.func(p, "u_scan_sums")?;
+        let mut b = s.launch_builder(&f);
+        b.arg(&mut sums).arg(&nb_i).arg(&mut *out).arg(&len_i);
+        unsafe { b.launch(blocks(1, 256)) }?;
+        let f = self.func(p, "u_scan_add")?;
+        let mut b = s.launch_builder(&f);
+        b.arg(&mut *out).arg(&len_i).arg(&sums);
+        unsafe { b.launch(grid1(len, THREADS)) }?;
+        Ok(())
+    }
+
+    /// Velocity and stretching of every source at every source (free space, input order,
+    /// `1/(4 pi)` applied) and the phase times.
+    pub fn evaluate(
+        &self,
+        sources: &Sources,
+        params: &UniformParams,
+    ) -> GpuResult<(Fields, UniformTimes)> {
+        params.validate()?;
+        let p = params.order;
+        let np = sources.len();
+        if np == 0 || np > i32::MAX as usize / 8 {
+            return Err(GpuError::Unsupported(format!(
+                "{np} particles: need 1..={} for i32 indices",
+                i32::MAX / 8
+            )));
+        }
+        let mut tm = UniformTimes::default();
+        let mut bytes = Bytes::default();
+        let s = self.dev.stream().clone();
+        let nc3 = 3 * ncoef(p);
+
+        // ---- 1. host: extent, grid, packing, tables
+        let t = Instant::now();
+        let ext = Extent::of(&sources.position, &sources.sigma).ok_or_else(|| {
+            GpuError::Unsupported(
+                "sources with a non-finite value or a non-positive core radius".into(),
+            )
+        })?;
+        if sources.strength.len() != np || sources.sigma.len() != np {
+            return Err(GpuError::Unsupported("sources of unequal lengths".into()));
+        }
+        let g: UniformGrid = params.grid_for(&ext, np);
+        let (n, k, m) = (g.n(), g.k, g.m);
+        let nleaf = g.leaves();
+        let ncell = g.total_cells();
+        if ncell.saturating_mul(2 * nc3) > i32::MAX as usize * 2 || nleaf > i32::MAX as usize / 16 {
+            return Err(GpuError::Unsupported(format!(
+                "grid of {n}^3 leaves too large for order {p}"
+            )));
+        }
+        (tm.n, tm.m, tm.k) = (n, m, k);
+        let r = g.max_offset();
+        self.ensure_tables(p, r)?;
+        let mut staging = self.staging.lock().expect("staging poisoned");
+        let up = pinned(
+            &self.dev,
+            &mut staging.up,
+            8 * np,
+            CU_MEMHOSTALLOC_WRITECOMBINED,
+        )?;
+        pack_sources_into(sources, up);
+        tm.host_prepare = t.elapsed().as_secs_f64();
+        self.warm_up(p)?; // compiled at the first call only (not part of the times after it)
+
+        // ---- 2. upload
+        let t = Instant::now();
+        // SAFETY: every element is written by the copy below before any kernel reads it.
+        let mut input = unsafe { s.alloc::<f32>(8 * np) }?;
+        s.memcpy_htod(&*up, &mut input)?;
+        s.synchronize()?;
+        let (pos_in, str_in) = (input.slice(..4 * np), input.slice(4 * np..));
+        bytes.add(&input);
+        tm.upload = t.elapsed().as_secs_f64();
+
+        // ---- 3. sort and tasks
+        let t = Instant::now();
+        let np_i = np as i32;
+        let n_i = n as i32;
+        let nleaf_i = nleaf as i32;
+        let (lo, inv_w) = g.f32_params();
+        let mut cell = s.alloc_zeros::<i32>(np)?;
+        let mut slot = s.alloc_zeros::<i32>(np)?;
+        let mut counts = s.alloc_zeros::<i32>(nleaf)?;
+        let mut starts = s.alloc_zeros::<i32>(nleaf + 1)?;
+        let mut perm0 = s.alloc_zeros::<i32>(np)?;
+        let mut perm = s.alloc_zeros::<i32>(np)?;
+        let mut spos = s.alloc_zeros::<f32>(4 * np)?;
+        let mut sstr = s.alloc_zeros::<f32>(4 * np)?;
+        let mut nslices = s.alloc_zeros::<i32>(nleaf)?;
+        let mut slice_starts = s.alloc_zeros::<i32>(nleaf + 1)?;
+        for b in [
+            &cell,
+            &slot,
+            &perm0,
+            &perm,
+            &counts,
+            &starts,
+            &nslices,
+            &slice_starts,
+        ] {
+            bytes.add(b);
+        }
+        bytes.add(&spos);
+        bytes.add(&sstr);
+        let slice = P2P_TARGETS;
+        let slice_i = slice as i32;
+        tm.k_sort += self.event_timed(|| {
+            let f = self.func(p, "u_cell_index")?;
+            let mut b = s.launch_builder(&f);
+            b.arg(&pos_in).arg(&np_i);
+            b.arg(&lo[0]).arg(&lo[1]).arg(&lo[2]).arg(&inv_w).arg(&n_i);
+            b.arg(&mut cell).arg(&mut slot).arg(&mut counts);
+            unsafe { b.launch(grid1(np, THREADS)) }?;
+            self.scan(p, &counts, nleaf, &mut starts)?;
+            let f = self.func(p, "u_scatter")?;
+            let mut b = s.launch_builder(&f);
+            b.arg(&cell)
+                .arg(&slot)
+                .arg(&starts)
+                .arg(&np_i)
+                .arg(&mut perm0);
+            unsafe { b.launch(grid1(np, THREADS)) }?;
+            let f = self.func(p, "u_sort_cells")?;
+            let mut b = s.launch_builder(&f);
+            b.arg(&starts).arg(&nleaf_i).arg(&perm0).arg(&mut perm);
+            unsafe { b.launch(grid1(32 * nleaf, THREADS)) }?;
+            let f = self.func(p, "u_gather")?;
+            let mut b = s.launch_builder(&f);
+            b.arg(&perm).arg(&np_i).arg(&pos_in).arg(&str_in);
+            b.arg(&mut spos).arg(&mut sstr);
+            unsafe { b.launch(grid1(np, THREADS)) }?;
+            let f = self.func(p, "u_slices")?;
+            let mut b = s.launch_builder(&f);
+            b.arg(&starts).arg(&nleaf_i).arg(&slice_i).arg(&mut nslices);
+            unsafe { b.launch(grid1(nleaf, THREADS)) }?;
+            self.scan(p, &nslices, nleaf, &mut slice_starts)?;
+            Ok(())
+        })?;
+        drop((cell, slot, perm0, pos_in, str_in, counts, nslices));
+        drop(input);
+        let ntasks = s.clone_dtoh(&slice_starts.slice(nleaf..nleaf + 1))?[0] as usize;
+        let mut p2m_tasks = s.alloc_zeros::<i32>(i4(nleaf))?;
+        let mut near_tasks = s.alloc_zeros::<i32>(i4(ntasks))?;
+        let mut near_nsrc = s.alloc_zeros::<i32>(ntasks.max(1))?;
+        let mut l2p_tasks = s.alloc_zeros::<i32>(i4(ntasks))?;
+        let mut runs = s.alloc_zeros::<i32>(i4(9 * nleaf))?;
+        let mut pairs = s.alloc_zeros::<u64>(1)?;
+        for b in [&p2m_tasks, &near_tasks, &near_nsrc, &l2p_tasks, &runs] {
+            bytes.add(b);
+        }
+        let leaf_base = g.level_offset(k) as i32;
+        tm.k_sort += self.event_timed(|| {
+            let f = self.func(p, "u_leaf_tasks")?;
+            let mut b = s.launch_builder(&f);
+            b.arg(&starts)
+                .arg(&slice_starts)
+                .arg(&n_i)
+                .arg(&leaf_base)
+                .arg(&slice_i);
+            b.arg(&mut p2m_tasks)
+                .arg(&mut near_tasks)
+                .arg(&mut near_nsrc)
+                .arg(&mut l2p_tasks)
+                .arg(&mut runs)
+                .arg(&mut pairs);
+            unsafe { b.launch(grid1(nleaf, 128)) }?;
+            Ok(())
+        })?;
+        tm.p2p_pairs = s.clone_dtoh(&pairs)?[0];
+        tm.sort = t.elapsed().as_secs_f64();
+
+        // ---- 4. upward
+        let t = Instant::now();
+        let guard = self.tables.lock().expect("tables poisoned");
+        let tb = guard.as_ref().expect("tables built above");
+        let r_i = tb.r as i32;
+        let len = ncell * 2 * nc3;
+        let mut mult = s.alloc_zeros::<f32>(len)?;
+        let mut loc = s.alloc_zeros::<f32>(len)?;
+        let mut centers = s.alloc_zeros::<f32>(4 * ncell)?;
+        bytes.add(&mult);
+        bytes.add(&loc);
+        bytes.add(&centers);
+        let trt = tr_threads(p);
+        tm.k_p2m = self.event_timed(|| {
+            let f = self.func(p, "u_centers")?;
+            for l in 0..=k {
+                let (off, nl) = (g.level_offset(l) as i32, g.n_at(l) as i32);
+                let w = g.width(l);
+                let mut b = s.launch_builder(&f);
+                b.arg(&off)
+                    .arg(&nl)
+                    .arg(&g.lo[0])
+                    .arg(&g.lo[1])
+                    .arg(&g.lo[2])
+                    .arg(&w);
+                b.arg(&mut centers);
+                unsafe { b.launch(grid1(g.n_at(l).pow(3), THREADS)) }?;
+            }
+            let f = self.func(p, "p2m")?;
+            let mut b = s.launch_builder(&f);
+            b.arg(&spos)
+                .arg(&sstr)
+                .arg(&p2m_tasks)
+                .arg(&centers)
+                .arg(&tb.knm);
+            b.arg(&mut mult);
+            unsafe { b.launch(blocks(nleaf, ncoef(p).div_ceil(32) * 32)) }?;
+            Ok(())
+        })?;
+        tm.k_m2m = self.event_timed(|| {
+            let f = self.func(p, "u_m2m")?;
+            for l in (0..k).rev() {
+                let (poff, nl) = (g.level_offset(l) as i32, g.n_at(l) as i32);
+                let coff = g.level_offset(l + 1) as i32;
+                let dist = (0.5 * 3f64.sqrt() * g.width(l + 1)) as f32;
+                let mut b = s.launch_builder(&f);
+                b.arg(&mut mult)
+                    .arg(&tb.rots)
+                    .arg(&tb.z_m2m)
+                    .arg(&tb.toff)
+                    .arg(&r_i);
+                b.arg(&poff).arg(&nl).arg(&coff).arg(&dist);
+                unsafe { b.launch(blocks(g.n_at(l).pow(3), trt)) }?;
+            }
+            Ok(())
+        })?;
+        tm.upward = t.elapsed().as_secs_f64();
+
+        // ---- 5. M2L
+        let t = Instant::now();
+        tm.m2l_translations = super::m2l_count(&g);
+        tm.k_m2l = self.event_timed(|| {
+            let f = self.func(p, "u_m2l")?;
+            for l in 0..=k {
+                if l == 0 && m < 3 {
+                    continue; // every top cell is a neighbour of every other
+                }
+                let (off, nl) = (g.level_offset(l) as i32, g.n_at(l) as i32);
+                let top = (l == 0) as i32;
+                let w = g.width(l) as f32;
+                let mut b = s.launch_builder(&f);
+                b.arg(&mult)
+                    .arg(&mut loc)
+                    .arg(&tb.rots)
+                    .arg(&tb.z_m2l)
+                    .arg(&tb.toff);
+                b.arg(&r_i).arg(&off).arg(&nl).arg(&top).arg(&w);
+                unsafe { b.launch(blocks(g.n_at(l).pow(3), trt)) }?;
+            }
+            Ok(())
+        })?;
+        tm.m2l = t.elapsed().as_secs_f64();
+
+        // ---- 6. downward: L2L, L2P
+        let t = Instant::now();
+        let mut vel = s.alloc_zeros::<f32>(3 * np)?;
+        let mut strf = s.alloc_zeros::<f32>(3 * np)?;
+        bytes.add(&vel);
+        bytes.add(&strf);
+        tm.k_l2l = self.event_timed(|| {
+            let f = self.func(p, "u_l2l")?;
+            for l in 1..=k {
+                let (coff, nl) = (g.level_offset(l) as i32, g.n_at(l) as i32);
+                let poff = g.level_offset(l - 1) as i32;
+                let dist = (0.5 * 3f64.sqrt() * g.width(l)) as f32;
+                let mut b = s.launch_builder(&f);
+                b.arg(&mut loc)
+                    .arg(&tb.rots)
+                    .arg(&tb.z_l2l)
+                    .arg(&tb.toff)
+                    .arg(&r_i);
+                b.arg(&coff).arg(&nl).arg(&poff).arg(&dist);
+                unsafe { b.launch(blocks(g.n_at(l).pow(3), trt)) }?;
+            }
+            Ok(())
+        })?;
+        tm.k_l2p = self.event_timed(|| {
+            if ntasks == 0 {
+                return Ok(());
+            }
+            let f = self.func(p, "l2p")?;
+            let mut b = s.launch_builder(&f);
+            b.arg(&spos)
+                .arg(&sstr)
+                .arg(&l2p_tasks)
+                .arg(&centers)
+                .arg(&loc);
+            b.arg(&tb.knm).arg(&mut vel).arg(&mut strf);
+            unsafe { b.launch(blocks(ntasks, UNIFORM_EVAL_BLOCK)) }?;
+            Ok(())
+        })?;
+        tm.downward = t.elapsed().as_secs_f64();
+        drop(guard);
+
+        // ---- 7. P2P
+        let t = Instant::now();
+        let period = 0.0f32;
+        tm.k_p2p = self.event_timed(|| {
+            if ntasks == 0 {
+                return Ok(());
+            }
+            let f = self.func(p, "p2p_near")?;
+            let mut b = s.launch_builder(&f);
+            b.arg(&spos).arg(&sstr).arg(&spos).arg(&sstr);
+            b.arg(&near_tasks).arg(&near_nsrc).arg(&runs).arg(&period);
+            b.arg(&mut vel).arg(&mut strf);
+            unsafe { b.launch(blocks(ntasks, P2P_THREADS)) }?;
+            Ok(())
+        })?;
+        tm.p2p = t.elapsed().as_secs_f64();
+
+        // ---- 8. back to input order, download
+        let t = Instant::now();
+        let mut out6 = s.alloc_zeros::<f32>(6 * np)?;
+        bytes.add(&out6);
+        tm.device_bytes = bytes.0;
+        drop((mult, loc, spos, sstr));
+        tm.k_scatter = self.event_timed(|| {
+            let f = self.func(p, "u_scatter_fields")?;
+            let mut b = s.launch_builder(&f);
+            b.arg(&perm).arg(&np_i).arg(&vel).arg(&strf).arg(&mut out6);
+            unsafe { b.launch(grid1(np, THREADS)) }?;
+            Ok(())
+        })?;
+        // download in chunks, each converted (f64, 1/(4 pi)) while the next one copies
+        let host = pinned(&self.dev, &mut staging.down, 6 * np, 0)?;
+        let mut fields = Fields {
+            velocity: vec![[0.0; 3]; np],
+            stretching: vec![[0.0; 3]; np],
+        };
+        let chunk = np.div_ceil(DOWNLOAD_CHUNKS).max(1);
+        let mut pending = Vec::with_capacity(DOWNLOAD_CHUNKS);
+        for (c, h) in host.chunks_mut(6 * chunk).enumerate() {
+            let a = 6 * c * chunk;
+            s.memcpy_dtoh(&out6.slice(a..a + h.len()), &mut *h)?;
+            pending.push((h, s.record_event(None)?));
+        }
+        for ((h, ev), (u, st)) in pending.into_iter().zip(
+            fields
+                .velocity
+                .chunks_mut(chunk)
+                .zip(fields.stretching.chunks_mut(chunk)),
+        ) {
+            ev.synchronize()?;
+            u.par_iter_mut()
+                .zip(st.par_iter_mut())
+                .zip(h.par_chunks(6))
+                .for_each(|((u, st), h)| {
+                    *u = std::array::from_fn(|d| h[d] as f64 * INV_4PI);
+                    *st = std::array::from_fn(|d| h[3 + d] as f64 * INV_4PI);
+                });
+        }
+        s.synchronize()?;
+        tm.download = t.elapsed().as_secs_f64();
+        tm.total = tm.host_prepare
+            + tm.upload
+            + tm.sort
+            + tm.upward
+            + tm.m2l
+            + tm.downward
+            + tm.p2p
+            + tm.download;
+        Ok((fields, tm))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::uniform::evaluate_reference;
+    use fmm::relative_l2_error;
+
+    #[test]
+    fn packing_into_staging_equals_the_layout_packing() {
+        let s = fmm::testsets::standard(10_000, 3);
+        let (p, a) = crate::layout::pack_sources(&s);
+        let mut out = vec![0.0f32; 8 * s.len() + 5];
+        pack_sources_into(&s, &mut out);
+        assert_eq!(&out[..4 * s.len()], &p[..]);
+        assert_eq!(&out[4 * s.len()..8 * s.len()], &a[..]);
+    }
+
+    #[test]
+    fn bad_parameters_are_errors_not_panics() {
+        let s = fmm::testsets::standard(100, 3);
+        for params in [
+            UniformParams {
+                order: 0,
+                ..Default::default()
+            },
+            UniformParams {
+                grid: Some((9, 1)),
+                ..Default::default()
+            },
+            UniformParams {
+                grid: Some((0, 1)),
+                ..Default::default()
+            },
+        ] {
+            assert!(params.validate().is_err());
+            assert!(evaluate_reference(&s, &params).is_err());
+        }
+    }
+
+    /// On a GPU: the device path against the CPU f64 uniform-grid FMM (same grid and lists;
+    /// the difference is the f32 arithmetic) and bitwise repeatable. Skipped without a GPU.
+    #[test]
+    fn device_matches_the_f64_reference() {
+        if !crate::available() {
+            println!("no usable CUDA device: uniform-grid device test SKIPPED");
+            return;
+        }
+        let fmm_ = UniformFmm::on_device(0).unwrap();
+        let mut s = fmm::testsets::standard(20_000, 5);
+        s.sigma.iter_mut().for_each(|v| *v *= 0.5);
+        for (p, grid) in [(6, None), (8, Some((3, 1))), (8, Some((1, 3)))] {
+            let params = UniformParams {
+                order: p,
+                grid,
+                ..Default::default()
+            };
+            let want = evaluate_reference(&s, &params).unwrap();
+            let (got, tm) = fmm_.evaluate(&s, &params).unwrap();
+            let (again, _) = fmm_.evaluate(&s, &params).unwrap();
+            assert_eq!(got, again, "not repeatable");
+            let eu = relative_l2_error(&got.velocity, &want.velocity);
+            let es = relative_l2_error(&got.stretching, &want.stretching);
+            println!(
+                "p {p} grid {grid:?} (n {}): GPU vs CPU f64 {eu:.2e} / {es:.2e}",
+                tm.n
+            );
+            assert!(eu < 2e-5 && es < 2e-4, "{eu:.2e} {es:.2e}");
+        }
+    }
+}

@@ -1,0 +1,393 @@
+#line 2 "uniform.cu"
+// Uniform-grid FMM built on the device (crates/gpu/src/uniform). Compiled by NVRTC appended to
+// kernels/p2p.cu and kernels/fmm.cu (one module, -DORDER=p -DEVAL_BLOCK=32): it reuses their
+// device functions and the kernels p2m, l2p and p2p_near, fed with task arrays built here.
+// Every kernel below has a host emulation in crates/gpu/src/uniform/sort.rs (sort, scan, tasks)
+// or a CPU f64 reference (crates/gpu/src/uniform/reference.rs: translations).
+//
+// Grid: level l has nl = m 2^l cells per side, local index i + nl (j + nl k), global index
+// level_off + local; multipoles / locals 3 NC float2 per global cell (layout of fmm.cu).
+// Rotation records: one per integer vector v in [-R, R]^3 (v = target - source centre in
+// cells of the level; M2M / L2L use (+-1, +-1, +-1)), record index
+// (vx + R) + D ((vy + R) + D (vz + R)), D = 2R + 1.
+
+#define SCAN_THREADS 256
+#define SCAN_ITEMS 4
+#define SCAN_BLOCK (SCAN_THREADS * SCAN_ITEMS)
+#define FREE_IMAGE 13
+
+// ---- sort ---------------------------------------------------------------------------------
+
+// Leaf cell of every particle, floor((x - lo) * inv_w) clamped to the grid, and its arrival
+// slot in the cell (the atomic's return value; made irrelevant by u_sort_cells).
+extern "C" __global__ void u_cell_index(
+    const float4* __restrict__ pos, int np, float lox, float loy, float loz, float inv_w, int n,
+    int* __restrict__ cell, int* __restrict__ slot, int* __restrict__ counts)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= np) return;
+    const float4 p = pos[i];
+    const int ix = min(max((int)floorf((p.x - lox) * inv_w), 0), n - 1);
+    const int iy = min(max((int)floorf((p.y - loy) * inv_w), 0), n - 1);
+    const int iz = min(max((int)floorf((p.z - loz) * inv_w), 0), n - 1);
+    const int c = ix + n * (iy + n * iz);
+    cell[i] = c;
+    slot[i] = atomicAdd(&counts[c], 1);
+}
+
+// Exclusive scan of one value per thread over the block; *total gets the block's sum.
+__device__ __forceinline__ int block_exclusive(int x, int* s_warp, int* total)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int inc = x;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o) inc += y;
+    }
+    if (lane == 31) s_warp[warp] = inc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int acc = 0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); ++w) {
+            const int t = s_warp[w];
+            s_warp[w] = acc;
+            acc += t;
+        }
+        s_warp[32] = acc;
+    }
+    __syncthreads();
+    const int r = s_warp[warp] + inc - x;
+    *total = s_warp[32];
+    __syncthreads();
+    return r;
+}
+
+// Scan step 1: exclusive scan inside blocks of SCAN_BLOCK elements, block sums out.
+extern "C" __global__ void __launch_bounds__(SCAN_THREADS) u_scan_blocks(
+    const int* __restrict__ in, int len, int* __restrict__ out, int* __restrict__ sums)
+{
+    __shared__ int s_warp[33];
+    const int base = blockIdx.x * SCAN_BLOCK + threadIdx.x * SCAN_ITEMS;
+    int v[SCAN_ITEMS];
+    int sum = 0;
+#pragma unroll
+    for (int q = 0; q < SCAN_ITEMS; ++q) {
+        v[q] = base + q < len ? in[base + q] : 0;
+        sum += v[q];
+    }
+    int total;
+    int run = block_exclusive(sum, s_warp, &total);
+#pragma unroll
+    for (int q = 0; q < SCAN_ITEMS; ++q) {
+        if (base + q < len) out[base + q] = run;
+        run += v[q];
+    }
+    if (threadIdx.x == 0) sums[blockIdx.x] = total;
+}
+
+// Scan step 2 (one block): exclusive scan of the block sums in place; the total to out[len].
+extern "C" __global__ void __launch_bounds__(SCAN_THREADS) u_scan_sums(
+    int* __restrict__ sums, int nb, int* __restrict__ out, int len)
+{
+    __shared__ int s_warp[33];
+    int carry = 0;
+    for (int base = 0; base < nb; base += SCAN_THREADS) {
+        const int i = base + threadIdx.x;
+        const int v = i < nb ? sums[i] : 0;
+        int total;
+        const int e = block_exclusive(v, s_warp, &total);
+        if (i < nb) sums[i] = carry + e;
+        carry += total;
+    }
+    if (threadIdx.x == 0) out[len] = carry;
+}
+
+// Scan step 3: add the scanned block sums.
+extern "C" __global__ void u_scan_add(int* __restrict__ out, int len, const int* __restrict__ sums)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < len) out[i] += sums[i / SCAN_BLOCK];
+}
+
+// perm[start[cell] + slot] = i.
+extern "C" __global__ void u_scatter(
+    const int* __restrict__ cell, const int* __restrict__ slot, const int* __restrict__ starts,
+    int np, int* __restrict__ perm)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < np) perm[starts[cell[i]] + slot[i]] = i;
+}
+
+// One warp per cell: element x goes to start + #{y in the cell : y < x} (indices are
+// distinct), i.e. the cell's input indices in increasing order. O(count^2) per cell, the
+// order of the cell's P2P work.
+extern "C" __global__ void u_sort_cells(
+    const int* __restrict__ starts, int ncells, const int* __restrict__ in, int* __restrict__ out)
+{
+    const int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (warp >= ncells) return;
+    const int s = starts[warp], e = starts[warp + 1];
+    for (int t = s + lane; t < e; t += 32) {
+        const int x = in[t];
+        int r = 0;
+        for (int k = s; k < e; ++k) r += in[k] < x;
+        out[s + r] = x;
+    }
+}
+
+// Sorted particle buffers: out[k] = in[perm[k]].
+extern "C" __global__ void u_gather(
+    const int* __restrict__ perm, int np, const float4* __restrict__ pos_in,
+    const float4* __restrict__ str_in, float4* __restrict__ pos, float4* __restrict__ str)
+{
+    const int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= np) return;
+    const int i = perm[k];
+    pos[k] = pos_in[i];
+    str[k] = str_in[i];
+}
+
+// Slices of SLICE targets per leaf: ceil(count / slice).
+extern "C" __global__ void u_slices(const int* __restrict__ starts, int ncells, int slice, int* __restrict__ out)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c < ncells) out[c] = (starts[c + 1] - starts[c] + slice - 1) / slice;
+}
+
+// Tasks of every leaf (one thread per leaf): P2M (first, count, global cell, 0); per slice the
+// p2p_near task (first, count, 9 c, 9 c + 9) with its source count and the L2P task
+// (first, count, global cell, 0); 9 runs per leaf, one per neighbour row (y, z), covering the
+// cells i-1..i+1 (contiguous in the sorted order). *pairs += count * sources.
+extern "C" __global__ void u_leaf_tasks(
+    const int* __restrict__ starts, const int* __restrict__ slice_starts, int n, int leaf_base,
+    int slice, int4* __restrict__ p2m_tasks, int4* __restrict__ near_tasks,
+    int* __restrict__ near_nsrc, int4* __restrict__ l2p_tasks, int4* __restrict__ runs,
+    unsigned long long* __restrict__ pairs)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= n * n * n) return;
+    const int i = c % n, j = (c / n) % n, k = c / (n * n);
+    const int first = starts[c], cnt = starts[c + 1] - first;
+    const int g = leaf_base + c;
+    p2m_tasks[c] = make_int4(first, cnt, g, 0);
+    const int i0 = max(i - 1, 0), i1 = min(i + 1, n - 1);
+    int nsrc = 0, r = 0;
+    for (int dz = -1; dz <= 1; ++dz)
+        for (int dy = -1; dy <= 1; ++dy) {
+            const int jj = j + dy, kk = k + dz;
+            int4 run = make_int4(0, 0, FREE_IMAGE, 0);
+            if (jj >= 0 && kk >= 0 && jj < n && kk < n) {
+                const int row = n * (jj + n * kk);
+                const int a = starts[i0 + row], b = starts[i1 + row + 1];
+                run = make_int4(a, b - a, FREE_IMAGE, 0);
+                nsrc += b - a;
+            }
+            runs[9 * c + r] = run;
+            ++r;
+        }
+    const int t0 = slice_starts[c];
+    for (int q = 0; q * slice < cnt; ++q) {
+        const int f = first + q * slice, cn = min(slice, cnt - q * slice);
+        near_tasks[t0 + q] = make_int4(f, cn, 9 * c, 9 * c + 9);
+        near_nsrc[t0 + q] = nsrc;
+        l2p_tasks[t0 + q] = make_int4(f, cn, g, 0);
+    }
+    if (cnt > 0) atomicAdd(pairs, (unsigned long long)cnt * (unsigned long long)nsrc);
+}
+
+// Cell centres of one level (float4, w unused).
+extern "C" __global__ void u_centers(int level_off, int nl, double lox, double loy, double loz, double w, float4* __restrict__ centers)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= nl * nl * nl) return;
+    const int i = c % nl, j = (c / nl) % nl, k = c / (nl * nl);
+    centers[level_off + c] = make_float4((float)(lox + (i + 0.5) * w), (float)(loy + (j + 0.5) * w),
+                                         (float)(loz + (k + 0.5) * w), 0.f);
+}
+
+// Fields back to input order, interleaved: out[6 i .. 6 i + 6] = (u, s) of input particle i.
+extern "C" __global__ void u_scatter_fields(
+    const int* __restrict__ perm, int np, const float* __restrict__ vel,
+    const float* __restrict__ str, float* __restrict__ out)
+{
+    const int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= np) return;
+    const size_t i = (size_t)perm[k] * 6;
+    out[i + 0] = vel[3 * k + 0];
+    out[i + 1] = vel[3 * k + 1];
+    out[i + 2] = vel[3 * k + 2];
+    out[i + 3] = str[3 * k + 0];
+    out[i + 4] = str[3 * k + 1];
+    out[i + 5] = str[3 * k + 2];
+}
+
+// ---- translations with implicit lists -------------------------------------------------------
+// The per-entry body of translate<KIND> of fmm.cu (rotate, shift along z, rotate back), for an
+// input expansion `in` (3 NC float2), rotation record `rot` and distance `dist`. All threads
+// of the block call it (it synchronizes); `acc` is the thread's (component, coefficient).
+template <int KIND>
+__device__ __forceinline__ void tr_entry(
+    const float2* __restrict__ in, const float* __restrict__ rot, float dist,
+    const float* __restrict__ zrow, int t, bool live, int cb, int n, int m,
+    float2* s_in, float2* s_a, float2* s_b, float2& acc)
+{
+    const float2* ph = (const float2*)rot;
+    if (live) s_in[t] = in[t];
+    __syncthreads();
+    if (live) {
+        const float* fr = rot + 2 * (P + 1) + sqoff(n) + m * (n + 1);
+        const float* fi = fr + SQ;
+        float re = 0.f, im = 0.f;
+        for (int k = 0; k <= n; ++k) {
+            float2 g = cmul(ph[k], s_in[cb + idx(n, k)]);
+            re += fr[k] * g.x;
+            im += fi[k] * g.y;
+        }
+        s_a[t] = make_float2(re, im);
+    }
+    __syncthreads();
+    if (live) {
+        const int side = P + 1 - m, ii = n - m;
+        float2 s = make_float2(0.f, 0.f);
+        if (KIND == 0) {
+            const float tau = -dist;
+            float pw = 1.f;
+            for (int j = ii; j >= 0; --j) {
+                s = cadd(s, cscale(s_a[cb + idx(m + j, m)], zrow[j] * pw));
+                pw *= tau;
+            }
+        } else if (KIND == 1) {
+            const float inv = 1.0f / dist;
+            float pw = 1.f;
+            for (int q = 0; q < m; ++q) pw *= inv;
+            float post = pw * inv;
+            for (int q = 0; q < ii; ++q) post *= inv;
+            for (int j = 0; j < side; ++j) {
+                s = cadd(s, cscale(s_a[cb + idx(m + j, m)], zrow[j] * pw));
+                pw *= inv;
+            }
+            s = cscale(s, post);
+        } else {
+            float pw = 1.f;
+            for (int j = ii; j < side; ++j) {
+                s = cadd(s, cscale(s_a[cb + idx(m + j, m)], zrow[j] * pw));
+                pw *= dist;
+            }
+        }
+        s_b[t] = s;
+    }
+    __syncthreads();
+    if (live) {
+        const float* br = rot + 2 * (P + 1) + 2 * SQ + sqoff(n) + m * (n + 1);
+        const float* bi = br + SQ;
+        float re = 0.f, im = 0.f;
+        for (int k = 0; k <= n; ++k) {
+            float2 b = s_b[cb + idx(n, k)];
+            re += br[k] * b.x;
+            im += bi[k] * b.y;
+        }
+        acc = cadd(acc, cmul(cconj(ph[m]), make_float2(re, im)));
+    }
+}
+
+__device__ __forceinline__ int rot_index(int vx, int vy, int vz, int R)
+{
+    const int D = 2 * R + 1;
+    return (vx + R) + D * ((vy + R) + D * (vz + R));
+}
+
+// Thread setup shared by the translation kernels.
+#define TR_SETUP(ZTAB)                                                                   \
+    __shared__ float2 s_in[3 * NC];                                                      \
+    __shared__ float2 s_a[3 * NC];                                                       \
+    __shared__ float2 s_b[3 * NC];                                                       \
+    const int t = threadIdx.x;                                                           \
+    const bool live = t < 3 * NC;                                                        \
+    const int tt = live ? t : 0;                                                         \
+    const int comp = tt / NC, ci = tt % NC;                                              \
+    int n, m;                                                                            \
+    decode(ci, n, m);                                                                    \
+    const int cb = comp * NC;                                                            \
+    const float* zrow = ZTAB + toff[m] + (n - m) * (P + 1 - m);                          \
+    float2 acc = make_float2(0.f, 0.f);
+
+// M2M into the parents of level l (one block per parent): its 8 children of level l + 1,
+// v = parent - child = (1 - 2a, 1 - 2b, 1 - 2c) (child offsets a, b, c), |v| = sqrt(3) w_{l+1} / 2.
+extern "C" __global__ void __launch_bounds__(TR_THREADS) u_m2m(
+    float2* mult, const float* __restrict__ rots, const float* __restrict__ ztab,
+    const int* __restrict__ toff, int R, int parent_off, int nl, int child_off, float dist)
+{
+    TR_SETUP(ztab)
+    const int c = blockIdx.x;
+    const int i = c % nl, j = (c / nl) % nl, k = c / (nl * nl);
+    const int nc = 2 * nl;
+    for (int o = 0; o < 8; ++o) {
+        const int a = o & 1, b = (o >> 1) & 1, d = o >> 2;
+        const int child = child_off + (2 * i + a) + nc * ((2 * j + b) + nc * (2 * k + d));
+        const float* rot = rots + (size_t)rot_index(1 - 2 * a, 1 - 2 * b, 1 - 2 * d, R) * ROT_STRIDE;
+        tr_entry<0>(mult + (size_t)child * 3 * NC, rot, dist, zrow, t, live, cb, n, m, s_in, s_a, s_b, acc);
+    }
+    if (live) {
+        float2* out = mult + (size_t)(parent_off + c) * 3 * NC + t;
+        *out = cadd(*out, acc);
+    }
+}
+
+// M2L into the cells of level l (one block per target cell): the classical list over the
+// stencil (top level: every non-adjacent cell), v = target - source in cells, |v| w_l.
+extern "C" __global__ void __launch_bounds__(TR_THREADS) u_m2l(
+    const float2* __restrict__ mult, float2* __restrict__ loc, const float* __restrict__ rots,
+    const float* __restrict__ ztab, const int* __restrict__ toff, int R, int level_off, int nl,
+    int top, float w)
+{
+    TR_SETUP(ztab)
+    const int c = blockIdx.x;
+    const int ci_[3] = {c % nl, (c / nl) % nl, c / (nl * nl)};
+    int lo[3], hi[3];
+#pragma unroll
+    for (int d = 0; d < 3; ++d) {
+        if (top) {
+            lo[d] = 0;
+            hi[d] = nl - 1;
+        } else {
+            const int p2 = 2 * (ci_[d] / 2);
+            lo[d] = max(p2 - 2, 0);
+            hi[d] = min(p2 + 3, nl - 1);
+        }
+    }
+    for (int sz = lo[2]; sz <= hi[2]; ++sz)
+        for (int sy = lo[1]; sy <= hi[1]; ++sy)
+            for (int sx = lo[0]; sx <= hi[0]; ++sx) {
+                const int vx = ci_[0] - sx, vy = ci_[1] - sy, vz = ci_[2] - sz;
+                if (abs(vx) <= 1 && abs(vy) <= 1 && abs(vz) <= 1) continue;
+                const int src = level_off + sx + nl * (sy + nl * sz);
+                const float* rot = rots + (size_t)rot_index(vx, vy, vz, R) * ROT_STRIDE;
+                const float dist = w * sqrtf((float)(vx * vx + vy * vy + vz * vz));
+                tr_entry<1>(mult + (size_t)src * 3 * NC, rot, dist, zrow, t, live, cb, n, m, s_in, s_a, s_b, acc);
+            }
+    if (live) {
+        float2* out = loc + (size_t)(level_off + c) * 3 * NC + t;
+        *out = cadd(*out, acc);
+    }
+}
+
+// L2L into the cells of level l >= 1 (one block per child) from its parent of level l - 1,
+// v = child - parent = (2a - 1, 2b - 1, 2c - 1), |v| = sqrt(3) w_l / 2.
+extern "C" __global__ void __launch_bounds__(TR_THREADS) u_l2l(
+    float2* loc, const float* __restrict__ rots, const float* __restrict__ ztab,
+    const int* __restrict__ toff, int R, int child_off, int nl, int parent_off, float dist)
+{
+    TR_SETUP(ztab)
+    const int c = blockIdx.x;
+    const int i = c % nl, j = (c / nl) % nl, k = c / (nl * nl);
+    const int np_ = nl / 2;
+    const int parent = parent_off + i / 2 + np_ * (j / 2 + np_ * (k / 2));
+    const float* rot = rots + (size_t)rot_index(2 * (i & 1) - 1, 2 * (j & 1) - 1, 2 * (k & 1) - 1, R) * ROT_STRIDE;
+    tr_entry<2>(loc + (size_t)parent * 3 * NC, rot, dist, zrow, t, live, cb, n, m, s_in, s_a, s_b, acc);
+    if (live) {
+        float2* out = loc + (size_t)(child_off + c) * 3 * NC + t;
+        *out = cadd(*out, acc);
+    }
+}
