@@ -18,6 +18,117 @@ pub enum BackendChoice {
     Cuda,
 }
 
+/// Which octree a GPU evaluation uses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum GridChoice {
+    /// Adaptive octree; tree, lists and packing on the host (every method, periodic, any
+    /// targets, every backend).
+    #[default]
+    Adaptive,
+    /// Uniform grid sorted and evaluated on the GPU (CUDA, FMM, free space, targets = sources;
+    /// for nearly uniform particle sets).
+    Uniform,
+}
+
+/// Default gap of a far interaction for `--grid uniform`, in core radii (leaf width >= this
+/// times the largest core radius; see `gpu::UniformParams::core_cutoff`).
+pub fn uniform_core_cutoff() -> f64 {
+    #[cfg(feature = "cuda")]
+    return gpu::UniformParams::default().core_cutoff;
+    #[cfg(not(feature = "cuda"))]
+    return 4.4;
+}
+
+/// The uniform-grid GPU FMM, kept across evaluations (kernels, rotation tables and page-locked
+/// buffers are reused).
+pub struct UniformRunner {
+    #[cfg(feature = "cuda")]
+    fmm: gpu::UniformFmm,
+}
+
+impl UniformRunner {
+    /// Checks that `--grid uniform` applies to these options and opens the device.
+    pub fn new(choice: BackendChoice, device: usize, params: &EvalParams) -> Result<Self> {
+        if resolve(choice) != BackendChoice::Cuda {
+            anyhow::bail!("--grid uniform runs on the GPU only: no usable GPU (or --backend cpu)");
+        }
+        if params.method != fmm::Method::Fmm {
+            anyhow::bail!(
+                "--grid uniform evaluates the FMM only, not --method {}",
+                params.method
+            );
+        }
+        if params.periodic.is_some() {
+            anyhow::bail!("--grid uniform is free-space only (no --periodic)");
+        }
+        #[cfg(feature = "cuda")]
+        {
+            let fmm = gpu::UniformFmm::on_device(device)
+                .map_err(|e| anyhow::anyhow!("--grid uniform: {e}"))?;
+            fmm.warm_up(params.order)
+                .map_err(|e| anyhow::anyhow!("--grid uniform: {e}"))?;
+            Ok(Self { fmm })
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = device;
+            anyhow::bail!("--grid uniform: this binary was built without the `cuda` feature")
+        }
+    }
+
+    /// Velocity and stretching of every source at every source. Phase times: `tree` = sort on
+    /// the device, `P2M` = P2M + M2M, `L2L` = L2L + L2P, `transfer` = host packing, upload and
+    /// download; far pairs = M2L translations.
+    pub fn evaluate(&self, params: &EvalParams, sources: &Sources) -> Result<BackendRun> {
+        #[cfg(feature = "cuda")]
+        {
+            let up = gpu::UniformParams {
+                order: params.order,
+                core_cutoff: params.core_cutoff,
+                ..Default::default()
+            };
+            let (fields, t) = self
+                .fmm
+                .evaluate(sources, &up)
+                .map_err(|e| anyhow::anyhow!("--grid uniform: {e}"))?;
+            let times = fmm::PhaseTimes {
+                tree: t.sort,
+                p2m: t.upward,
+                m2l: t.m2l,
+                l2l: t.downward,
+                p2p: t.p2p,
+                transfer: t.host_prepare + t.upload + t.download,
+                total: t.total,
+                ..Default::default()
+            };
+            let stats = fmm::evaluators::PlanStats {
+                depth: t.k,
+                far_pairs: t.m2l_translations as usize,
+                p2p_interactions: t.p2p_pairs,
+                ..Default::default()
+            };
+            Ok(BackendRun {
+                evaluation: Evaluation {
+                    fields,
+                    times,
+                    stats,
+                },
+                backend: format!("{} (uniform grid {}^3 leaves)", self.fmm.device().name(), t.n),
+                kernel_report: Some(format!(
+                    "{:.4} s of kernels (sort {:.4}, P2M {:.4}, M2M {:.4}, M2L {:.4}, L2L {:.4}, L2P {:.4}, P2P {:.4}, scatter {:.4}), {:.1} MB on the device",
+                    t.kernels(), t.k_sort, t.k_p2m, t.k_m2m, t.k_m2l, t.k_l2l, t.k_l2p, t.k_p2p,
+                    t.k_scatter, t.device_bytes as f64 / 1e6
+                )),
+            })
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = (params, sources);
+            unreachable!("UniformRunner::new fails without the cuda feature")
+        }
+    }
+}
+
 /// An evaluation and the name of the backend that ran it.
 pub struct BackendRun {
     pub evaluation: Evaluation,

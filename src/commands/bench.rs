@@ -4,7 +4,7 @@
 //!   stretching against the f64 direct sum on a random sample of targets.
 //! * `vortex bench m2l`: time of one M2L translation, rotation-based O(p^3) vs plain O(p^4).
 
-use crate::backends::{evaluate_on, BackendChoice};
+use crate::backends::{evaluate_on, uniform_core_cutoff, BackendChoice, GridChoice, UniformRunner};
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use fmm::evaluators::direct::direct;
@@ -46,9 +46,10 @@ pub struct FmmBench {
     pub theta: f64,
     #[arg(long, default_value_t = 64)]
     pub leaf_size: usize,
-    /// Minimum gap of a far interaction, in source core radii.
-    #[arg(long, default_value_t = EvalParams::default().core_cutoff)]
-    pub core_cutoff: f64,
+    /// Minimum gap of a far interaction, in source core radii (default 6 on the adaptive
+    /// octree, 4.4 on the uniform grid).
+    #[arg(long)]
+    pub core_cutoff: Option<f64>,
     /// Targets sampled for the error against the direct sum.
     #[arg(long, default_value_t = 1000)]
     pub samples: usize,
@@ -65,8 +66,11 @@ pub struct FmmBench {
     /// GPU index among the visible devices.
     #[arg(long, default_value_t = 0)]
     pub device: usize,
+    /// adaptive (octree, lists on the host) or uniform (grid built on the GPU; CUDA, FMM).
+    #[arg(long, value_enum, default_value = "adaptive")]
+    pub grid: GridChoice,
     /// Evaluations per (N, p); the table shows the fastest (the first one includes kernel
-    /// compilation on the GPU).
+    /// compilation on the GPU, except on the uniform grid, whose kernels are compiled before).
     #[arg(long, default_value_t = 1)]
     pub repeat: usize,
 }
@@ -106,8 +110,9 @@ fn bench_fmm(b: &FmmBench) -> Result<()> {
     let pool = crate::thread_pool(b.threads)?;
     let orders = parse_orders(&b.orders)?;
     println!(
-        "# vortex bench fmm: backend {:?} method {} theta {} leaf {} dist {:?} threads {} commit {}",
+        "# vortex bench fmm: backend {:?} grid {:?} method {} theta {} leaf {} dist {:?} threads {} commit {}",
         crate::backends::resolve(b.backend),
+        b.grid,
         b.method,
         b.theta,
         b.leaf_size,
@@ -131,18 +136,30 @@ fn bench_fmm(b: &FmmBench) -> Result<()> {
         let reference = pool.install(|| direct(&sources, &sample_targets));
         let targets = sources.as_targets();
         for &p in &orders {
+            let core_cutoff = b.core_cutoff.unwrap_or(match b.grid {
+                GridChoice::Adaptive => EvalParams::default().core_cutoff,
+                GridChoice::Uniform => uniform_core_cutoff(),
+            });
             let params = EvalParams {
                 method: b.method,
                 order: p,
                 theta: b.theta,
                 leaf_size: b.leaf_size,
-                core_cutoff: b.core_cutoff,
+                core_cutoff,
                 ..EvalParams::default()
+            };
+            let uniform = match b.grid {
+                GridChoice::Uniform => Some(UniformRunner::new(b.backend, b.device, &params)?),
+                GridChoice::Adaptive => None,
             };
             let mut best: Option<crate::backends::BackendRun> = None;
             for _ in 0..b.repeat.max(1) {
-                let run =
-                    pool.install(|| evaluate_on(b.backend, b.device, &params, &sources, &targets))?;
+                let run = match &uniform {
+                    Some(u) => pool.install(|| u.evaluate(&params, &sources))?,
+                    None => pool.install(|| {
+                        evaluate_on(b.backend, b.device, &params, &sources, &targets)
+                    })?,
+                };
                 if best
                     .as_ref()
                     .is_none_or(|r| run.evaluation.times.total < r.evaluation.times.total)

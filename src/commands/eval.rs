@@ -1,6 +1,9 @@
 //! `vortex eval`: one velocity + stretching evaluation of a particle file.
 
-use crate::backends::{evaluate_distributed_on, evaluate_on, BackendChoice};
+use crate::backends::{
+    evaluate_distributed_on, evaluate_on, uniform_core_cutoff, BackendChoice, GridChoice,
+    UniformRunner,
+};
 use anyhow::{Context, Result};
 use clap::Args;
 use fmm::periodic::Periodic;
@@ -28,9 +31,10 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = 64)]
     pub leaf_size: usize,
     /// Minimum gap of a far (multipole) interaction, in source core radii: the far field uses
-    /// the singular kernel, exact to 1 - q(rho) beyond it.
-    #[arg(long, default_value_t = EvalParams::default().core_cutoff)]
-    pub core_cutoff: f64,
+    /// the singular kernel, exact to 1 - q(rho) beyond it (default 6 on the adaptive octree,
+    /// 4.4 on the uniform grid).
+    #[arg(long)]
+    pub core_cutoff: Option<f64>,
     /// Number of threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -40,6 +44,10 @@ pub struct EvalArgs {
     /// GPU index among the visible devices (CUDA_VISIBLE_DEVICES is honoured).
     #[arg(long, default_value_t = 0)]
     pub device: usize,
+    /// adaptive (octree, lists on the host) or uniform (grid built and evaluated on the GPU:
+    /// CUDA, FMM, free space, one rank, no --targets; for nearly uniform particle sets).
+    #[arg(long, value_enum, default_value = "adaptive")]
+    pub grid: GridChoice,
     /// Evaluate at these points instead of at the particles: `.npy` float64 of shape (M, 3).
     /// Plain points carry no strength, so only velocity.npy is written.
     #[arg(long)]
@@ -62,7 +70,10 @@ impl EvalArgs {
             order: self.order,
             theta: self.theta,
             leaf_size: self.leaf_size,
-            core_cutoff: self.core_cutoff,
+            core_cutoff: self.core_cutoff.unwrap_or(match self.grid {
+                GridChoice::Adaptive => EvalParams::default().core_cutoff,
+                GridChoice::Uniform => uniform_core_cutoff(),
+            }),
             periodic: self.periodic.then_some(Periodic {
                 box_length: self.box_length,
                 image_levels: self.image_levels,
@@ -90,13 +101,22 @@ pub fn run(args: &EvalArgs) -> Result<()> {
         let (ev, backend) = if comm.size() == 1 {
             // one rank: the plain engine gives the same numbers bitwise without the
             // partition and exchange bookkeeping (tested against the distributed path)
-            let run = evaluate_on(
-                args.backend,
-                args.device,
-                &params,
-                &local_sources,
-                &local_targets,
-            )?;
+            let run = match args.grid {
+                GridChoice::Adaptive => evaluate_on(
+                    args.backend,
+                    args.device,
+                    &params,
+                    &local_sources,
+                    &local_targets,
+                )?,
+                GridChoice::Uniform => {
+                    if args.targets.is_some() {
+                        anyhow::bail!("--grid uniform evaluates at the particles: drop --targets");
+                    }
+                    UniformRunner::new(args.backend, args.device, &params)?
+                        .evaluate(&params, &local_sources)?
+                }
+            };
             let ev = domain::DistributedEvaluation {
                 fields: run.evaluation.fields,
                 times: run.evaluation.times,
@@ -105,6 +125,9 @@ pub fn run(args: &EvalArgs) -> Result<()> {
             };
             (ev, run.backend)
         } else {
+            if args.grid == GridChoice::Uniform {
+                anyhow::bail!("--grid uniform runs on one rank (the distributed path is adaptive)");
+            }
             evaluate_distributed_on(
                 args.backend,
                 args.device,
