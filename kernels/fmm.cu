@@ -114,6 +114,74 @@ extern "C" __global__ void __launch_bounds__(P2M_THREADS) p2m(
 // rots + r * ROT_STRIDE: phases e^{i m phi} (P+1 float2), then fwd_re, fwd_im, bwd_re, bwd_im
 // (each SQ floats, degree n block at sqoff(n), row-major (n+1) x (n+1)). ztab: the z-axis
 // table of this kind, per m a (P+1-m)^2 block at toff(m) (row i = n - m, column j = k - m).
+// One translation (rotate, shift along z, rotate back) of the input expansion `in` (3 NC float2)
+// with the rotation record `rot` and distance `dist`, accumulated into the thread's
+// (component, coefficient) `acc`. Every thread of the block calls it (it synchronizes).
+template <int KIND>
+__device__ __forceinline__ void tr_entry(
+    const float2* __restrict__ in, const float* __restrict__ rot, float dist,
+    const float* __restrict__ zrow, int t, bool live, int cb, int n, int m,
+    float2* s_in, float2* s_a, float2* s_b, float2& acc)
+{
+    const float2* ph = (const float2*)rot;
+    if (live) s_in[t] = in[t];
+    __syncthreads();
+    if (live) {
+        const float* fr = rot + 2 * (P + 1) + sqoff(n) + m * (n + 1);
+        const float* fi = fr + SQ;
+        float re = 0.f, im = 0.f;
+        for (int k = 0; k <= n; ++k) {
+            float2 g = cmul(ph[k], s_in[cb + idx(n, k)]);
+            re += fr[k] * g.x;
+            im += fi[k] * g.y;
+        }
+        s_a[t] = make_float2(re, im);
+    }
+    __syncthreads();
+    if (live) {
+        const int side = P + 1 - m, ii = n - m;
+        float2 s = make_float2(0.f, 0.f);
+        if (KIND == 0) {
+            const float tau = -dist;
+            float pw = 1.f;
+            for (int j = ii; j >= 0; --j) {
+                s = cadd(s, cscale(s_a[cb + idx(m + j, m)], zrow[j] * pw));
+                pw *= tau;
+            }
+        } else if (KIND == 1) {
+            const float inv = 1.0f / dist;
+            float pw = 1.f;
+            for (int q = 0; q < m; ++q) pw *= inv;
+            float post = pw * inv;
+            for (int q = 0; q < ii; ++q) post *= inv;
+            for (int j = 0; j < side; ++j) {
+                s = cadd(s, cscale(s_a[cb + idx(m + j, m)], zrow[j] * pw));
+                pw *= inv;
+            }
+            s = cscale(s, post);
+        } else {
+            float pw = 1.f;
+            for (int j = ii; j < side; ++j) {
+                s = cadd(s, cscale(s_a[cb + idx(m + j, m)], zrow[j] * pw));
+                pw *= dist;
+            }
+        }
+        s_b[t] = s;
+    }
+    __syncthreads();
+    if (live) {
+        const float* br = rot + 2 * (P + 1) + 2 * SQ + sqoff(n) + m * (n + 1);
+        const float* bi = br + SQ;
+        float re = 0.f, im = 0.f;
+        for (int k = 0; k <= n; ++k) {
+            float2 b = s_b[cb + idx(n, k)];
+            re += br[k] * b.x;
+            im += bi[k] * b.y;
+        }
+        acc = cadd(acc, cmul(cconj(ph[m]), make_float2(re, im)));
+    }
+}
+
 template <int KIND>
 __device__ __forceinline__ void translate(
     const float2* __restrict__ in, float2* __restrict__ out, const int4* __restrict__ tasks,
@@ -136,67 +204,9 @@ __device__ __forceinline__ void translate(
     for (int e = task.y; e < task.z; ++e) {
         const int4 ent = entries[e];
         const float* rot = rots + (size_t)ent.y * ROT_STRIDE;
-        const float2* ph = (const float2*)rot;
         const float dist = __int_as_float(ent.z);
-        if (live) s_in[t] = in[(size_t)ent.x * 3 * NC + t];
-        __syncthreads();
-        // forward rotation: a(n, m') = sum_m P[m'][m] Re(ph_m x_m) + i Q[m'][m] Im(ph_m x_m)
-        if (live) {
-            const float* fr = rot + 2 * (P + 1) + sqoff(n) + m * (n + 1);
-            const float* fi = fr + SQ;
-            float re = 0.f, im = 0.f;
-            for (int k = 0; k <= n; ++k) {
-                float2 g = cmul(ph[k], s_in[cb + idx(n, k)]);
-                re += fr[k] * g.x;
-                im += fi[k] * g.y;
-            }
-            s_a[t] = make_float2(re, im);
-        }
-        __syncthreads();
-        // z-axis translation of column m
-        if (live) {
-            const int side = P + 1 - m, ii = n - m;
-            float2 s = make_float2(0.f, 0.f);
-            if (KIND == 0) {
-                const float tau = -dist;
-                float pw = 1.f;
-                for (int j = ii; j >= 0; --j) {
-                    s = cadd(s, cscale(s_a[cb + idx(m + j, m)], zrow[j] * pw));
-                    pw *= tau;
-                }
-            } else if (KIND == 1) {
-                const float inv = 1.0f / dist;
-                float pw = 1.f;
-                for (int q = 0; q < m; ++q) pw *= inv;
-                float post = pw * inv;
-                for (int q = 0; q < ii; ++q) post *= inv;
-                for (int j = 0; j < side; ++j) {
-                    s = cadd(s, cscale(s_a[cb + idx(m + j, m)], zrow[j] * pw));
-                    pw *= inv;
-                }
-                s = cscale(s, post);
-            } else {
-                float pw = 1.f;
-                for (int j = ii; j < side; ++j) {
-                    s = cadd(s, cscale(s_a[cb + idx(m + j, m)], zrow[j] * pw));
-                    pw *= dist;
-                }
-            }
-            s_b[t] = s;
-        }
-        __syncthreads();
-        // backward rotation: x_m = conj(ph_m) sum_m' (Pb[m][m'] Re b_m' + i Qb[m][m'] Im b_m')
-        if (live) {
-            const float* br = rot + 2 * (P + 1) + 2 * SQ + sqoff(n) + m * (n + 1);
-            const float* bi = br + SQ;
-            float re = 0.f, im = 0.f;
-            for (int k = 0; k <= n; ++k) {
-                float2 b = s_b[cb + idx(n, k)];
-                re += br[k] * b.x;
-                im += bi[k] * b.y;
-            }
-            acc = cadd(acc, cmul(cconj(ph[m]), make_float2(re, im)));
-        }
+        tr_entry<KIND>(in + (size_t)ent.x * 3 * NC, rot, dist, zrow, t, live, cb, n, m, s_in, s_a,
+                       s_b, acc);
     }
     if (live) {
         float2* o = out + (size_t)task.x * 3 * NC + t;

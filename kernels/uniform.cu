@@ -224,73 +224,7 @@ extern "C" __global__ void u_scatter_fields(
 }
 
 // ---- translations with implicit lists -------------------------------------------------------
-// The per-entry body of translate<KIND> of fmm.cu (rotate, shift along z, rotate back), for an
-// input expansion `in` (3 NC float2), rotation record `rot` and distance `dist`. All threads
-// of the block call it (it synchronizes); `acc` is the thread's (component, coefficient).
-template <int KIND>
-__device__ __forceinline__ void tr_entry(
-    const float2* __restrict__ in, const float* __restrict__ rot, float dist,
-    const float* __restrict__ zrow, int t, bool live, int cb, int n, int m,
-    float2* s_in, float2* s_a, float2* s_b, float2& acc)
-{
-    const float2* ph = (const float2*)rot;
-    if (live) s_in[t] = in[t];
-    __syncthreads();
-    if (live) {
-        const float* fr = rot + 2 * (P + 1) + sqoff(n) + m * (n + 1);
-        const float* fi = fr + SQ;
-        float re = 0.f, im = 0.f;
-        for (int k = 0; k <= n; ++k) {
-            float2 g = cmul(ph[k], s_in[cb + idx(n, k)]);
-            re += fr[k] * g.x;
-            im += fi[k] * g.y;
-        }
-        s_a[t] = make_float2(re, im);
-    }
-    __syncthreads();
-    if (live) {
-        const int side = P + 1 - m, ii = n - m;
-        float2 s = make_float2(0.f, 0.f);
-        if (KIND == 0) {
-            const float tau = -dist;
-            float pw = 1.f;
-            for (int j = ii; j >= 0; --j) {
-                s = cadd(s, cscale(s_a[cb + idx(m + j, m)], zrow[j] * pw));
-                pw *= tau;
-            }
-        } else if (KIND == 1) {
-            const float inv = 1.0f / dist;
-            float pw = 1.f;
-            for (int q = 0; q < m; ++q) pw *= inv;
-            float post = pw * inv;
-            for (int q = 0; q < ii; ++q) post *= inv;
-            for (int j = 0; j < side; ++j) {
-                s = cadd(s, cscale(s_a[cb + idx(m + j, m)], zrow[j] * pw));
-                pw *= inv;
-            }
-            s = cscale(s, post);
-        } else {
-            float pw = 1.f;
-            for (int j = ii; j < side; ++j) {
-                s = cadd(s, cscale(s_a[cb + idx(m + j, m)], zrow[j] * pw));
-                pw *= dist;
-            }
-        }
-        s_b[t] = s;
-    }
-    __syncthreads();
-    if (live) {
-        const float* br = rot + 2 * (P + 1) + 2 * SQ + sqoff(n) + m * (n + 1);
-        const float* bi = br + SQ;
-        float re = 0.f, im = 0.f;
-        for (int k = 0; k <= n; ++k) {
-            float2 b = s_b[cb + idx(n, k)];
-            re += br[k] * b.x;
-            im += bi[k] * b.y;
-        }
-        acc = cadd(acc, cmul(cconj(ph[m]), make_float2(re, im)));
-    }
-}
+// Each block calls tr_entry<KIND> of fmm.cu (rotate, shift along z, rotate back) per source.
 
 __device__ __forceinline__ int rot_index(int vx, int vy, int vz, int R)
 {

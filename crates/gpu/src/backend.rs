@@ -187,7 +187,7 @@ fn leaf_tasks(tree: &fmm::tree::Tree) -> Vec<[i32; 4]> {
         .collect()
 }
 
-fn blocks(n: usize, threads: usize) -> LaunchConfig {
+pub(crate) fn blocks(n: usize, threads: usize) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (n as u32, 1, 1),
         block_dim: (threads as u32, 1, 1),
@@ -195,7 +195,7 @@ fn blocks(n: usize, threads: usize) -> LaunchConfig {
     }
 }
 
-fn tr_threads(p: usize) -> usize {
+pub(crate) fn tr_threads(p: usize) -> usize {
     (3 * ncoef(p)).div_ceil(32) * 32
 }
 

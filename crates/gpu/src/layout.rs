@@ -17,21 +17,34 @@ use rayon::prelude::*;
 pub fn pack_sources(s: &Sources) -> (Vec<f32>, Vec<f32>) {
     let mut p = vec![0.0f32; 4 * s.len()];
     let mut a = vec![0.0f32; 4 * s.len()];
-    p.par_chunks_mut(4)
-        .zip(a.par_chunks_mut(4))
-        .enumerate()
-        .for_each(|(i, (p, a))| {
-            let x = s.position[i];
-            p.copy_from_slice(&[
-                x[0] as f32,
-                x[1] as f32,
-                x[2] as f32,
-                (1.0 / s.sigma[i]) as f32,
-            ]);
-            let w = s.strength[i];
-            a.copy_from_slice(&[w[0] as f32, w[1] as f32, w[2] as f32, 0.0]);
-        });
+    pack_sources_into(s, &mut p, &mut a);
     (p, a)
+}
+
+/// [`pack_sources`] into given buffers of at least `4 N` floats each (e.g. page-locked ones),
+/// in parallel over blocks of 4096 particles.
+pub fn pack_sources_into(s: &Sources, p: &mut [f32], a: &mut [f32]) {
+    let np = s.len();
+    const BLOCK: usize = 4096;
+    p[..4 * np]
+        .par_chunks_mut(4 * BLOCK)
+        .zip(a[..4 * np].par_chunks_mut(4 * BLOCK))
+        .enumerate()
+        .for_each(|(b, (p, a))| {
+            let i0 = b * BLOCK;
+            for (k, (p, a)) in p.chunks_exact_mut(4).zip(a.chunks_exact_mut(4)).enumerate() {
+                let i = i0 + k;
+                let x = s.position[i];
+                p.copy_from_slice(&[
+                    x[0] as f32,
+                    x[1] as f32,
+                    x[2] as f32,
+                    (1.0 / s.sigma[i]) as f32,
+                ]);
+                let w = s.strength[i];
+                a.copy_from_slice(&[w[0] as f32, w[1] as f32, w[2] as f32, 0.0]);
+            }
+        });
 }
 
 /// Targets as two `float4` arrays, flattened: `(pos + 0, strength + 0)`.

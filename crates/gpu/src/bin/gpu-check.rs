@@ -18,6 +18,9 @@
 //! GPU treecode (M2P) and the plain O(p^4) M2L. Exits 1 when an error exceeds its tolerance,
 //! 2 when no GPU is usable.
 
+mod common;
+use common::Check;
+
 use fmm::backend::{Backend, PhaseTimes};
 use fmm::evaluators::direct::direct;
 use fmm::kernel::{pair_interaction, INV_4PI};
@@ -308,26 +311,6 @@ fn print_times(label: &str, t: &PhaseTimes) {
     println!("  {label} wall s: {}", s.join(", "));
 }
 
-struct Check {
-    failed: Vec<String>,
-}
-
-impl Check {
-    fn le(&mut self, what: &str, v: f64, tol: f64) {
-        let ok = v.is_finite() && v <= tol;
-        println!(
-            "  {:<44} {:>10.3e}  (tol {:.0e}) {}",
-            what,
-            v,
-            tol,
-            if ok { "ok" } else { "FAIL" }
-        );
-        if !ok {
-            self.failed.push(format!("{what}: {v:.3e} > {tol:.0e}"));
-        }
-    }
-}
-
 fn main() {
     let args = parse();
     if args.pack_bench > 0 {
@@ -369,7 +352,7 @@ fn main() {
         args.order,
         t0.elapsed().as_secs_f64()
     );
-    let mut chk = Check { failed: Vec::new() };
+    let mut chk = Check::default();
     let mut rows: Vec<Row> = Vec::new();
     if !args.crossover.is_empty() {
         crossover(&be, &args, &mut chk);

@@ -14,6 +14,9 @@
 //! targets. Exits 1 when a velocity error exceeds 1e-4 or, at p >= 8, a stretching error
 //! exceeds 1e-3; 2 when no GPU is usable.
 
+mod common;
+use common::Check;
+
 use fmm::evaluators::direct::direct;
 use fmm::{relative_l2_error, EvalParams, Method, Sources, Targets};
 use gpu::{CudaBackend, UniformFmm, UniformParams, UniformTimes};
@@ -93,29 +96,6 @@ fn parse() -> Args {
         i += 2;
     }
     a
-}
-
-struct Check {
-    failed: Vec<String>,
-}
-
-impl Check {
-    fn le(&mut self, what: &str, v: f64, tol: f64) {
-        let ok = v.is_finite() && v <= tol;
-        println!(
-            "  {:<52} {:>10.3e}  (tol {:.0e}) {}",
-            what,
-            v,
-            tol,
-            if ok { "ok" } else { "FAIL" }
-        );
-        if !ok {
-            self.failed.push(format!("{what}: {v:.3e} > {tol:.0e}"));
-        }
-    }
-    fn info(&self, what: &str, v: f64) {
-        println!("  {what:<52} {v:>10.3e}  (reported, not checked)");
-    }
 }
 
 fn sample_targets(s: &Sources, k: usize) -> (Vec<usize>, Targets) {
@@ -215,7 +195,7 @@ fn main() {
         "uniform-grid FMM: cutoff {} sigma_max, leaf target {}, reps {} (best of, after one untimed warm-up call: NVRTC compilation and rotation tables excluded), samples {}",
         args.cutoff, args.leaf_target, args.reps, args.samples
     );
-    let mut chk = Check { failed: Vec::new() };
+    let mut chk = Check::default();
     let mut summary = Vec::new();
     for &n in &args.sizes {
         println!("\n=== N = {n} (standard set, seed {}) ===", args.seed);

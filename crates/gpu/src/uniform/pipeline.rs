@@ -22,7 +22,7 @@ use super::grid::{Extent, UniformGrid};
 use super::sort::SCAN_BLOCK;
 use super::stencil::RotationTable;
 use super::{UniformParams, UniformTimes};
-use crate::backend::{P2P_TARGETS, P2P_THREADS};
+use crate::backend::{blocks, tr_threads, P2P_TARGETS, P2P_THREADS};
 use crate::device::{GpuDevice, GpuError, GpuResult, UNIFORM};
 use crate::tables::{knm_table, toff, z_tables};
 use cudarc::driver::sys::CUevent_flags;
@@ -78,28 +78,11 @@ pub struct UniformFmm {
 }
 
 /// Packs the sources into `out` (`8 N` floats): `float4 (x, y, z, 1/sigma)` rows, then
-/// `float4 (ax, ay, az, 0)` rows, as `layout::pack_sources` (parallel).
+/// `float4 (ax, ay, az, 0)` rows ([`crate::layout::pack_sources_into`]).
 pub fn pack_sources_into(s: &Sources, out: &mut [f32]) {
     let np = s.len();
     let (p, a) = out[..8 * np].split_at_mut(4 * np);
-    p.par_chunks_mut(4 * 4096)
-        .zip(a.par_chunks_mut(4 * 4096))
-        .enumerate()
-        .for_each(|(b, (p, a))| {
-            let i0 = b * 4096;
-            for (k, (p, a)) in p.chunks_exact_mut(4).zip(a.chunks_exact_mut(4)).enumerate() {
-                let i = i0 + k;
-                let x = s.position[i];
-                let w = s.strength[i];
-                p.copy_from_slice(&[
-                    x[0] as f32,
-                    x[1] as f32,
-                    x[2] as f32,
-                    (1.0 / s.sigma[i]) as f32,
-                ]);
-                a.copy_from_slice(&[w[0] as f32, w[1] as f32, w[2] as f32, 0.0]);
-            }
-        });
+    crate::layout::pack_sources_into(s, p, a);
 }
 
 /// A pinned buffer of at least `len` floats in `slot` (reallocated when smaller).
@@ -143,22 +126,9 @@ fn grid1(n: usize, threads: usize) -> LaunchConfig {
     }
 }
 
-fn blocks(n: usize, threads: usize) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (n as u32, 1, 1),
-        block_dim: (threads as u32, 1, 1),
-        shared_mem_bytes: 0,
-    }
-}
-
 /// `[[i32; 4]]`-shaped device buffers are `int4` arrays: 4 `i32` per element.
 fn i4(n: usize) -> usize {
     4 * n.max(1)
-}
-
-/// Threads of a translation block (`TR_THREADS` of `kernels/fmm.cu`).
-fn tr_threads(p: usize) -> usize {
-    (3 * ncoef(p)).div_ceil(32) * 32
 }
 
 /// Sums the bytes of the buffers it is shown.

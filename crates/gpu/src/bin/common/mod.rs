@@ -1,0 +1,32 @@
+//! What the check binaries (`gpu-check`, `gpu-uniform`) share: a list of checked figures that
+//! decides the exit status.
+
+/// Checked figures: each one is printed with its bound and `ok` / `FAIL`; the failures are kept
+/// for the summary and the exit status.
+#[derive(Default)]
+pub struct Check {
+    pub failed: Vec<String>,
+}
+
+impl Check {
+    /// Checks `v <= tol` (a NaN fails).
+    pub fn le(&mut self, what: &str, v: f64, tol: f64) {
+        let ok = v.is_finite() && v <= tol;
+        println!(
+            "  {:<52} {:>10.3e}  (tol {:.0e}) {}",
+            what,
+            v,
+            tol,
+            if ok { "ok" } else { "FAIL" }
+        );
+        if !ok {
+            self.failed.push(format!("{what}: {v:.3e} > {tol:.0e}"));
+        }
+    }
+
+    /// Prints a figure that is not checked.
+    #[allow(dead_code)] // used by one of the binaries only
+    pub fn info(&self, what: &str, v: f64) {
+        println!("  {what:<52} {v:>10.3e}  (reported, not checked)");
+    }
+}
