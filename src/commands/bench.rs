@@ -1,7 +1,9 @@
 //! `vortex bench`: timings and accuracy of the engine, printed as tables for BENCHMARKS.md.
 //!
-//! * `vortex bench fmm`: per N and p, time per phase and the relative L2 errors of velocity and
-//!   stretching against the f64 direct sum on a random sample of targets.
+//! * `vortex bench fmm`: per N and p, time per phase, the relative L2 errors of velocity and
+//!   stretching against the f64 direct sum on a random sample of targets, the far-field
+//!   translations (M2L, or M2P for the treecode) and P2P pairs per second of wall time, and on
+//!   the GPU the speed-up over the CPU backend (same parameters, N <= `--cpu-max`).
 //! * `vortex bench m2l`: time of one M2L translation, rotation-based O(p^3) vs plain O(p^4).
 
 use crate::backends::{evaluate_on, uniform_core_cutoff, BackendChoice, GridChoice, UniformRunner};
@@ -66,6 +68,10 @@ pub struct FmmBench {
     /// GPU index among the visible devices.
     #[arg(long, default_value_t = 0)]
     pub device: usize,
+    /// On the GPU, also time the CPU backend (same parameters) for N up to this, for the
+    /// speed-up column (0: never).
+    #[arg(long, default_value_t = 1e6)]
+    pub cpu_max: f64,
     /// adaptive (octree, lists on the host) or uniform (grid built on the GPU; CUDA, FMM).
     #[arg(long, value_enum, default_value = "adaptive")]
     pub grid: GridChoice,
@@ -121,9 +127,10 @@ fn bench_fmm(b: &FmmBench) -> Result<()> {
         env!("VORTEX_GIT_COMMIT")
     );
     println!(
-        "{:>9} {:>3} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>10} {:>10} {:>9} {:>10}",
-        "N", "p", "tree", "lists", "P2M", "M2M", "M2L", "M2P", "L2L", "L2P", "P2P", "total", "err_vel", "err_str", "far", "pairs/s"
+        "{:>9} {:>3} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>10} {:>10} {:>9} {:>10} {:>10} {:>8}",
+        "N", "p", "tree", "lists", "P2M", "M2M", "M2L", "M2P", "L2L", "L2P", "P2P", "total", "err_vel", "err_str", "far", "far/s", "pairs/s", "vs CPU"
     );
+    let on_gpu = crate::backends::resolve(b.backend) == BackendChoice::Cuda;
     for &nf in &b.n {
         let n = nf as usize;
         let sources = generate(b.distribution, n, b.seed, false);
@@ -175,13 +182,27 @@ fn bench_fmm(b: &FmmBench) -> Result<()> {
             let vel: Vec<[f64; 3]> = idx.iter().map(|&i| ev.fields.velocity[i]).collect();
             let st: Vec<[f64; 3]> = idx.iter().map(|&i| ev.fields.stretching[i]).collect();
             let t = &ev.times;
+            let speedup = if on_gpu && (n as f64) <= b.cpu_max {
+                let cpu = pool
+                    .install(|| evaluate_on(BackendChoice::Cpu, 0, &params, &sources, &targets))?;
+                format!("{:.1}x", cpu.evaluation.times.total / t.total.max(1e-12))
+            } else {
+                "-".to_string()
+            };
+            let far_time = if b.method == Method::Treecode {
+                t.m2p
+            } else {
+                t.m2l
+            };
             println!(
-                "{:>9} {:>3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>9.3} {:>10.3e} {:>10.3e} {:>9} {:>10.3e}",
+                "{:>9} {:>3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>9.3} {:>10.3e} {:>10.3e} {:>9} {:>10.3e} {:>10.3e} {:>8}",
                 n, p, t.tree, t.lists, t.p2m, t.m2m, t.m2l, t.m2p, t.l2l, t.l2p, t.p2p, t.total,
                 relative_l2_error(&vel, &reference.velocity),
                 relative_l2_error(&st, &reference.stretching),
                 ev.stats.far_pairs,
-                ev.stats.p2p_interactions as f64 / t.p2p.max(1e-12)
+                ev.stats.far_pairs as f64 / far_time.max(1e-12),
+                ev.stats.p2p_interactions as f64 / t.p2p.max(1e-12),
+                speedup
             );
         }
     }
