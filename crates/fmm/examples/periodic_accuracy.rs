@@ -16,6 +16,9 @@
 //! Overhead mode (`--overhead`): free-space and periodic evaluations of the same particles,
 //! back to back (`--repeat` times each, the fastest kept), with the per-phase times and the
 //! work counts (near / far pairs by image, P2P particle pairs, M2L of the far images).
+//! `--only free|periodic` times one of the two (to profile it); the counts cover both. Next to
+//! the wall times the CPU seconds of one evaluation are shown (all threads; with
+//! `RAYON_NUM_THREADS=1` a measure that other jobs on the machine disturb much less).
 
 use fmm::backend::PhaseTimes;
 use fmm::evaluators::{plan, PlanStats};
@@ -42,6 +45,9 @@ struct Args {
     full_levels: Vec<usize>,
     overhead: bool,
     repeat: usize,
+    /// Overhead mode: time only the free-space (`Some(false)`) or the periodic (`Some(true)`)
+    /// evaluation (for a profiler); the counts are printed for both.
+    only: Option<bool>,
 }
 
 fn parse_list<T: std::str::FromStr>(s: &str) -> Result<Vec<T>, String> {
@@ -88,6 +94,7 @@ fn args() -> Result<Args, String> {
         full_levels: Vec::new(),
         overhead: false,
         repeat: 1,
+        only: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -116,11 +123,18 @@ fn args() -> Result<Args, String> {
             "--full-levels" => a.full_levels = parse_levels(&val()?)?,
             "--overhead" => a.overhead = true,
             "--repeat" => a.repeat = parse_count(&val()?)?,
+            "--only" => {
+                a.only = match val()?.as_str() {
+                    "free" => Some(false),
+                    "periodic" => Some(true),
+                    o => return Err(format!("--only {o}: expected free or periodic")),
+                }
+            }
             "-h" | "--help" => {
                 return Err(
                     "usage: periodic_accuracy [--n 1e3,1e4] [--method fmm,ppm] \
                      [--orders 10] [--levels 0..5] [--targets 1000] [--seed S] [--theta T] \
-                     [--leaf L] [--eval-at all|sample [--full-levels 4]] [--overhead [--repeat R]]"
+                     [--leaf L] [--eval-at all|sample [--full-levels 4]] [--overhead [--repeat R] [--only free|periodic]]"
                         .into(),
                 )
             }
@@ -221,18 +235,60 @@ fn pairs_by_image(list: &fmm::lists::CsrList) -> (usize, usize) {
     (list.len() - shifted, shifted)
 }
 
+/// Particle pairs through a shifted image, all and those whose leaf pair the source leaf's
+/// list names back through the mirror image (`26 - image`), which the CPU backend evaluates
+/// mutually in a self-evaluation (every leaf of the standard set has one core radius).
+fn image_pair_counts(pl: &fmm::Plan) -> (u64, u64) {
+    let (tt, st, near) = (&pl.target_tree, &pl.source_tree, &pl.lists.near);
+    let mut all = 0u64;
+    let mut mirrored = 0u64;
+    for c in 0..tt.cells.len() {
+        let nt = tt.cells[c].len() as u64;
+        for r in near.row(c).iter().filter(|r| r.image != NO_SHIFT) {
+            let n = nt * st.cells[r.cell as usize].len() as u64;
+            all += n;
+            let mirror = fmm::lists::SourceRef {
+                cell: c as u32,
+                image: 26 - r.image,
+            };
+            if near.row(r.cell as usize).binary_search(&mirror).is_ok() {
+                mirrored += n;
+            }
+        }
+    }
+    (all, mirrored)
+}
+
+/// CPU seconds used so far by all threads of this process (sum of `/proc/self/task/*/schedstat`;
+/// 0 where that is unavailable). Less sensitive than wall time to other jobs on the machine,
+/// most of all with one thread (`RAYON_NUM_THREADS=1`: no idle workers spinning).
+fn process_cpu_seconds() -> f64 {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+        .sum::<f64>()
+        * 1e-9
+}
+
+/// The phase times of the fastest of `repeat` runs (by wall time), and the least CPU time of
+/// one run.
 fn best_of(
     repeat: usize,
     f: impl Fn() -> Result<fmm::Evaluation, fmm::FmmError>,
-) -> Result<PhaseTimes, fmm::FmmError> {
+) -> Result<(PhaseTimes, f64), fmm::FmmError> {
     let mut best: Option<PhaseTimes> = None;
+    let mut cpu = f64::INFINITY;
     for _ in 0..repeat {
+        let c0 = process_cpu_seconds();
         let t = f()?.times;
+        cpu = cpu.min(process_cpu_seconds() - c0);
         if best.as_ref().is_none_or(|b| t.total < b.total) {
             best = Some(t);
         }
     }
-    Ok(best.expect("repeat >= 1"))
+    Ok((best.expect("repeat >= 1"), cpu))
 }
 
 fn overhead(a: &Args) -> Result<(), fmm::FmmError> {
@@ -249,8 +305,14 @@ fn overhead(a: &Args) -> Result<(), fmm::FmmError> {
                 let free = params(a, m, p, None);
                 let peri = params(a, m, p, Some(per));
                 // back to back: free, periodic
-                let tf = best_of(a.repeat, || evaluate(&CpuBackend, &free, &s, &t))?;
-                let tp = best_of(a.repeat, || evaluate(&CpuBackend, &peri, &s, &t))?;
+                let run = |ep: &EvalParams, periodic: bool| {
+                    if a.only.is_some_and(|o| o != periodic) {
+                        return Ok((PhaseTimes::default(), 0.0));
+                    }
+                    best_of(a.repeat, || evaluate(&CpuBackend, ep, &s, &t))
+                };
+                let (tf, cf) = run(&free, false)?;
+                let (tp, cp) = run(&peri, true)?;
                 println!(
                     "\nN = {n}, {m}, p = {p}, theta = {}, leaf = {}, K = {k}",
                     free.theta, free.leaf_size
@@ -261,9 +323,20 @@ fn overhead(a: &Args) -> Result<(), fmm::FmmError> {
                     if *f == 0.0 && q == 0.0 {
                         continue;
                     }
+                    let extra = if a.only.is_some() {
+                        String::new() // one of the two not timed
+                    } else {
+                        format!("{:+.0} %", 100.0 * (q / f.max(1e-12) - 1.0))
+                    };
+                    println!("| {name} | {f:.3} | {q:.3} | {extra} |");
+                }
+                if a.only.is_none() {
                     println!(
-                        "| {name} | {f:.3} | {q:.3} | {:+.0} % |",
-                        100.0 * (q / f.max(1e-12) - 1.0)
+                        "| CPU s (all threads, least of {}; {} threads) | {cf:.3} | {cp:.3} | \
+                         {:+.0} % |",
+                        a.repeat,
+                        rayon::current_num_threads(),
+                        100.0 * (cp / cf.max(1e-12) - 1.0)
                     );
                 }
                 // work counts of the two plans
@@ -297,37 +370,34 @@ fn overhead(a: &Args) -> Result<(), fmm::FmmError> {
                     sp.far_pairs,
                     100.0 * (sp.far_pairs as f64 / sf.far_pairs as f64 - 1.0)
                 );
-                // particle pairs through an image; the CPU backend evaluates unshifted pairs of
-                // a self-evaluation once for both partners (mutual P2P), image pairs one-sided
-                let image_p2p: u64 = (0..pp.target_tree.cells.len())
-                    .map(|c| {
-                        let nt = pp.target_tree.cells[c].len() as u64;
-                        pp.lists
-                            .near
-                            .row(c)
-                            .iter()
-                            .filter(|r| r.image != NO_SHIFT)
-                            .map(|r| nt * pp.source_tree.cells[r.cell as usize].len() as u64)
-                            .sum::<u64>()
-                    })
-                    .sum();
+                // particle pairs through an image; the CPU backend evaluates the near pairs of a
+                // self-evaluation once for both partners (mutual P2P) when the source leaf's
+                // list names the target back through the mirror image (unshifted pairs and
+                // image pairs alike), the others one-sided
+                let (image_p2p, image_mirrored) = image_pair_counts(&pp);
                 let work_free = 0.5 * sf.p2p_interactions as f64;
-                let work_peri = 0.5 * (sp.p2p_interactions - image_p2p) as f64 + image_p2p as f64;
+                let work_peri = 0.5 * (sp.p2p_interactions - image_p2p) as f64
+                    + 0.5 * image_mirrored as f64
+                    + (image_p2p - image_mirrored) as f64;
                 println!(
-                    "| P2P work (mutual unshifted pairs count 1/2) | {work_free:.4e} | \
-                     {work_peri:.4e} ({image_p2p} image pairs) | {:+.1} % |",
+                    "| P2P work (mutual pairs count 1/2) | {work_free:.4e} | \
+                     {work_peri:.4e} ({image_p2p} image pairs, {image_mirrored} of them \
+                     mutual) | {:+.1} % |",
                     100.0 * (work_peri / work_free - 1.0)
                 );
                 // the extra time the extra pairs explain at the free-space cost per pair
-                let t_m2l = tf.m2l / sf.far_pairs.max(1) as f64;
-                let t_pair = tf.p2p / work_free.max(1.0);
-                let d_m2l = (sp.far_pairs as f64 - sf.far_pairs as f64) * t_m2l;
-                let d_p2p = (work_peri - work_free) * t_pair;
-                println!(
-                    "| extra time explained by the pair counts | | M2L {d_m2l:.3} s + P2P \
-                     {d_p2p:.3} s | {:+.1} % of the free total |",
-                    100.0 * (d_m2l + d_p2p) / tf.total
-                );
+                // (free-space timings needed)
+                if a.only.is_none() {
+                    let t_m2l = tf.m2l / sf.far_pairs.max(1) as f64;
+                    let t_pair = tf.p2p / work_free.max(1.0);
+                    let d_m2l = (sp.far_pairs as f64 - sf.far_pairs as f64) * t_m2l;
+                    let d_p2p = (work_peri - work_free) * t_pair;
+                    println!(
+                        "| extra time explained by the pair counts | | M2L {d_m2l:.3} s + P2P \
+                         {d_p2p:.3} s | {:+.1} % of the free total |",
+                        100.0 * (d_m2l + d_p2p) / tf.total
+                    );
+                }
                 // far pairs per target level
                 let depth = sp.depth.max(sf.depth);
                 let per_level = |pl: &fmm::Plan| {

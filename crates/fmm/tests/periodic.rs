@@ -369,3 +369,135 @@ fn periodic_fmm_matches_ewald_at_larger_n() {
         "velocity {e_u:e} stretching {e_s:e}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// The periodic near field: image pairs (a, b, +s) and (b, a, -s) evaluated mutually
+
+/// `sources` repeated over the 27 shifts `{-1,0,1}^3` of the box.
+fn with_27_images(s: &fmm::Sources, box_length: f64) -> fmm::Sources {
+    let mut out = fmm::Sources::default();
+    for sx in -1..=1 {
+        for sy in -1..=1 {
+            for sz in -1..=1 {
+                let sh = [sx, sy, sz].map(|k| k as f64 * box_length);
+                for j in 0..s.len() {
+                    let x = s.position[j];
+                    out.position.push(std::array::from_fn(|c| x[c] + sh[c]));
+                    out.strength.push(s.strength[j]);
+                    out.sigma.push(s.sigma[j]);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Small periodic test sets inside the box: uniform; with points on and next to the faces
+/// and corners (pairs close only through an image) and coincident points; with three core
+/// radii (leaves of mixed radii are summed one-sidedly).
+fn small_periodic_sets(n: usize) -> Vec<(&'static str, fmm::Sources)> {
+    let uniform = generate(Distribution::Uniform, n, 41, true);
+    let mut faces = generate(Distribution::Uniform, n, 42, true);
+    let h = PI - 0.01;
+    let special = [
+        [-PI, 0.3, -0.2],
+        [h, 0.31, -0.21],
+        [h, h, h],
+        [-PI, -PI, -PI],
+        [0.5, -PI, h],
+        [0.5, h, -PI],
+    ];
+    for (k, x) in special.iter().enumerate() {
+        faces.position[k] = *x;
+    }
+    for k in 10..20 {
+        faces.position[k] = faces.position[10];
+    }
+    let mut mixed = generate(Distribution::Uniform, n, 43, true);
+    for i in 0..mixed.len() {
+        mixed.sigma[i] *= [1.0, 1.4, 0.7][i % 3];
+    }
+    vec![
+        ("uniform", uniform),
+        ("faces", faces),
+        ("mixed sigma", mixed),
+    ]
+}
+
+/// With no far field (tiny opening angle, huge core cutoff) and no far images (`K = 0`), the
+/// periodic FMM is the near field over the 27 minimum images alone: the mutual P2P of a
+/// self-evaluation, image pairs included, must reproduce the f64 direct sum over 27 copies of
+/// the sources (velocity less the surface term) to the accuracy of the kernel table, in every
+/// leaf size, including one leaf for the whole box (the leaf against its own 26 images).
+#[test]
+fn periodic_near_field_alone_matches_the_27_image_direct_sum() {
+    let l = 2.0 * PI;
+    for (name, s) in small_periodic_sets(300) {
+        let t = s.as_targets();
+        let mut reference = fmm::evaluators::direct::direct(&with_27_images(&s, l), &t);
+        let corr = fmm::periodic::surface_correction(&s, l);
+        for v in &mut reference.velocity {
+            (0..3).for_each(|c| v[c] -= corr[c]);
+        }
+        for leaf in [1, 5, 16, 64, 1000] {
+            let p = EvalParams {
+                theta: 1e-3,
+                core_cutoff: 1e9,
+                leaf_size: leaf,
+                ..periodic_params(Method::Fmm, 4, 0)
+            };
+            let ev = evaluate(&CpuBackend, &p, &s, &t).unwrap();
+            assert_eq!(ev.stats.far_pairs, 0);
+            let eu = relative_l2_error(&ev.fields.velocity, &reference.velocity);
+            let es = relative_l2_error(&ev.fields.stretching, &reference.stretching);
+            assert!(
+                eu < 1e-12 && es < 1e-12,
+                "{name}, leaf {leaf}: velocity {eu:e}, stretching {es:e}"
+            );
+        }
+    }
+}
+
+/// A periodic self-evaluation (mutual P2P over unshifted and image pairs) and the same points
+/// given as separate targets with a negligibly different strength (one-sided P2P, the trusted
+/// path) agree to round-off, at several leaf sizes including one leaf for the whole box; and
+/// the self-evaluation is bitwise independent of the thread count.
+#[test]
+fn periodic_mutual_and_one_sided_near_fields_agree() {
+    let mut sets = small_periodic_sets(3000);
+    let mut tiny = generate(Distribution::Uniform, 40, 44, true);
+    tiny.sigma.iter_mut().for_each(|x| *x = 0.6);
+    sets.push(("tiny", tiny));
+    for (name, s) in &sets {
+        let t = s.as_targets();
+        let mut t2 = t.clone();
+        t2.strength[0][0] *= 1.0 + 1e-15; // not bitwise the sources: one-sided path
+        for leaf in [8, 32, 64] {
+            let p = EvalParams {
+                leaf_size: leaf,
+                ..periodic_params(Method::Fmm, 6, 2)
+            };
+            let a = evaluate(&CpuBackend, &p, s, &t).unwrap();
+            let b = evaluate(&CpuBackend, &p, s, &t2).unwrap();
+            let dv = relative_l2_error(&a.fields.velocity, &b.fields.velocity);
+            let ds = relative_l2_error(&a.fields.stretching, &b.fields.stretching);
+            assert!(
+                dv < 1e-13 && ds < 1e-13,
+                "{name}, leaf {leaf}: velocity {dv:e}, stretching {ds:e}"
+            );
+        }
+        let p = periodic_params(Method::Fmm, 6, 2);
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| evaluate(&CpuBackend, &p, s, &t).unwrap())
+        };
+        assert_eq!(
+            run(1).fields,
+            run(4).fields,
+            "{name}: 1 and 4 threads differ"
+        );
+    }
+}

@@ -6,7 +6,8 @@
 //! traversal of the tree levels and lists. Two FMM phases have their own schedule: the M2L
 //! ([`m2l_pass_batched`]: blocks of target cells, pairs sorted by direction, translations of one
 //! direction batched) and, when the targets are the sources, the P2P ([`near_field_mutual`]:
-//! each pair of near leaves visited once, both updated).
+//! each pair of near leaves visited once, both updated; in a periodic box the image pairs
+//! `(a, b, +s)` and `(b, a, -s)` too).
 //!
 //! Parallelism never makes a sum order depend on the schedule: every output (a cell's
 //! expansion, a leaf's particles) receives its terms in an order fixed by the plan (list order,
@@ -25,6 +26,7 @@ use crate::{Fields, FmmError, Sources, Targets};
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::ops::Range;
+use std::sync::{Arc, RwLock};
 use wide::f64x4;
 
 /// The CPU backend (f64 throughout).
@@ -121,9 +123,6 @@ impl Backend for CpuBackend {
                 times,
             );
         } else {
-            if let Far::Fmm(f) = &mut st.far {
-                timed(&mut times.m2l, || f.cache_rotations(plan));
-            }
             match &st.far {
                 Far::Fmm(f) => m2l_pass_batched(f, plan, &st.multipoles, &mut st.locals, times),
                 Far::Ppm(f) => m2l_pass(f, plan, &st.multipoles, &mut st.locals, times),
@@ -266,13 +265,11 @@ trait FarOps: Sync {
     );
 }
 
-/// The FMM operators with the rotations of the M2L directions of the current plan.
+/// The FMM operators with the rotations of the M2L directions met so far.
 struct FmmOps {
     ops: Operators,
-    /// Rotation of each M2L direction key, in the order of the sorted keys.
-    rotations: Vec<Rotation>,
-    /// Index into `rotations` of each direction key.
-    rotation_index: HashMap<[i64; 3], u32, BuildKeyHasher>,
+    /// Rotation of each M2L direction key ([`FmmOps::key`]), built when first needed.
+    rotations: RotationCache,
     /// Rotations of the 8 diagonals `(+-1, +-1, +-1)` (bit `k` set: component `k` positive):
     /// M2M and L2L always translate along one of them.
     diagonals: Vec<Rotation>,
@@ -294,8 +291,7 @@ impl FmmOps {
             .collect();
         Self {
             ops,
-            rotations: Vec::new(),
-            rotation_index: HashMap::default(),
+            rotations: RotationCache::default(),
             diagonals,
         }
     }
@@ -383,41 +379,32 @@ impl FmmOps {
         let key = super::direction_key(v, h);
         (key, dist)
     }
+}
 
-    /// Builds one rotation per direction key of the far lists (keys collected per block of
-    /// target cells, then merged and sorted: the indices do not depend on the thread count).
-    fn cache_rotations(&mut self, plan: &Plan) {
-        let n = plan.target_tree.cells.len();
-        let blocks: Vec<Vec<[i64; 3]>> = (0..n.div_ceil(M2L_BLOCK))
-            .into_par_iter()
-            .map(|b| {
-                let mut keys: Vec<[i64; 3]> = (b * M2L_BLOCK..((b + 1) * M2L_BLOCK).min(n))
-                    .flat_map(|t| {
-                        plan.lists
-                            .far
-                            .row(t)
-                            .iter()
-                            .map(move |s| Self::key(plan, t, *s).0)
-                    })
-                    .collect();
-                keys.sort_unstable();
-                keys.dedup();
-                keys
-            })
-            .collect();
-        let mut keys: Vec<[i64; 3]> = blocks.into_iter().flatten().collect();
-        keys.par_sort_unstable();
-        keys.dedup();
-        let ops = &self.ops;
-        self.rotations = keys
-            .par_iter()
-            .map(|k| ops.rotation([k[0] as f64, k[1] as f64, k[2] as f64]))
-            .collect();
-        self.rotation_index = keys
-            .into_iter()
-            .enumerate()
-            .map(|(i, k)| (k, i as u32))
-            .collect();
+/// Rotations of M2L direction keys, built on first use and shared by the threads.
+///
+/// A rotation is a pure function of its key, so which thread builds it (or whether two build
+/// it at once, one copy being kept) does not change any result. The M2L pass asks once per
+/// direction and block of target cells, not per pair, and needs no separate pass over every
+/// far pair to collect the keys of a plan first.
+#[derive(Default)]
+struct RotationCache {
+    map: RwLock<HashMap<[i64; 3], Arc<Rotation>, BuildKeyHasher>>,
+}
+
+impl RotationCache {
+    /// The rotation of direction key `key` (built with `ops` if absent).
+    fn get(&self, ops: &Operators, key: [i64; 3]) -> Arc<Rotation> {
+        if let Some(r) = self.map.read().expect("rotation cache").get(&key) {
+            return r.clone();
+        }
+        let r = Arc::new(ops.rotation(key.map(|k| k as f64)));
+        self.map
+            .write()
+            .expect("rotation cache")
+            .entry(key)
+            .or_insert(r)
+            .clone()
     }
 }
 
@@ -457,9 +444,9 @@ impl FarOps for FmmOps {
         s: &mut Scratch,
     ) {
         let (key, dist) = Self::key(plan, t, src);
-        let rot = &self.rotations[self.rotation_index[&key] as usize];
+        let rot = self.rotations.get(&self.ops, key);
         self.ops
-            .m2l_with_rotation(rot, dist, as_complex(m), as_complex_mut(l), s);
+            .m2l_with_rotation(&rot, dist, as_complex(m), as_complex_mut(l), s);
     }
     fn l2l(&self, parent: &Cell, child: &Cell, pl: &[f64], cl: &mut [f64], s: &mut Scratch) {
         let v = std::array::from_fn(|k| child.center[k] - parent.center[k]);
@@ -620,12 +607,18 @@ fn m2l_pass<F: FarOps>(
     });
 }
 
+/// One far pair of an M2L block: direction key ([`FmmOps::key`]), target cell (index in the
+/// block), source cell, distance between the centres.
+type M2lPair = ([i64; 3], u32, u32, f64);
+
 /// FMM M2L in blocks of [`M2L_BLOCK`] consecutive target cells, one task per block: the
 /// block's (target, source) pairs are sorted by direction, and the pairs of one direction go
 /// through [`Operators::m2l_batch`] in groups of up to [`M2L_BATCH`], so each rotation is
-/// loaded once per block and its entries serve several translations at a time. A target's
-/// local receives its terms in the order (direction, target, list position) of its block,
-/// whatever the thread count.
+/// looked up once per block (and built on its first use, [`RotationCache`]) and its entries
+/// serve several translations at a time. A target's local receives its terms in the order
+/// (direction, target, source cell, distance) of its block, whatever the thread count.
+/// Periodic image pairs go the same way: their key and distance are those of the shifted
+/// source centre, so they share the rotations and batches of unshifted pairs of equal direction.
 fn m2l_pass_batched(
     f: &FmmOps,
     plan: &Plan,
@@ -646,18 +639,17 @@ fn m2l_pass_batched(
                 |(scratch, pairs), (b, block)| {
                     let t0 = b * M2L_BLOCK;
                     let t1 = t0 + block.len() / len;
-                    // (rotation, target in block, source cell, distance)
+                    // (direction key, target in block, source cell, distance)
                     pairs.clear();
                     for t in t0..t1 {
                         for s in plan.lists.far.row(t) {
                             let (key, dist) = FmmOps::key(plan, t, *s);
-                            let r = f.rotation_index[&key];
-                            pairs.push((r, (t - t0) as u32, s.cell, dist));
+                            pairs.push((key, (t - t0) as u32, s.cell, dist));
                         }
                     }
                     // unique sort keys (a target lists a source once per image, and images
                     // differ in direction), so the order is fixed
-                    pairs.sort_unstable_by(|x: &(u32, u32, u32, f64), y| {
+                    pairs.sort_unstable_by(|x: &M2lPair, y| {
                         (x.0, x.1, x.2)
                             .cmp(&(y.0, y.1, y.2))
                             .then(x.3.total_cmp(&y.3))
@@ -665,31 +657,30 @@ fn m2l_pass_batched(
                     let block = as_complex_mut(block);
                     let mut i = 0;
                     while i < pairs.len() {
-                        let r = pairs[i].0;
-                        let mut e = i + 1;
-                        while e < pairs.len() && pairs[e].0 == r && e - i < M2L_BATCH {
-                            e += 1;
+                        let key = pairs[i].0;
+                        let run = i + pairs[i..].partition_point(|q| q.0 == key);
+                        let rot = f.rotations.get(&f.ops, key);
+                        for group in pairs[i..run].chunks(M2L_BATCH) {
+                            let mut dist = [0.0; M2L_BATCH];
+                            let mut src = [0usize; M2L_BATCH];
+                            let mut dst = [0usize; M2L_BATCH];
+                            for (k, q) in group.iter().enumerate() {
+                                dist[k] = q.3;
+                                src[k] = q.2 as usize * clen;
+                                dst[k] = q.1 as usize * clen;
+                            }
+                            let l = group.len();
+                            f.ops.m2l_batch(
+                                &rot,
+                                &dist[..l],
+                                multipoles,
+                                &src[..l],
+                                block,
+                                &dst[..l],
+                                scratch,
+                            );
                         }
-                        let group = &pairs[i..e];
-                        let mut dist = [0.0; M2L_BATCH];
-                        let mut src = [0usize; M2L_BATCH];
-                        let mut dst = [0usize; M2L_BATCH];
-                        for (k, q) in group.iter().enumerate() {
-                            dist[k] = q.3;
-                            src[k] = q.2 as usize * clen;
-                            dst[k] = q.1 as usize * clen;
-                        }
-                        let l = group.len();
-                        f.ops.m2l_batch(
-                            &f.rotations[r as usize],
-                            &dist[..l],
-                            multipoles,
-                            &src[..l],
-                            block,
-                            &dst[..l],
-                            scratch,
-                        );
-                        i = e;
+                        i = run;
                     }
                 },
             );
@@ -790,20 +781,61 @@ fn same_tree(a: &Tree, b: &Tree) -> bool {
 /// Leaves (in Morton order) per block of the mutual near-field schedule.
 const P2P_BLOCK_LEAVES: usize = 8;
 
-/// The near field of a self-evaluation, where every unshifted near pair of leaves `(a, b)`
-/// whose lists name each other is visited once ([`p2p_mutual`]: one kernel evaluation per
-/// pair of points serves both directions; the leaf with itself visits each pair of points
-/// once).
+/// The image that undoes image `image`: shift `-s` for shift `s` (see
+/// [`crate::lists::image_shift`]: `i = 9 (sx+1) + 3 (sy+1) + (sz+1)`, so `-s` is `26 - i`).
+#[inline]
+fn mirror_image(image: u8) -> u8 {
+    26 - image
+}
+
+/// Whether the near entry `(target t, source s)` and its mirror `(s.cell, t, mirror)` are
+/// visited as one mutual pair, and which of the two represents it.
+///
+/// Mutual when the source leaf's row names `t` through the mirror image (the unshifted pair
+/// `(a, b)` mirrors `(b, a)`, the image pair `(a, b, +s)` mirrors `(b, a, -s)`; a leaf with
+/// itself unshifted is its own mirror) and both leaves have one common core radius. The
+/// representative is the smaller of `(t, image)` and `(s.cell, mirror)`, so each mutual pair
+/// is listed once. Returns `None` for an entry to be summed one-sidedly, `Some(true)` for the
+/// representative, `Some(false)` for the entry its mirror stands for.
+fn mutual_role(
+    near: &crate::lists::CsrList,
+    leaf_sigma: &[f64],
+    t: usize,
+    s: SourceRef,
+) -> Option<bool> {
+    let b = s.cell as usize;
+    let m = mirror_image(s.image);
+    let mirrored = (b == t && s.image == NO_SHIFT)
+        || near
+            .row(b)
+            .binary_search(&SourceRef {
+                cell: t as u32,
+                image: m,
+            })
+            .is_ok();
+    // NaN (a leaf of mixed core radii) never compares equal
+    if !mirrored || leaf_sigma[t] != leaf_sigma[b] {
+        return None;
+    }
+    Some((t, s.image) <= (b, m))
+}
+
+/// The near field of a self-evaluation, where every near pair of leaves whose lists name each
+/// other is visited once ([`p2p_mutual`]: one kernel evaluation per pair of points serves both
+/// directions; the leaf with itself visits each pair of points once). In a periodic box this
+/// includes the image pairs: `(a, b, +s)` (leaf `b` seen from `a` through the shift `s`) and
+/// `(b, a, -s)` are one interaction, evaluated once with `a`'s points shifted by `-s`; a leaf
+/// and its own image (`a == b`, `s != 0`, when few leaves cover the box) pairs `+s` with `-s`.
 ///
 /// Schedule: the leaves, in Morton order, form blocks of [`P2P_BLOCK_LEAVES`]; the pairs of
 /// leaves between two blocks (or within one) form a task, and the tasks are coloured greedily
 /// (in sorted order) so that no two tasks of one colour touch the same block. Colours run one
 /// after the other, the tasks of one colour in parallel, the pairs of one task in sorted order:
 /// every point receives its terms in an order fixed by the plan alone, whatever the thread
-/// count. Near entries that are not mutual (shifted periodic images, or a list that names a
-/// leaf whose own list does not name it back, as the core-radius criterion of the lists is not
-/// symmetric) and pairs of leaves with different core radii are then summed one-sidedly, per
-/// target leaf in list order.
+/// count. Near entries that are not mutual (a list that names a leaf whose own list does not
+/// name it back through the mirror image, as the core-radius criterion of the lists is not
+/// symmetric, or leaves with different core radii) are then summed one-sidedly, per target
+/// leaf in list order.
 fn near_field_mutual(plan: &Plan, st: &mut CpuState) {
     let tt = &plan.target_tree;
     let near = &plan.lists.near;
@@ -826,28 +858,26 @@ fn near_field_mutual(plan: &Plan, st: &mut CpuState) {
             }
         })
         .collect();
-    let names = |row: &[SourceRef], t: usize| {
-        row.binary_search(&SourceRef {
-            cell: t as u32,
-            image: NO_SHIFT,
-        })
-        .is_ok()
-    };
-    // mutual pairs (block a, block b, leaf a, leaf b) with block a <= block b, and the rest
-    let per_leaf: Vec<(Vec<[u32; 4]>, Vec<SourceRef>)> = leaves
+    // mutual pairs (block x, block y, leaf x, leaf y, image of y seen from x) with
+    // block x <= block y, and the rest
+    let per_leaf: Vec<(Vec<[u32; 5]>, Vec<SourceRef>)> = leaves
         .par_iter()
         .map(|&t| {
             let (mut pairs, mut rest) = (Vec::new(), Vec::new());
             for s in near.row(t) {
                 let b = s.cell as usize;
-                let mutual = s.image == NO_SHIFT
-                    && (b == t || names(near.row(b), t))
-                    && leaf_sigma[t] == leaf_sigma[b];
-                if !mutual {
-                    rest.push(*s);
-                } else if t <= b {
-                    let (x, y) = if block[t] <= block[b] { (t, b) } else { (b, t) };
-                    pairs.push([block[x], block[y], x as u32, y as u32]);
+                match mutual_role(near, &leaf_sigma, t, *s) {
+                    None => rest.push(*s),
+                    Some(false) => {}
+                    Some(true) => {
+                        let q = if block[t] <= block[b] {
+                            [block[t], block[b], t as u32, b as u32, s.image as u32]
+                        } else {
+                            let m = mirror_image(s.image) as u32;
+                            [block[b], block[t], b as u32, t as u32, m]
+                        };
+                        pairs.push(q);
+                    }
                 }
             }
             (pairs, rest)
@@ -913,7 +943,7 @@ fn near_field_mutual(plan: &Plan, st: &mut CpuState) {
             .par_iter()
             .for_each_init(Vec::new, |acc, (_, range)| {
                 for q in &pairs[range.clone()] {
-                    let (a, b) = (q[2] as usize, q[3] as usize);
+                    let (a, b, image) = (q[2] as usize, q[3] as usize, q[4] as u8);
                     let ra = tt.cells[a].range.clone();
                     let rb = tt.cells[b].range.clone();
                     assert!(ra.end <= len && rb.end <= len);
@@ -924,8 +954,11 @@ fn near_field_mutual(plan: &Plan, st: &mut CpuState) {
                     acc.clear();
                     acc.resize(groups.len(), [f64x4::splat(0.0); 6]);
                     let (pos, str_) = (&tgt.position[ra.clone()], &tgt.strength[ra.clone()]);
-                    p2p_mutual(table, pos, str_, groups, a == b, va, sa, acc);
+                    let shift = plan.shift_of(image).unwrap_or([0.0; 3]);
+                    let same_leaf = a == b && image == NO_SHIFT;
+                    p2p_mutual(table, pos, str_, groups, shift, same_leaf, va, sa, acc);
                     if a == b {
+                        // B's side of the leaf with itself (or with its own image) is A's
                         add_group_acc(acc, va, sa);
                     } else {
                         // SAFETY: as above, and a != b
@@ -999,6 +1032,79 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Mirror images undo each other's shift.
+    #[test]
+    fn mirror_image_negates_the_shift() {
+        for i in 0..27u8 {
+            let (s, m) = (
+                crate::lists::image_shift(i),
+                crate::lists::image_shift(mirror_image(i)),
+            );
+            assert_eq!(s.map(|x| -x), m, "image {i}");
+        }
+        assert_eq!(mirror_image(NO_SHIFT), NO_SHIFT);
+    }
+
+    /// An entry is mutual only when its mirror is listed and the core radii agree; of the two
+    /// entries of a mutual pair exactly one represents it.
+    #[test]
+    fn mutual_role_needs_the_mirror_and_picks_one_representative() {
+        let r = |cell: u32, image: u8| SourceRef { cell, image };
+        let lists = |rows: Vec<Vec<SourceRef>>| {
+            let mut offsets = vec![0];
+            for row in &rows {
+                offsets.push(offsets.last().unwrap() + row.len());
+            }
+            crate::lists::CsrList {
+                offsets,
+                sources: rows.into_iter().flatten().collect(),
+            }
+        };
+        let sigma = [0.1, 0.1];
+        // leaf 1 seen from leaf 0 through image 5, and leaf 0 from leaf 1 through 26 - 5
+        let both = lists(vec![vec![r(1, 5)], vec![r(0, 21)]]);
+        assert_eq!(mutual_role(&both, &sigma, 0, r(1, 5)), Some(true));
+        assert_eq!(mutual_role(&both, &sigma, 1, r(0, 21)), Some(false));
+        // the mirror missing (or through another image): one-sided
+        let one = lists(vec![vec![r(1, 5)], vec![r(0, 5)]]);
+        assert_eq!(mutual_role(&one, &sigma, 0, r(1, 5)), None);
+        assert_eq!(mutual_role(&one, &sigma, 1, r(0, 5)), None);
+        // different core radii: one-sided
+        assert_eq!(mutual_role(&both, &[0.1, 0.2], 0, r(1, 5)), None);
+        assert_eq!(mutual_role(&both, &[f64::NAN, 0.1], 0, r(1, 5)), None);
+    }
+
+    /// A periodic box covered by one leaf: its near row holds itself through all 27 images;
+    /// the unshifted entry and the 13 images with `image < 13` represent the 14 mutual pairs,
+    /// the other 13 are their mirrors.
+    #[test]
+    fn one_leaf_box_pairs_its_images_with_their_mirrors() {
+        use crate::periodic::Periodic;
+        use crate::testsets::{generate, Distribution};
+        let mut s = generate(Distribution::Uniform, 40, 5, true);
+        s.sigma.iter_mut().for_each(|x| *x = 0.6);
+        let params = crate::EvalParams {
+            leaf_size: 64,
+            periodic: Some(Periodic {
+                box_length: 2.0 * std::f64::consts::PI,
+                image_levels: 0,
+            }),
+            ..Default::default()
+        };
+        let mut times = PhaseTimes::default();
+        let (plan, _, _) =
+            crate::evaluators::plan(&params, &s, &s.as_targets(), &mut times).unwrap();
+        assert_eq!(plan.target_tree.cells.len(), 1);
+        let row = plan.lists.near.row(0);
+        assert_eq!(row.len(), 27);
+        let roles: Vec<_> = row
+            .iter()
+            .map(|e| mutual_role(&plan.lists.near, &[0.6], 0, *e))
+            .collect();
+        assert_eq!(roles.iter().filter(|x| **x == Some(true)).count(), 14);
+        assert_eq!(roles.iter().filter(|x| **x == Some(false)).count(), 13);
+    }
 
     /// M2M and L2L through the cached diagonal rotations equal the ones that build their
     /// rotation, to round-off.

@@ -241,10 +241,18 @@ fn kernel_lanes(table: &KernelTable, g: &SourceGroup, r2: f64x4) -> (f64x4, f64x
 /// accumulators `b_acc` (one per group of B; padded lanes collect garbage and must be
 /// ignored). Both leaves must have one common core radius (the kernel is that of the source).
 ///
-/// With `same_leaf`, B is A itself (`groups` are A's own groups, in order): each pair `i < j`
-/// is visited once, the pair `i = i` (zero velocity, zero stretching) not at all.
+/// B is seen from A through the periodic image `shift` (as in [`p2p`]: the sources of B sit
+/// at `x_j + shift`), so A is seen from B through `-shift`: `d = (x_i - shift) - x_j`, the
+/// difference [`p2p`] forms, and `-d` is the one B's side would form to round-off. Free
+/// space and the unshifted image pass `[0.0; 3]` (then `x_i - 0 = x_i` exactly).
 ///
-/// For `d = x_i - x_j`: `u_i += K alpha_j x d`, `s_i += K alpha_j x alpha_i + (K'/r)
+/// With `same_leaf`, B is A itself (`groups` are A's own groups, in order) and `shift` must be
+/// zero: each pair `i < j` is visited once, the pair `i = i` (zero velocity, zero stretching)
+/// not at all. A leaf against its own nonzero image is not `same_leaf`: every `(i, j)`,
+/// `i = j` included, is then one pair, and A's side gets the image `+shift`, B's (the same
+/// points) the image `-shift`.
+///
+/// For `d = x_i - shift - x_j`: `u_i += K alpha_j x d`, `s_i += K alpha_j x alpha_i + (K'/r)
 /// (alpha_i . d) alpha_j x d`, and `u_j -= K alpha_i x d`, `s_j += -K alpha_j x alpha_i +
 /// (K'/r) (alpha_j . d) alpha_i x d`.
 #[allow(clippy::too_many_arguments)]
@@ -253,17 +261,19 @@ pub fn p2p_mutual(
     a_pos: &[[f64; 3]],
     a_strength: &[[f64; 3]],
     groups: &[SourceGroup],
+    shift: [f64; 3],
     same_leaf: bool,
     velocity: &mut [[f64; 3]],
     stretching: &mut [[f64; 3]],
     b_acc: &mut [GroupAcc],
 ) {
     debug_assert!(b_acc.len() >= groups.len());
+    debug_assert!(!same_leaf || shift == [0.0; 3]);
     let zero = f64x4::splat(0.0);
     let lane_index = f64x4::new([0.0, 1.0, 2.0, 3.0]);
     for (i, xi) in a_pos.iter().enumerate() {
         let a = a_strength[i];
-        let xi: [f64x4; 3] = std::array::from_fn(|c| f64x4::splat(xi[c]));
+        let xi: [f64x4; 3] = std::array::from_fn(|c| f64x4::splat(xi[c] - shift[c]));
         let ai: [f64x4; 3] = std::array::from_fn(|c| f64x4::splat(a[c]));
         let mut u = [zero; 3];
         let mut s = [zero; 3];
@@ -331,6 +341,7 @@ mod tests {
     use crate::kernel::pair_interaction;
     use crate::testsets::standard;
     use crate::tree::BoundingCube;
+    use std::f64::consts::PI;
 
     /// Packs `src` as one leaf (300 sources: the last group is padded).
     fn one_leaf(src: &Sources) -> (Tree, PackedSources) {
@@ -391,6 +402,111 @@ mod tests {
         assert!((num / den).sqrt() < 1e-13, "{}", (num / den).sqrt());
     }
 
+    /// Relative L2 difference of two pairs of (velocity, stretching) arrays.
+    fn rel_diff(a: [&[[f64; 3]]; 2], b: [&[[f64; 3]]; 2]) -> f64 {
+        let (mut num, mut den) = (0.0f64, 0.0f64);
+        for k in 0..2 {
+            for (x, y) in a[k].iter().zip(b[k]) {
+                for c in 0..3 {
+                    num += (x[c] - y[c]).powi(2);
+                    den += y[c] * y[c];
+                }
+            }
+        }
+        (num / den).sqrt()
+    }
+
+    /// `p2p_mutual` of leaf A against leaf B seen through a periodic shift `s` equals the two
+    /// one-sided sums (B through `+s` at A, A through `-s` at B) to round-off; so does a leaf
+    /// against its own image (`+s` and `-s` at the same points, `i = j` included). The points
+    /// are placed so that the shifted distances fall inside the table range, on both sides of
+    /// the singular switch, and at one coincidence with the shifted partner.
+    #[test]
+    fn mutual_p2p_through_a_shift_matches_both_one_sided_sums() {
+        let sigma = 0.3;
+        let with_sigma = |mut s: Sources| {
+            s.sigma.iter_mut().for_each(|x| *x = sigma);
+            s
+        };
+        let table = KernelTable::new();
+        let shift = [2.0 * PI, 0.0, -2.0 * PI];
+        // A: 37 points (one padded group); B: 53 points placed about A's images at -s, so that
+        // B + s lies among A
+        let a = with_sigma(standard(37, 11));
+        let mut b = with_sigma(standard(53, 12));
+        for x in &mut b.position {
+            for c in 0..3 {
+                x[c] = 0.3 * x[c] - shift[c];
+            }
+        }
+        let a_at = |i: usize| a.position[i];
+        b.position[5] = std::array::from_fn(|c| a_at(2)[c] - shift[c]); // coincident through s
+        let (ta, pa) = one_leaf(&a);
+        let (tb, pb) = one_leaf(&b);
+        let (a_pos, a_str) = (ta.gather(&a.position), ta.gather(&a.strength));
+        let (b_pos, b_str) = (tb.gather(&b.position), tb.gather(&b.strength));
+        let neg = shift.map(|x| -x);
+        let zeros = |n: usize| vec![[0.0; 3]; n];
+        // one-sided
+        let (mut va, mut sa, mut vb, mut sb) = (zeros(37), zeros(37), zeros(53), zeros(53));
+        p2p(&table, &a_pos, &a_str, pb.of(0), shift, &mut va, &mut sa);
+        p2p(&table, &b_pos, &b_str, pa.of(0), neg, &mut vb, &mut sb);
+        // mutual
+        let (mut ma, mut msa, mut mb, mut msb) = (zeros(37), zeros(37), zeros(53), zeros(53));
+        let mut acc = vec![[f64x4::splat(0.0); 6]; pb.of(0).len()];
+        p2p_mutual(
+            &table,
+            &a_pos,
+            &a_str,
+            pb.of(0),
+            shift,
+            false,
+            &mut ma,
+            &mut msa,
+            &mut acc,
+        );
+        add_group_acc(&acc, &mut mb, &mut msb);
+        let e = rel_diff([&ma, &msa], [&va, &sa]);
+        assert!(e < 1e-13, "A side: {e:e}");
+        let e = rel_diff([&mb, &msb], [&vb, &sb]);
+        assert!(e < 1e-13, "B side: {e:e}");
+        // a leaf against its own image: A with A at +s and at -s; a shift short enough for
+        // the images to overlap the cores
+        let short = [0.9, -0.4, 0.2];
+        let mut small = a.clone();
+        small.position.iter_mut().flatten().for_each(|x| *x *= 0.2);
+        let (ts, ps) = one_leaf(&small);
+        let (s_pos, s_str) = (ts.gather(&small.position), ts.gather(&small.strength));
+        let (mut v1, mut s1) = (zeros(37), zeros(37));
+        p2p(&table, &s_pos, &s_str, ps.of(0), short, &mut v1, &mut s1);
+        p2p(
+            &table,
+            &s_pos,
+            &s_str,
+            ps.of(0),
+            short.map(|x| -x),
+            &mut v1,
+            &mut s1,
+        );
+        let (mut v2, mut s2) = (zeros(37), zeros(37));
+        let mut acc = vec![[f64x4::splat(0.0); 6]; ps.of(0).len()];
+        p2p_mutual(
+            &table,
+            &s_pos,
+            &s_str,
+            ps.of(0),
+            short,
+            false,
+            &mut v2,
+            &mut s2,
+            &mut acc,
+        );
+        add_group_acc(&acc, &mut v2, &mut s2);
+        let e = rel_diff([&v2, &s2], [&v1, &s1]);
+        assert!(e < 1e-13, "self image: {e:e}");
+        assert!(v1.iter().flatten().all(|x| x.is_finite()));
+    }
+
     #[test]
     #[ignore = "measurement: cargo test --release -p vortex-fmm --lib p2p_timing -- --ignored --nocapture"]
     fn p2p_timing() {
@@ -413,6 +529,7 @@ mod tests {
                 &pos,
                 &str_,
                 packed.of(0),
+                [0.0; 3],
                 true,
                 &mut v,
                 &mut s,
