@@ -156,22 +156,28 @@ extern "C" __global__ void u_slices(const int* __restrict__ starts, int ncells, 
     if (c < ncells) out[c] = (starts[c + 1] - starts[c] + slice - 1) / slice;
 }
 
-// Tasks of every leaf (one thread per leaf): P2M (first, count, global cell, 0); per slice the
-// p2p_near task (first, count, 9 c, 9 c + 9) with its source count and the L2P task
-// (first, count, global cell, 0); 9 runs per leaf, one per neighbour row (y, z), covering the
-// cells i-1..i+1 (contiguous in the sorted order). *pairs += count * sources.
+// Tasks of the leaves c0 .. c0 + ncells - 1 (one thread per leaf, u = c - c0; the whole grid
+// on one GPU, the target leaves of a rank's slab otherwise): P2M (first, count, global cell,
+// 0); per slice the p2p_near task (first, count, 9 u, 9 u + 9) with its source count and the
+// L2P task (first, count, global cell, 0); 9 runs per leaf, one per neighbour row (y, z),
+// covering the cells i-1..i+1 (contiguous in the sorted order; `starts` spans the whole grid).
+// The runs and source counts come from `src_starts` (the targets' own `starts`, or on a rank
+// the starts of the separately sorted halo particles, for the P2P from the halo).
+// slice_starts is indexed by u. *pairs += count * sources.
 extern "C" __global__ void u_leaf_tasks(
-    const int* __restrict__ starts, const int* __restrict__ slice_starts, int n, int leaf_base,
-    int slice, int4* __restrict__ p2m_tasks, int4* __restrict__ near_tasks,
+    const int* __restrict__ starts, const int* __restrict__ src_starts,
+    const int* __restrict__ slice_starts, int n, int leaf_base,
+    int slice, int c0, int ncells, int4* __restrict__ p2m_tasks, int4* __restrict__ near_tasks,
     int* __restrict__ near_nsrc, int4* __restrict__ l2p_tasks, int4* __restrict__ runs,
     unsigned long long* __restrict__ pairs)
 {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= n * n * n) return;
+    const int u = blockIdx.x * blockDim.x + threadIdx.x;
+    if (u >= ncells) return;
+    const int c = c0 + u;
     const int i = c % n, j = (c / n) % n, k = c / (n * n);
     const int first = starts[c], cnt = starts[c + 1] - first;
     const int g = leaf_base + c;
-    p2m_tasks[c] = make_int4(first, cnt, g, 0);
+    p2m_tasks[u] = make_int4(first, cnt, g, 0);
     const int i0 = max(i - 1, 0), i1 = min(i + 1, n - 1);
     int nsrc = 0, r = 0;
     for (int dz = -1; dz <= 1; ++dz)
@@ -180,21 +186,32 @@ extern "C" __global__ void u_leaf_tasks(
             int4 run = make_int4(0, 0, FREE_IMAGE, 0);
             if (jj >= 0 && kk >= 0 && jj < n && kk < n) {
                 const int row = n * (jj + n * kk);
-                const int a = starts[i0 + row], b = starts[i1 + row + 1];
+                const int a = src_starts[i0 + row], b = src_starts[i1 + row + 1];
                 run = make_int4(a, b - a, FREE_IMAGE, 0);
                 nsrc += b - a;
             }
-            runs[9 * c + r] = run;
+            runs[9 * u + r] = run;
             ++r;
         }
-    const int t0 = slice_starts[c];
+    const int t0 = slice_starts[u];
     for (int q = 0; q * slice < cnt; ++q) {
         const int f = first + q * slice, cn = min(slice, cnt - q * slice);
-        near_tasks[t0 + q] = make_int4(f, cn, 9 * c, 9 * c + 9);
+        near_tasks[t0 + q] = make_int4(f, cn, 9 * u, 9 * u + 9);
         near_nsrc[t0 + q] = nsrc;
         l2p_tasks[t0 + q] = make_int4(f, cn, g, 0);
     }
     if (cnt > 0) atomicAdd(pairs, (unsigned long long)cnt * (unsigned long long)nsrc);
+}
+
+// P2M tasks (first, count, global cell, 0) of the leaves c0 .. c0 + ncells - 1 (the halo
+// leaves of a rank: sources only).
+extern "C" __global__ void u_p2m_tasks(
+    const int* __restrict__ starts, int c0, int ncells, int leaf_base, int4* __restrict__ out)
+{
+    const int u = blockIdx.x * blockDim.x + threadIdx.x;
+    if (u >= ncells) return;
+    const int c = c0 + u;
+    out[u] = make_int4(starts[c], starts[c + 1] - starts[c], leaf_base + c, 0);
 }
 
 // Cell centres of one level (float4, w unused).
@@ -247,14 +264,14 @@ __device__ __forceinline__ int rot_index(int vx, int vy, int vz, int R)
     const float* zrow = ZTAB + toff[m] + (n - m) * (P + 1 - m);                          \
     float2 acc = make_float2(0.f, 0.f);
 
-// M2M into the parents of level l (one block per parent): its 8 children of level l + 1,
+// M2M into the parents c0 + blockIdx.x of level l (one block per parent): its 8 children of level l + 1,
 // v = parent - child = (1 - 2a, 1 - 2b, 1 - 2c) (child offsets a, b, c), |v| = sqrt(3) w_{l+1} / 2.
 extern "C" __global__ void __launch_bounds__(TR_THREADS) u_m2m(
     float2* mult, const float* __restrict__ rots, const float* __restrict__ ztab,
-    const int* __restrict__ toff, int R, int parent_off, int nl, int child_off, float dist)
+    const int* __restrict__ toff, int R, int parent_off, int nl, int child_off, float dist, int c0)
 {
     TR_SETUP(ztab)
-    const int c = blockIdx.x;
+    const int c = c0 + blockIdx.x;
     const int i = c % nl, j = (c / nl) % nl, k = c / (nl * nl);
     const int nc = 2 * nl;
     for (int o = 0; o < 8; ++o) {
@@ -269,15 +286,15 @@ extern "C" __global__ void __launch_bounds__(TR_THREADS) u_m2m(
     }
 }
 
-// M2L into the cells of level l (one block per target cell): the classical list over the
+// M2L into the cells c0 + blockIdx.x of level l (one block per target cell): the classical list over the
 // stencil (top level: every non-adjacent cell), v = target - source in cells, |v| w_l.
 extern "C" __global__ void __launch_bounds__(TR_THREADS) u_m2l(
     const float2* __restrict__ mult, float2* __restrict__ loc, const float* __restrict__ rots,
     const float* __restrict__ ztab, const int* __restrict__ toff, int R, int level_off, int nl,
-    int top, float w)
+    int top, float w, int c0)
 {
     TR_SETUP(ztab)
-    const int c = blockIdx.x;
+    const int c = c0 + blockIdx.x;
     const int ci_[3] = {c % nl, (c / nl) % nl, c / (nl * nl)};
     int lo[3], hi[3];
 #pragma unroll
@@ -307,14 +324,14 @@ extern "C" __global__ void __launch_bounds__(TR_THREADS) u_m2l(
     }
 }
 
-// L2L into the cells of level l >= 1 (one block per child) from its parent of level l - 1,
+// L2L into the cells c0 + blockIdx.x of level l >= 1 (one block per child) from its parent of level l - 1,
 // v = child - parent = (2a - 1, 2b - 1, 2c - 1), |v| = sqrt(3) w_l / 2.
 extern "C" __global__ void __launch_bounds__(TR_THREADS) u_l2l(
     float2* loc, const float* __restrict__ rots, const float* __restrict__ ztab,
-    const int* __restrict__ toff, int R, int child_off, int nl, int parent_off, float dist)
+    const int* __restrict__ toff, int R, int child_off, int nl, int parent_off, float dist, int c0)
 {
     TR_SETUP(ztab)
-    const int c = blockIdx.x;
+    const int c = c0 + blockIdx.x;
     const int i = c % nl, j = (c / nl) % nl, k = c / (nl * nl);
     const int np_ = nl / 2;
     const int parent = parent_off + i / 2 + np_ * (j / 2 + np_ * (k / 2));

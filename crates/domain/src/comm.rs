@@ -177,6 +177,26 @@ impl Comm for ThreadComm {
 #[cfg(feature = "mpi")]
 pub use self::mpi_comm::MpiComm;
 
+/// The communicator of the whole job, for programs that build with or without MPI from one
+/// source: with the `mpi` feature, MPI is initialized here (finalized when the returned value
+/// is dropped) and the world communicator returned; without it, [`SelfComm`]. `None` when MPI
+/// was already initialized.
+pub fn world() -> Option<Box<dyn Comm>> {
+    #[cfg(feature = "mpi")]
+    {
+        let universe = mpi::initialize()?;
+        let comm = MpiComm::new(universe.world());
+        Some(Box::new(mpi_comm::World {
+            comm,
+            _universe: universe,
+        }))
+    }
+    #[cfg(not(feature = "mpi"))]
+    {
+        Some(Box::new(SelfComm))
+    }
+}
+
 #[cfg(feature = "mpi")]
 mod mpi_comm {
     use super::Comm;
@@ -220,6 +240,33 @@ mod mpi_comm {
         let mut v = Vec::with_capacity(n + 1);
         v.resize(n, 0);
         v
+    }
+
+    /// [`MpiComm`] over the world, owning the MPI environment (dropped after the communicator).
+    pub(super) struct World {
+        pub(super) comm: MpiComm,
+        pub(super) _universe: mpi::environment::Universe,
+    }
+
+    impl Comm for World {
+        fn rank(&self) -> usize {
+            self.comm.rank()
+        }
+        fn size(&self) -> usize {
+            self.comm.size()
+        }
+        fn barrier(&self) {
+            self.comm.barrier()
+        }
+        fn allgatherv(&self, send: &[u8]) -> Vec<Vec<u8>> {
+            self.comm.allgatherv(send)
+        }
+        fn alltoallv(&self, send: &[Vec<u8>]) -> Vec<Vec<u8>> {
+            self.comm.alltoallv(send)
+        }
+        fn abort(&self, msg: &str) -> ! {
+            self.comm.abort(msg)
+        }
     }
 
     fn count(n: usize) -> Count {

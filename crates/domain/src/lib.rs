@@ -23,7 +23,7 @@ pub mod wire;
 
 #[cfg(feature = "mpi")]
 pub use comm::MpiComm;
-pub use comm::{Comm, ReduceOp, SelfComm, ThreadComm};
+pub use comm::{world, Comm, ReduceOp, SelfComm, ThreadComm};
 pub use essential::{evaluate_owned, OwnedSources, OwnedTargets};
 pub use partition::Partition;
 

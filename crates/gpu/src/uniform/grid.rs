@@ -33,30 +33,17 @@ pub struct Extent {
 impl Extent {
     /// Parallel reduction over the sources (the only N-sized host work besides the f32 packing).
     pub fn of(position: &[[f64; 3]], sigma: &[f64]) -> Option<Extent> {
-        type Acc = ([f64; 3], [f64; 3], f64, bool);
-        let id = || -> Acc { ([f64::INFINITY; 3], [f64::NEG_INFINITY; 3], 0.0, true) };
-        let (lo, hi, smax, ok) = position
-            .par_iter()
-            .zip(sigma.par_iter())
-            .fold(id, |(mut lo, mut hi, s, ok), (x, &sg)| {
-                for c in 0..3 {
-                    lo[c] = lo[c].min(x[c]);
-                    hi[c] = hi[c].max(x[c]);
-                }
-                let good = x.iter().all(|v| v.is_finite()) && sg.is_finite() && sg > 0.0;
-                (lo, hi, s.max(sg), ok && good)
-            })
-            .reduce(id, |a, b| {
-                (
-                    std::array::from_fn(|c| a.0[c].min(b.0[c])),
-                    std::array::from_fn(|c| a.1[c].max(b.1[c])),
-                    a.2.max(b.2),
-                    a.3 && b.3,
-                )
-            });
+        let (lo, hi, smax, ok) = bounds(position, sigma);
         if !ok || position.is_empty() {
             return None;
         }
+        Some(Extent::from_bounds(lo, hi, smax))
+    }
+
+    /// The cube of [`Extent::of`] from the component-wise bounds of the positions and the
+    /// largest core radius (so ranks that agree on these by min / max reductions get bitwise
+    /// the single-rank cube).
+    pub fn from_bounds(lo: [f64; 3], hi: [f64; 3], smax: f64) -> Extent {
         let width = (0..3).map(|c| hi[c] - lo[c]).fold(0.0, f64::max);
         let side = if width > 0.0 {
             width * (1.0 + 1e-6)
@@ -64,12 +51,38 @@ impl Extent {
             smax
         };
         let mid: [f64; 3] = std::array::from_fn(|c| 0.5 * (lo[c] + hi[c]));
-        Some(Extent {
+        Extent {
             lo: std::array::from_fn(|c| mid[c] - 0.5 * side),
             side,
             sigma_max: smax,
-        })
+        }
     }
+}
+
+/// Component-wise bounds of the positions, the largest core radius, and whether every value
+/// is finite and every core radius positive (parallel reduction; infinite bounds when empty).
+pub fn bounds(position: &[[f64; 3]], sigma: &[f64]) -> ([f64; 3], [f64; 3], f64, bool) {
+    type Acc = ([f64; 3], [f64; 3], f64, bool);
+    let id = || -> Acc { ([f64::INFINITY; 3], [f64::NEG_INFINITY; 3], 0.0, true) };
+    position
+        .par_iter()
+        .zip(sigma.par_iter())
+        .fold(id, |(mut lo, mut hi, s, ok), (x, &sg)| {
+            for c in 0..3 {
+                lo[c] = lo[c].min(x[c]);
+                hi[c] = hi[c].max(x[c]);
+            }
+            let good = x.iter().all(|v| v.is_finite()) && sg.is_finite() && sg > 0.0;
+            (lo, hi, s.max(sg), ok && good)
+        })
+        .reduce(id, |a, b| {
+            (
+                std::array::from_fn(|c| a.0[c].min(b.0[c])),
+                std::array::from_fn(|c| a.1[c].max(b.1[c])),
+                a.2.max(b.2),
+                a.3 && b.3,
+            )
+        })
 }
 
 /// The uniform grid of one evaluation.

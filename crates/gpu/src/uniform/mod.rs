@@ -17,17 +17,28 @@
 //! * [`reference`]: the same method in f64 on the CPU (tested against the direct sum);
 //! * [`pipeline`]: [`UniformFmm`], the device path (kernels of `kernels/uniform.cu`, which is
 //!   compiled together with `kernels/p2p.cu` and `kernels/fmm.cu` to reuse `p2p_near`, `p2m`
-//!   and `l2p`).
+//!   and `l2p`);
+//! * [`slab`]: the slab decomposition over the ranks of a `domain::Comm` (agreed grid,
+//!   redistribution, halo particles, coarse-multipole exchange);
+//! * [`distributed_reference`]: the distributed method in f64 on the CPU (tested under
+//!   `domain::ThreadComm` against [`reference`] and the direct sum);
+//! * [`distributed`]: the distributed device path, one GPU per rank.
 
+pub mod distributed;
+pub mod distributed_reference;
 pub mod grid;
 pub mod pipeline;
 pub mod reference;
+pub mod slab;
 pub mod sort;
 pub mod stencil;
 
+pub use distributed::{evaluate_distributed, DistributedUniformTimes};
+pub use distributed_reference::evaluate_distributed_reference;
 pub use grid::{Extent, UniformGrid};
 pub use pipeline::{evaluate_uniform, UniformFmm};
 pub use reference::evaluate_reference;
+pub use slab::SlabPlan;
 
 /// Parameters of a uniform-grid evaluation.
 #[derive(Clone, Debug, PartialEq)]

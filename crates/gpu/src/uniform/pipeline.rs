@@ -9,11 +9,14 @@
 //! 2. upload of the packed particles (two `float4` arrays);
 //! 3. sort: cell index + histogram (atomics), exclusive scan, scatter, in-cell ordering by
 //!    input index, gather into sorted buffers, leaf tasks (P2M, P2P slices of 32 targets with 9
-//!    source runs, L2P); the number of slices (one integer) is the only mid-way download;
+//!    source runs, L2P); the slice offsets are the only mid-way download;
 //! 4. upward: cell centres, P2M per leaf, M2M level by level;
-//! 5. M2L per level over the implicit stencil (one block per target cell);
-//! 6. downward: L2L level by level, L2P (slices of 32 targets);
-//! 7. P2P: `p2p_near` over the 9 runs of each leaf;
+//! 5. P2P: `p2p_near` over the 9 runs of each leaf (on a rank: among the own particles, while
+//!    the host exchanges the halo particles and coarse multipoles; then the halo particles
+//!    are sorted apart, their leaves get P2M, and a second `p2p_near` adds the halo sources
+//!    to the own planes next to them);
+//! 6. M2L per level over the implicit stencil (one block per target cell);
+//! 7. downward: L2L level by level, L2P (slices of 32 targets);
 //! 8. scatter of the fields to input order (interleaved `(u, s)` per particle), one download
 //!    (in 8 pieces into page-locked memory, each converted to f64 with `1/(4 pi)` on the host,
 //!    in parallel, while the next piece is copied).
@@ -140,6 +143,66 @@ impl Bytes {
     }
 }
 
+/// The part of the grid one device evaluates: every leaf on one GPU; on a rank, the leaf
+/// planes `own` (targets) inside `halo` (planes whose particles are present as sources).
+/// Upward pass, M2L and L2L run over the cells overlapping the own planes at each level.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Region {
+    pub grid: UniformGrid,
+    pub own: (usize, usize),
+    pub halo: (usize, usize),
+}
+
+impl Region {
+    pub fn whole(grid: UniformGrid) -> Self {
+        let n = grid.n();
+        Region {
+            grid,
+            own: (0, n),
+            halo: (0, n),
+        }
+    }
+    pub fn is_whole(&self) -> bool {
+        self.own == (0, self.grid.n())
+    }
+    /// First cell (level-local index) and count of the cells of level `l` overlapping the
+    /// own planes (one contiguous range: z is the slowest index).
+    pub fn level_cells(&self, l: usize) -> (usize, usize) {
+        let s = self.grid.k - l;
+        let nl = self.grid.n_at(l);
+        let (a, b) = (self.own.0 >> s, ((self.own.1 - 1) >> s) + 1);
+        (a * nl * nl, (b - a) * nl * nl)
+    }
+}
+
+/// What a rank adds to the pipeline of its [`Region`] (`super::distributed`): the halo
+/// particles and the coarse multipoles of the other ranks. The pipeline calls
+/// `coarse_ranges` after the M2M (and downloads those ranges of the multipoles), then, with
+/// the P2P among the own particles queued on the device, `halo_count` and `coarse` (the
+/// host-side exchanges), `pack_halo`, and uploads the completed coarse windows.
+pub(crate) trait RankExchange {
+    /// Float ranges of the multipole array holding the coarse windows (levels `< k`).
+    fn coarse_ranges(&self) -> Vec<(usize, usize)>;
+    /// Receives the halo particles; returns their count.
+    fn halo_count(&mut self) -> GpuResult<usize>;
+    /// Writes the halo particles into `out` (`8 nh` floats: position rows, then strength rows).
+    fn pack_halo(&self, out: &mut [f32]);
+    /// Completes the coarse windows (this rank's partial multipoles in, sums out).
+    fn coarse(&mut self, windows: &mut [Vec<f32>]) -> GpuResult<()>;
+    /// Adds to the time of the coarse exchange (copies between device and host).
+    fn add_seconds(&mut self, s: f64);
+}
+
+/// Particles sorted into the leaves on the device.
+struct Sorted {
+    /// Input index of each sorted particle.
+    perm: CudaSlice<i32>,
+    /// `n^3 + 1` leaf offsets.
+    starts: CudaSlice<i32>,
+    pos: CudaSlice<f32>,
+    str: CudaSlice<f32>,
+}
+
 impl UniformFmm {
     pub fn new(dev: Arc<GpuDevice>) -> Self {
         Self {
@@ -233,75 +296,21 @@ impl UniformFmm {
         Ok(())
     }
 
-    /// Velocity and stretching of every source at every source (free space, input order,
-    /// `1/(4 pi)` applied) and the phase times.
-    pub fn evaluate(
+    /// Counting sort of `np` particles (`input`: `float4` position rows, then strength rows)
+    /// into the leaves of `g`, in-cell order by input index; kernel time added to `k_time`.
+    fn sort(
         &self,
-        sources: &Sources,
-        params: &UniformParams,
-    ) -> GpuResult<(Fields, UniformTimes)> {
-        params.validate()?;
-        let p = params.order;
-        let np = sources.len();
-        if np == 0 || np > i32::MAX as usize / 8 {
-            return Err(GpuError::Unsupported(format!(
-                "{np} particles: need 1..={} for i32 indices",
-                i32::MAX / 8
-            )));
-        }
-        let mut tm = UniformTimes::default();
-        let mut bytes = Bytes::default();
-        let s = self.dev.stream().clone();
-        let nc3 = 3 * ncoef(p);
-
-        // ---- 1. host: extent, grid, packing, tables
-        let t = Instant::now();
-        let ext = Extent::of(&sources.position, &sources.sigma).ok_or_else(|| {
-            GpuError::Unsupported(
-                "sources with a non-finite value or a non-positive core radius".into(),
-            )
-        })?;
-        if sources.strength.len() != np || sources.sigma.len() != np {
-            return Err(GpuError::Unsupported("sources of unequal lengths".into()));
-        }
-        let g: UniformGrid = params.grid_for(&ext, np);
-        let (n, k, m) = (g.n(), g.k, g.m);
-        let nleaf = g.leaves();
-        let ncell = g.total_cells();
-        if ncell.saturating_mul(2 * nc3) > i32::MAX as usize * 2 || nleaf > i32::MAX as usize / 16 {
-            return Err(GpuError::Unsupported(format!(
-                "grid of {n}^3 leaves too large for order {p}"
-            )));
-        }
-        (tm.n, tm.m, tm.k) = (n, m, k);
-        let r = g.max_offset();
-        self.ensure_tables(p, r)?;
-        let mut staging = self.staging.lock().expect("staging poisoned");
-        let up = pinned(
-            &self.dev,
-            &mut staging.up,
-            8 * np,
-            CU_MEMHOSTALLOC_WRITECOMBINED,
-        )?;
-        pack_sources_into(sources, up);
-        tm.host_prepare = t.elapsed().as_secs_f64();
-        self.warm_up(p)?; // compiled at the first call only (not part of the times after it)
-
-        // ---- 2. upload
-        let t = Instant::now();
-        // SAFETY: every element is written by the copy below before any kernel reads it.
-        let mut input = unsafe { s.alloc::<f32>(8 * np) }?;
-        s.memcpy_htod(&*up, &mut input)?;
-        s.synchronize()?;
-        let (pos_in, str_in) = (input.slice(..4 * np), input.slice(4 * np..));
-        bytes.add(&input);
-        tm.upload = t.elapsed().as_secs_f64();
-
-        // ---- 3. sort and tasks
-        let t = Instant::now();
-        let np_i = np as i32;
-        let n_i = n as i32;
-        let nleaf_i = nleaf as i32;
+        p: usize,
+        input: &CudaSlice<f32>,
+        np: usize,
+        g: &UniformGrid,
+        k_time: &mut f64,
+        bytes: &mut Bytes,
+    ) -> GpuResult<Sorted> {
+        let s = self.dev.stream();
+        let (pos_in, str_in) = (input.slice(..4 * np), input.slice(4 * np..8 * np));
+        let (n, nleaf) = (g.n(), g.leaves());
+        let (np_i, n_i, nleaf_i) = (np as i32, n as i32, nleaf as i32);
         let (lo, inv_w) = g.f32_params();
         let mut cell = s.alloc_zeros::<i32>(np)?;
         let mut slot = s.alloc_zeros::<i32>(np)?;
@@ -311,25 +320,12 @@ impl UniformFmm {
         let mut perm = s.alloc_zeros::<i32>(np)?;
         let mut spos = s.alloc_zeros::<f32>(4 * np)?;
         let mut sstr = s.alloc_zeros::<f32>(4 * np)?;
-        let mut nslices = s.alloc_zeros::<i32>(nleaf)?;
-        let mut slice_starts = s.alloc_zeros::<i32>(nleaf + 1)?;
-        for b in [
-            &cell,
-            &slot,
-            &perm0,
-            &perm,
-            &counts,
-            &starts,
-            &nslices,
-            &slice_starts,
-        ] {
+        for b in [&cell, &slot, &perm0, &perm, &counts, &starts] {
             bytes.add(b);
         }
         bytes.add(&spos);
         bytes.add(&sstr);
-        let slice = P2P_TARGETS;
-        let slice_i = slice as i32;
-        tm.k_sort += self.event_timed(|| {
+        *k_time += self.event_timed(|| {
             let f = self.func(p, "u_cell_index")?;
             let mut b = s.launch_builder(&f);
             b.arg(&pos_in).arg(&np_i);
@@ -354,21 +350,135 @@ impl UniformFmm {
             b.arg(&perm).arg(&np_i).arg(&pos_in).arg(&str_in);
             b.arg(&mut spos).arg(&mut sstr);
             unsafe { b.launch(grid1(np, THREADS)) }?;
-            let f = self.func(p, "u_slices")?;
-            let mut b = s.launch_builder(&f);
-            b.arg(&starts).arg(&nleaf_i).arg(&slice_i).arg(&mut nslices);
-            unsafe { b.launch(grid1(nleaf, THREADS)) }?;
-            self.scan(p, &nslices, nleaf, &mut slice_starts)?;
             Ok(())
         })?;
-        drop((cell, slot, perm0, pos_in, str_in, counts, nslices));
+        Ok(Sorted {
+            perm,
+            starts,
+            pos: spos,
+            str: sstr,
+        })
+    }
+
+    /// Velocity and stretching of every source at every source (free space, input order,
+    /// `1/(4 pi)` applied) and the phase times.
+    pub fn evaluate(
+        &self,
+        sources: &Sources,
+        params: &UniformParams,
+    ) -> GpuResult<(Fields, UniformTimes)> {
+        params.validate()?;
+        let np = sources.len();
+        let t = Instant::now();
+        let ext = Extent::of(&sources.position, &sources.sigma).ok_or_else(|| {
+            GpuError::Unsupported(
+                "sources with a non-finite value or a non-positive core radius".into(),
+            )
+        })?;
+        if sources.strength.len() != np || sources.sigma.len() != np {
+            return Err(GpuError::Unsupported("sources of unequal lengths".into()));
+        }
+        let region = Region::whole(params.grid_for(&ext, np));
+        let host = t.elapsed().as_secs_f64();
+        let pack = |up: &mut [f32]| pack_sources_into(sources, up);
+        let (f, mut tm) = self.run_region(params.order, np, &pack, &region, None)?;
+        tm.host_prepare += host;
+        tm.total += host;
+        Ok((f, tm))
+    }
+
+    /// The pipeline over a [`Region`] of the grid for the `np` particles of its own leaves
+    /// (`pack` writes them into the `8 np` floats of the upload buffer: `float4` position
+    /// rows, then strength rows). On a rank, `ex` brings the halo particles (sorted apart:
+    /// sources only) and completes the coarse multipoles; both exchanges run on the host
+    /// while the device computes the P2P among the own particles. Fields of the `np`
+    /// particles in their input order.
+    pub(crate) fn run_region(
+        &self,
+        p: usize,
+        np: usize,
+        pack: &(dyn Fn(&mut [f32]) + Sync),
+        region: &Region,
+        mut ex: Option<&mut dyn RankExchange>,
+    ) -> GpuResult<(Fields, UniformTimes)> {
+        if np == 0 || np > i32::MAX as usize / 8 {
+            return Err(GpuError::Unsupported(format!(
+                "{np} particles: need 1..={} for i32 indices",
+                i32::MAX / 8
+            )));
+        }
+        let mut tm = UniformTimes::default();
+        let mut bytes = Bytes::default();
+        let s = self.dev.stream().clone();
+        let nc3 = 3 * ncoef(p);
+
+        // ---- 1. host: packing, tables
+        let t = Instant::now();
+        let g: UniformGrid = region.grid;
+        let (n, k, m) = (g.n(), g.k, g.m);
+        let plane = n * n;
+        let (c_own, nown) = (region.own.0 * plane, (region.own.1 - region.own.0) * plane);
+        let nleaf = g.leaves();
+        let ncell = g.total_cells();
+        if ncell.saturating_mul(2 * nc3) > i32::MAX as usize * 2 || nleaf > i32::MAX as usize / 16 {
+            return Err(GpuError::Unsupported(format!(
+                "grid of {n}^3 leaves too large for order {p}"
+            )));
+        }
+        (tm.n, tm.m, tm.k) = (n, m, k);
+        let r = g.max_offset();
+        self.ensure_tables(p, r)?;
+        let mut staging = self.staging.lock().expect("staging poisoned");
+        let up = pinned(
+            &self.dev,
+            &mut staging.up,
+            8 * np,
+            CU_MEMHOSTALLOC_WRITECOMBINED,
+        )?;
+        pack(up);
+        tm.host_prepare = t.elapsed().as_secs_f64();
+        self.warm_up(p)?; // compiled at the first call only (not part of the times after it)
+
+        // ---- 2. upload
+        let t = Instant::now();
+        // SAFETY: every element is written by the copy below before any kernel reads it.
+        let mut input = unsafe { s.alloc::<f32>(8 * np) }?;
+        s.memcpy_htod(&*up, &mut input)?;
+        s.synchronize()?;
+        bytes.add(&input);
+        tm.upload = t.elapsed().as_secs_f64();
+
+        // ---- 3. sort and tasks
+        let t = Instant::now();
+        let n_i = n as i32;
+        let sorted = self.sort(p, &input, np, &g, &mut tm.k_sort, &mut bytes)?;
         drop(input);
-        let ntasks = s.clone_dtoh(&slice_starts.slice(nleaf..nleaf + 1))?[0] as usize;
-        let mut p2m_tasks = s.alloc_zeros::<i32>(i4(nleaf))?;
+        let (perm, starts, spos, sstr) = (sorted.perm, sorted.starts, sorted.pos, sorted.str);
+        let mut nslices = s.alloc_zeros::<i32>(nown.max(1))?;
+        let mut slice_starts = s.alloc_zeros::<i32>(nown + 1)?;
+        let (c_own_i, nown_i) = (c_own as i32, nown as i32);
+        let slice = P2P_TARGETS;
+        let slice_i = slice as i32;
+        tm.k_sort += self.event_timed(|| {
+            let f = self.func(p, "u_slices")?;
+            let mut b = s.launch_builder(&f);
+            let own_starts = starts.slice(c_own..c_own + nown + 1);
+            b.arg(&own_starts)
+                .arg(&nown_i)
+                .arg(&slice_i)
+                .arg(&mut nslices);
+            unsafe { b.launch(grid1(nown, THREADS)) }?;
+            self.scan(p, &nslices, nown, &mut slice_starts)?;
+            Ok(())
+        })?;
+        drop(nslices);
+        let ss = s.clone_dtoh(&slice_starts)?;
+        let ntasks = ss[nown] as usize;
+        let mut p2m_tasks = s.alloc_zeros::<i32>(i4(nown))?;
         let mut near_tasks = s.alloc_zeros::<i32>(i4(ntasks))?;
         let mut near_nsrc = s.alloc_zeros::<i32>(ntasks.max(1))?;
         let mut l2p_tasks = s.alloc_zeros::<i32>(i4(ntasks))?;
-        let mut runs = s.alloc_zeros::<i32>(i4(9 * nleaf))?;
+        let mut runs = s.alloc_zeros::<i32>(i4(9 * nown))?;
         let mut pairs = s.alloc_zeros::<u64>(1)?;
         for b in [&p2m_tasks, &near_tasks, &near_nsrc, &l2p_tasks, &runs] {
             bytes.add(b);
@@ -378,23 +488,25 @@ impl UniformFmm {
             let f = self.func(p, "u_leaf_tasks")?;
             let mut b = s.launch_builder(&f);
             b.arg(&starts)
+                .arg(&starts)
                 .arg(&slice_starts)
                 .arg(&n_i)
                 .arg(&leaf_base)
-                .arg(&slice_i);
+                .arg(&slice_i)
+                .arg(&c_own_i)
+                .arg(&nown_i);
             b.arg(&mut p2m_tasks)
                 .arg(&mut near_tasks)
                 .arg(&mut near_nsrc)
                 .arg(&mut l2p_tasks)
                 .arg(&mut runs)
                 .arg(&mut pairs);
-            unsafe { b.launch(grid1(nleaf, 128)) }?;
+            unsafe { b.launch(grid1(nown, 128)) }?;
             Ok(())
         })?;
-        tm.p2p_pairs = s.clone_dtoh(&pairs)?[0];
         tm.sort = t.elapsed().as_secs_f64();
 
-        // ---- 4. upward
+        // ---- 4. upward (own particles)
         let t = Instant::now();
         let guard = self.tables.lock().expect("tables poisoned");
         let tb = guard.as_ref().expect("tables built above");
@@ -430,7 +542,7 @@ impl UniformFmm {
                 .arg(&centers)
                 .arg(&tb.knm);
             b.arg(&mut mult);
-            unsafe { b.launch(blocks(nleaf, ncoef(p).div_ceil(32) * 32)) }?;
+            unsafe { b.launch(blocks(nown, ncoef(p).div_ceil(32) * 32)) }?;
             Ok(())
         })?;
         tm.k_m2m = self.event_timed(|| {
@@ -439,22 +551,188 @@ impl UniformFmm {
                 let (poff, nl) = (g.level_offset(l) as i32, g.n_at(l) as i32);
                 let coff = g.level_offset(l + 1) as i32;
                 let dist = (0.5 * 3f64.sqrt() * g.width(l + 1)) as f32;
+                let (c0, cnt) = region.level_cells(l);
+                let c0_i = c0 as i32;
                 let mut b = s.launch_builder(&f);
                 b.arg(&mut mult)
                     .arg(&tb.rots)
                     .arg(&tb.z_m2m)
                     .arg(&tb.toff)
                     .arg(&r_i);
-                b.arg(&poff).arg(&nl).arg(&coff).arg(&dist);
-                unsafe { b.launch(blocks(g.n_at(l).pow(3), trt)) }?;
+                b.arg(&poff).arg(&nl).arg(&coff).arg(&dist).arg(&c0_i);
+                unsafe { b.launch(blocks(cnt, trt)) }?;
             }
             Ok(())
         })?;
+        // the partial coarse multipoles leave for the other ranks (the stream is idle here)
+        let mut windows = Vec::new();
+        if let Some(e) = ex.as_deref_mut() {
+            let t = Instant::now();
+            for (a, b) in e.coarse_ranges() {
+                windows.push(s.clone_dtoh(&mult.slice(a..b))?);
+            }
+            e.add_seconds(t.elapsed().as_secs_f64());
+        }
         tm.upward = t.elapsed().as_secs_f64();
 
-        // ---- 5. M2L
+        // ---- 5. P2P among the own particles, queued; the exchanges run on the host meanwhile
         let t = Instant::now();
-        tm.m2l_translations = super::m2l_count(&g);
+        let mut vel = s.alloc_zeros::<f32>(3 * np)?;
+        let mut strf = s.alloc_zeros::<f32>(3 * np)?;
+        bytes.add(&vel);
+        bytes.add(&strf);
+        let period = 0.0f32;
+        let e_p2p = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        if ntasks > 0 {
+            let f = self.func(p, "p2p_near")?;
+            let mut b = s.launch_builder(&f);
+            b.arg(&spos).arg(&sstr).arg(&spos).arg(&sstr);
+            b.arg(&near_tasks).arg(&near_nsrc).arg(&runs).arg(&period);
+            b.arg(&mut vel).arg(&mut strf);
+            unsafe { b.launch(blocks(ntasks, P2P_THREADS)) }?;
+        }
+        let e_p2p_end = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        let mut halo = None;
+        if let Some(e) = ex {
+            let nh = e.halo_count()?;
+            e.coarse(&mut windows)?;
+            if nh > 0 {
+                // the own upload finished long ago: the staging buffer is free
+                let up = pinned(
+                    &self.dev,
+                    &mut staging.up,
+                    8 * nh,
+                    CU_MEMHOSTALLOC_WRITECOMBINED,
+                )?;
+                e.pack_halo(up);
+                let mut hin = unsafe { s.alloc::<f32>(8 * nh) }?;
+                s.memcpy_htod(&*up, &mut hin)?;
+                let hs = self.sort(p, &hin, nh, &g, &mut tm.k_sort, &mut bytes)?;
+                halo = Some(hs);
+            }
+            let t = Instant::now();
+            for ((a, b), w) in e.coarse_ranges().into_iter().zip(&windows) {
+                s.memcpy_htod(w, &mut mult.slice_mut(a..b))?;
+            }
+            e.add_seconds(t.elapsed().as_secs_f64());
+        }
+        e_p2p_end.synchronize()?;
+        tm.k_p2p = e_p2p.elapsed_ms(&e_p2p_end)? as f64 * 1e-3;
+        tm.p2p = t.elapsed().as_secs_f64();
+
+        // ---- 6. halo leaves: P2M (never summed into parents: their owners did that) and
+        // the P2P from the halo to the own planes next to it
+        if let Some(h) = &halo {
+            let t = Instant::now();
+            let (n_lo, n_hi) = (
+                (region.own.0 - region.halo.0) * plane,
+                (region.halo.1 - region.own.1) * plane,
+            );
+            let mut halo_tasks = s.alloc_zeros::<i32>(i4(n_lo + n_hi))?;
+            // own planes next to the halo (one range when they coincide or touch)
+            let (z0, z1) = region.own;
+            let mut ranges = Vec::new();
+            if region.halo.0 < z0 {
+                ranges.push((z0, z0 + 1));
+            }
+            if z1 < region.halo.1 {
+                match ranges.last_mut() {
+                    Some(last) if last.1 >= z1 - 1 => last.1 = z1,
+                    _ => ranges.push((z1 - 1, z1)),
+                }
+            }
+            let nr: usize = ranges.iter().map(|r| (r.1 - r.0) * plane).sum();
+            let mut hnear = s.alloc_zeros::<i32>(i4(ntasks))?;
+            let mut hnsrc = s.alloc_zeros::<i32>(ntasks.max(1))?;
+            let mut hruns = s.alloc_zeros::<i32>(i4(9 * nr))?;
+            let mut scratch = s.alloc_zeros::<i32>(i4(nr.max(ntasks)))?;
+            let mut scratch2 = s.alloc_zeros::<i32>(i4(ntasks))?;
+            tm.k_sort += self.event_timed(|| {
+                let f = self.func(p, "u_p2m_tasks")?;
+                for (c0, cnt, at) in [
+                    (region.halo.0 * plane, n_lo, 0),
+                    (region.own.1 * plane, n_hi, n_lo),
+                ] {
+                    if cnt == 0 {
+                        continue;
+                    }
+                    let (c0_i, cnt_i) = (c0 as i32, cnt as i32);
+                    let mut out = halo_tasks.slice_mut(4 * at..4 * (at + cnt));
+                    let mut b = s.launch_builder(&f);
+                    b.arg(&h.starts).arg(&c0_i).arg(&cnt_i).arg(&leaf_base);
+                    b.arg(&mut out);
+                    unsafe { b.launch(grid1(cnt, 128)) }?;
+                }
+                let f = self.func(p, "u_leaf_tasks")?;
+                let mut at = 0;
+                for &(za, zb) in &ranges {
+                    let u0 = (za - region.own.0) * plane;
+                    let cnt = (zb - za) * plane;
+                    let (c0_i, cnt_i) = ((za * plane) as i32, cnt as i32);
+                    let sl = slice_starts.slice(u0..u0 + cnt + 1);
+                    let mut hr = hruns.slice_mut(4 * 9 * at..4 * 9 * (at + cnt));
+                    let mut b = s.launch_builder(&f);
+                    b.arg(&starts)
+                        .arg(&h.starts)
+                        .arg(&sl)
+                        .arg(&n_i)
+                        .arg(&leaf_base)
+                        .arg(&slice_i)
+                        .arg(&c0_i)
+                        .arg(&cnt_i);
+                    b.arg(&mut scratch)
+                        .arg(&mut hnear)
+                        .arg(&mut hnsrc)
+                        .arg(&mut scratch2)
+                        .arg(&mut hr)
+                        .arg(&mut pairs);
+                    unsafe { b.launch(grid1(cnt, 128)) }?;
+                    at += cnt;
+                }
+                Ok(())
+            })?;
+            tm.k_p2m += self.event_timed(|| {
+                let f = self.func(p, "p2m")?;
+                let mut b = s.launch_builder(&f);
+                b.arg(&h.pos)
+                    .arg(&h.str)
+                    .arg(&halo_tasks)
+                    .arg(&centers)
+                    .arg(&tb.knm);
+                b.arg(&mut mult);
+                unsafe { b.launch(blocks(n_lo + n_hi, ncoef(p).div_ceil(32) * 32)) }?;
+                Ok(())
+            })?;
+            tm.k_p2p += self.event_timed(|| {
+                let f = self.func(p, "p2p_near")?;
+                let mut at = 0;
+                for &(za, zb) in &ranges {
+                    let u0 = (za - region.own.0) * plane;
+                    let cnt = (zb - za) * plane;
+                    let (ta, te) = (ss[u0] as usize, ss[u0 + cnt] as usize);
+                    if te > ta {
+                        let tasks = hnear.slice(4 * ta..4 * te);
+                        let nsrc = hnsrc.slice(ta..te);
+                        let hr = hruns.slice(4 * 9 * at..4 * 9 * (at + cnt));
+                        let mut b = s.launch_builder(&f);
+                        b.arg(&spos).arg(&sstr).arg(&h.pos).arg(&h.str);
+                        b.arg(&tasks).arg(&nsrc).arg(&hr).arg(&period);
+                        b.arg(&mut vel).arg(&mut strf);
+                        unsafe { b.launch(blocks(te - ta, P2P_THREADS)) }?;
+                    }
+                    at += cnt;
+                }
+                Ok(())
+            })?;
+            tm.p2p += t.elapsed().as_secs_f64();
+        }
+        tm.p2p_pairs = s.clone_dtoh(&pairs)?[0];
+
+        // ---- 7. M2L
+        let t = Instant::now();
+        if region.is_whole() {
+            tm.m2l_translations = super::m2l_count(&g);
+        }
         tm.k_m2l = self.event_timed(|| {
             let f = self.func(p, "u_m2l")?;
             for l in 0..=k {
@@ -464,39 +742,40 @@ impl UniformFmm {
                 let (off, nl) = (g.level_offset(l) as i32, g.n_at(l) as i32);
                 let top = (l == 0) as i32;
                 let w = g.width(l) as f32;
+                let (c0, cnt) = region.level_cells(l);
+                let c0_i = c0 as i32;
                 let mut b = s.launch_builder(&f);
                 b.arg(&mult)
                     .arg(&mut loc)
                     .arg(&tb.rots)
                     .arg(&tb.z_m2l)
                     .arg(&tb.toff);
-                b.arg(&r_i).arg(&off).arg(&nl).arg(&top).arg(&w);
-                unsafe { b.launch(blocks(g.n_at(l).pow(3), trt)) }?;
+                b.arg(&r_i).arg(&off).arg(&nl).arg(&top).arg(&w).arg(&c0_i);
+                unsafe { b.launch(blocks(cnt, trt)) }?;
             }
             Ok(())
         })?;
         tm.m2l = t.elapsed().as_secs_f64();
+        drop(halo);
 
-        // ---- 6. downward: L2L, L2P
+        // ---- 8. downward: L2L, L2P
         let t = Instant::now();
-        let mut vel = s.alloc_zeros::<f32>(3 * np)?;
-        let mut strf = s.alloc_zeros::<f32>(3 * np)?;
-        bytes.add(&vel);
-        bytes.add(&strf);
         tm.k_l2l = self.event_timed(|| {
             let f = self.func(p, "u_l2l")?;
             for l in 1..=k {
                 let (coff, nl) = (g.level_offset(l) as i32, g.n_at(l) as i32);
                 let poff = g.level_offset(l - 1) as i32;
                 let dist = (0.5 * 3f64.sqrt() * g.width(l)) as f32;
+                let (c0, cnt) = region.level_cells(l);
+                let c0_i = c0 as i32;
                 let mut b = s.launch_builder(&f);
                 b.arg(&mut loc)
                     .arg(&tb.rots)
                     .arg(&tb.z_l2l)
                     .arg(&tb.toff)
                     .arg(&r_i);
-                b.arg(&coff).arg(&nl).arg(&poff).arg(&dist);
-                unsafe { b.launch(blocks(g.n_at(l).pow(3), trt)) }?;
+                b.arg(&coff).arg(&nl).arg(&poff).arg(&dist).arg(&c0_i);
+                unsafe { b.launch(blocks(cnt, trt)) }?;
             }
             Ok(())
         })?;
@@ -518,25 +797,9 @@ impl UniformFmm {
         tm.downward = t.elapsed().as_secs_f64();
         drop(guard);
 
-        // ---- 7. P2P
+        // ---- 9. back to input order, download
         let t = Instant::now();
-        let period = 0.0f32;
-        tm.k_p2p = self.event_timed(|| {
-            if ntasks == 0 {
-                return Ok(());
-            }
-            let f = self.func(p, "p2p_near")?;
-            let mut b = s.launch_builder(&f);
-            b.arg(&spos).arg(&sstr).arg(&spos).arg(&sstr);
-            b.arg(&near_tasks).arg(&near_nsrc).arg(&runs).arg(&period);
-            b.arg(&mut vel).arg(&mut strf);
-            unsafe { b.launch(blocks(ntasks, P2P_THREADS)) }?;
-            Ok(())
-        })?;
-        tm.p2p = t.elapsed().as_secs_f64();
-
-        // ---- 8. back to input order, download
-        let t = Instant::now();
+        let np_i = np as i32;
         let mut out6 = s.alloc_zeros::<f32>(6 * np)?;
         bytes.add(&out6);
         tm.device_bytes = bytes.0;

@@ -135,7 +135,8 @@ pub fn slices(starts: &[i32], slice: usize) -> Vec<i32> {
         .collect()
 }
 
-/// `u_leaf_tasks`: from the leaf starts (`n^3 + 1`) and the scanned slice counts.
+/// `u_leaf_tasks` over the whole grid: from the leaf starts (`n^3 + 1`) and the scanned
+/// slice counts.
 pub fn leaf_tasks(
     starts: &[i32],
     slice_starts: &[i32],
@@ -143,22 +144,50 @@ pub fn leaf_tasks(
     leaf_base: usize,
     slice: usize,
 ) -> LeafTasks {
-    let leaves = n * n * n;
-    let nt = slice_starts[leaves] as usize;
+    leaf_tasks_range(
+        starts,
+        starts,
+        slice_starts,
+        n,
+        leaf_base,
+        slice,
+        0,
+        n * n * n,
+    )
+}
+
+#[allow(clippy::needless_range_loop)] // u indexes tasks, runs and slice starts alike
+/// `u_leaf_tasks` for the leaves `c0..c0 + ncells` (a rank's slab): `starts` (targets) and
+/// `src_starts` (runs: the same array, or a rank's separately sorted halo) span the whole
+/// grid (`n^3 + 1`), `slice_starts` the range (`ncells + 1`); tasks and runs are indexed from
+/// the first leaf of the range.
+#[allow(clippy::too_many_arguments)] // the kernel's arguments
+pub fn leaf_tasks_range(
+    starts: &[i32],
+    src_starts: &[i32],
+    slice_starts: &[i32],
+    n: usize,
+    leaf_base: usize,
+    slice: usize,
+    c0: usize,
+    ncells: usize,
+) -> LeafTasks {
+    let nt = slice_starts[ncells] as usize;
     let mut t = LeafTasks {
-        p2m: vec![[0; 4]; leaves],
+        p2m: vec![[0; 4]; ncells],
         near: vec![[0; 4]; nt],
         near_nsrc: vec![0; nt],
         l2p: vec![[0; 4]; nt],
-        runs: vec![[0; 4]; 9 * leaves],
+        runs: vec![[0; 4]; 9 * ncells],
         pairs: 0,
     };
-    for c in 0..leaves {
+    for u in 0..ncells {
+        let c = c0 + u;
         let (i, j, k) = (c % n, (c / n) % n, c / (n * n));
         let first = starts[c];
         let cnt = starts[c + 1] - first;
         let g = (leaf_base + c) as i32;
-        t.p2m[c] = [first, cnt, g, 0];
+        t.p2m[u] = [first, cnt, g, 0];
         let (i0, i1) = (i.saturating_sub(1), (i + 1).min(n - 1));
         let mut nsrc = 0;
         let mut r = 0;
@@ -167,23 +196,23 @@ pub fn leaf_tasks(
                 let (jj, kk) = (j as i64 + dy, k as i64 + dz);
                 let run = if jj >= 0 && kk >= 0 && (jj as usize) < n && (kk as usize) < n {
                     let row = n * (jj as usize + n * kk as usize);
-                    let a = starts[i0 + row];
-                    let b = starts[i1 + row + 1];
+                    let a = src_starts[i0 + row];
+                    let b = src_starts[i1 + row + 1];
                     nsrc += b - a;
                     [a, b - a, FREE_IMAGE, 0]
                 } else {
                     [0, 0, FREE_IMAGE, 0]
                 };
-                t.runs[9 * c + r] = run;
+                t.runs[9 * u + r] = run;
                 r += 1;
             }
         }
-        let t0 = slice_starts[c] as usize;
+        let t0 = slice_starts[u] as usize;
         let ns = (cnt as usize).div_ceil(slice);
         for q in 0..ns {
             let f = first + (q * slice) as i32;
             let cn = (cnt - (q * slice) as i32).min(slice as i32);
-            t.near[t0 + q] = [f, cn, (9 * c) as i32, (9 * c + 9) as i32];
+            t.near[t0 + q] = [f, cn, (9 * u) as i32, (9 * u + 9) as i32];
             t.near_nsrc[t0 + q] = nsrc;
             t.l2p[t0 + q] = [f, cn, g, 0];
         }
@@ -359,5 +388,88 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A rank's split: the own planes sorted alone, the halo planes sorted apart; the tasks
+    /// of the own leaves with runs over the own particles plus those with runs over the halo
+    /// (`src_starts`) cover exactly the 27-neighbour pairs of the own targets.
+    #[test]
+    fn own_and_halo_tasks_cover_the_near_field_of_a_slab() {
+        let s = fmm::testsets::standard(3000, 4);
+        let e = Extent::of(&s.position, &s.sigma).unwrap();
+        let g = UniformGrid::fixed(&e, 2, 2);
+        let (lo, inv_w) = g.f32_params();
+        let (pos4, _) = pack_sources(&s);
+        let n = g.n();
+        let plane = |i: usize| {
+            cell_of(
+                [pos4[4 * i], pos4[4 * i + 1], pos4[4 * i + 2]],
+                lo,
+                inv_w,
+                n,
+            )[2]
+        };
+        let (z0, z1) = (3, 5);
+        let own: Vec<usize> = (0..s.len())
+            .filter(|&i| (z0..z1).contains(&plane(i)))
+            .collect();
+        let halo: Vec<usize> = (0..s.len())
+            .filter(|&i| !(z0..z1).contains(&plane(i)) && plane(i) + 3 >= z0 && plane(i) < z1 + 3)
+            .collect();
+        let sub = |idx: &[usize]| -> (Vec<i32>, Vec<i32>) {
+            let p: Vec<f32> = idx
+                .iter()
+                .flat_map(|&i| pos4[4 * i..4 * i + 4].to_vec())
+                .collect();
+            let arrival: Vec<usize> = (0..idx.len()).collect();
+            sort_emulated(&p, lo, inv_w, n, &arrival)
+        };
+        let (operm, ostarts) = sub(&own);
+        let (hperm, hstarts) = sub(&halo);
+        let (c0, nc) = (z0 * n * n, (z1 - z0) * n * n);
+        let sl = exclusive_scan(&slices(&ostarts[c0..c0 + nc + 1], 32));
+        let base = g.level_offset(g.k);
+        let mut got = Vec::new();
+        for (src, perm, idx) in [(&ostarts, &operm, &own), (&hstarts, &hperm, &halo)] {
+            let t = leaf_tasks_range(&ostarts, src, &sl, n, base, 32, c0, nc);
+            for (q, task) in t.near.iter().enumerate() {
+                let mut cnt = 0;
+                for r in &t.runs[task[2] as usize..task[3] as usize] {
+                    for j in r[0]..r[0] + r[1] {
+                        cnt += 1;
+                        for i in task[0]..task[0] + task[1] {
+                            got.push((
+                                own[operm[i as usize] as usize],
+                                idx[perm[j as usize] as usize],
+                            ));
+                        }
+                    }
+                }
+                assert_eq!(cnt, t.near_nsrc[q]);
+            }
+        }
+        let mut want = Vec::new();
+        for &i in &own {
+            let ci = cell_of(
+                [pos4[4 * i], pos4[4 * i + 1], pos4[4 * i + 2]],
+                lo,
+                inv_w,
+                n,
+            );
+            for j in 0..s.len() {
+                let cj = cell_of(
+                    [pos4[4 * j], pos4[4 * j + 1], pos4[4 * j + 2]],
+                    lo,
+                    inv_w,
+                    n,
+                );
+                if (0..3).all(|d| ci[d].abs_diff(cj[d]) <= 1) {
+                    want.push((i, j));
+                }
+            }
+        }
+        got.sort_unstable();
+        want.sort_unstable();
+        assert_eq!(got, want);
     }
 }

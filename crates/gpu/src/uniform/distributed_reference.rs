@@ -1,0 +1,260 @@
+//! The distributed uniform-grid FMM in f64 on the CPU: the algorithm of
+//! [`super::distributed`] (slab decomposition of [`super::slab`]) with the stages of the f64
+//! twin ([`super::reference`]). Run under `domain::ThreadComm` it is what CI checks: for
+//! R = 1, 2, 3 ranks it agrees with the single-rank [`super::evaluate_reference`] (same grid
+//! and lists, only the summation order of the coarse multipoles changes) to round-off.
+//!
+//! Per rank: agree on the grid, send particles outside the slab to their owners, exchange the
+//! halo particles, P2M of the own leaves and M2M over the cells overlapping the slab, the
+//! coarse-level exchange, P2M of the halo leaves, M2L / L2L over the cells overlapping the
+//! slab, L2P and P2P of the own leaves, fields back to the input order.
+
+use super::reference::RefFmm;
+use super::slab::{exchange_coarse, exchange_halo_f64, redistribute, SlabPlan};
+use super::UniformParams;
+use crate::device::GpuResult;
+use domain::Comm;
+use fmm::expansions::Complex64;
+use fmm::{Fields, Sources};
+
+/// Counts of one distributed f64 evaluation on one rank.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DistributedReferenceStats {
+    /// Particles owned after the redistribution, and halo particles received.
+    pub owned: usize,
+    pub halo: usize,
+    /// Particles sent to / received from other ranks by the redistribution.
+    pub moved_out: usize,
+    pub moved_in: usize,
+    /// Bytes sent: redistribution (and the fields' return), halo, coarse multipoles.
+    pub bytes_redistribute: usize,
+    pub bytes_halo: usize,
+    pub bytes_coarse: usize,
+}
+
+/// Collective: velocity and stretching of this rank's `local` particles (input order,
+/// `1/(4 pi)` applied), every rank's particles acting as sources.
+pub fn evaluate_distributed_reference(
+    comm: &dyn Comm,
+    local: &Sources,
+    params: &UniformParams,
+) -> GpuResult<(Fields, DistributedReferenceStats)> {
+    let plan = SlabPlan::agree(comm, local, params)?;
+    let g = plan.grid;
+    let me = plan.rank;
+    let owned = redistribute(comm, &plan, local);
+    let (halo, bytes_halo) = exchange_halo_f64(comm, &plan, &owned);
+    let mut set = owned.to_sources();
+    let n_own = set.len();
+    set.position.extend_from_slice(&halo.position);
+    set.strength.extend_from_slice(&halo.strength);
+    set.sigma.extend_from_slice(&halo.sigma);
+
+    let mut f = RefFmm::new(g, params.order, &set);
+    let own = plan.own(me);
+    f.p2m(own);
+    for l in (0..g.k).rev() {
+        f.m2m(l, plan.cells(me, l));
+    }
+    // coarse levels: windows of the needed planes, as interleaved f64
+    let len = f.len;
+    let mut windows: Vec<Vec<f64>> = (0..g.k)
+        .map(|l| {
+            let (a, b) = plan.cell_index_range(l, plan.needed(me, l));
+            f.mult[a * len..b * len]
+                .iter()
+                .flat_map(|c| [c.re, c.im])
+                .collect()
+        })
+        .collect();
+    let coarse = exchange_coarse(comm, &plan, &mut windows, 2 * len);
+    for (l, w) in windows.iter().enumerate() {
+        let (a, b) = plan.cell_index_range(l, plan.needed(me, l));
+        for (dst, src) in f.mult[a * len..b * len].iter_mut().zip(w.chunks_exact(2)) {
+            *dst = Complex64::new(src[0], src[1]);
+        }
+    }
+    let (h0, h1) = plan.halo(me);
+    if h0 < own.0 {
+        f.p2m((h0, own.0));
+    }
+    if own.1 < h1 {
+        f.p2m((own.1, h1));
+    }
+    for l in 0..=g.k {
+        f.m2l(l, plan.cells(me, l));
+    }
+    for l in 1..=g.k {
+        f.l2l(l, plan.cells(me, l));
+    }
+    let fields = f.fields(own, n_own);
+    let (moved_out, moved_in) = owned.moved();
+    let (out, bytes_back) = owned.return_fields(comm, fields);
+    Ok((
+        out,
+        DistributedReferenceStats {
+            owned: n_own,
+            halo: halo.len(),
+            moved_out,
+            moved_in,
+            bytes_redistribute: owned.bytes + bytes_back,
+            bytes_halo,
+            bytes_coarse: coarse.sent,
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::uniform::evaluate_reference;
+    use domain::ThreadComm;
+    use fmm::evaluators::direct::direct;
+    use fmm::relative_l2_error;
+
+    /// Splits `s` over `ranks`: particle `i` to rank `i % ranks` (so every rank holds
+    /// particles of every slab and the redistribution moves most of them).
+    fn scatter(s: &Sources, ranks: usize, r: usize) -> (Sources, Vec<usize>) {
+        let idx: Vec<usize> = (r..s.len()).step_by(ranks).collect();
+        let mut out = Sources::default();
+        for &i in &idx {
+            out.position.push(s.position[i]);
+            out.strength.push(s.strength[i]);
+            out.sigma.push(s.sigma[i]);
+        }
+        (out, idx)
+    }
+
+    fn run(s: &Sources, params: &UniformParams, ranks: usize) -> (Fields, usize) {
+        let parts = ThreadComm::run(ranks, |c| {
+            let (mine, idx) = scatter(s, ranks, c.rank());
+            let (f, st) = evaluate_distributed_reference(c, &mine, params).unwrap();
+            assert_eq!(f.velocity.len(), mine.len());
+            (f, idx, st)
+        });
+        let mut out = Fields::zeros(s.len());
+        let mut coarse = 0;
+        for (f, idx, st) in parts {
+            coarse += st.bytes_coarse;
+            for (q, &i) in idx.iter().enumerate() {
+                out.velocity[i] = f.velocity[q];
+                out.stretching[i] = f.stretching[q];
+            }
+        }
+        (out, coarse)
+    }
+
+    fn check(s: &Sources, params: &UniformParams, ranks: &[usize], tol: f64) {
+        let want = evaluate_reference(s, params).unwrap();
+        for &r in ranks {
+            let (got, coarse) = run(s, params, r);
+            let eu = relative_l2_error(&got.velocity, &want.velocity);
+            let es = relative_l2_error(&got.stretching, &want.stretching);
+            println!(
+                "R = {r}, grid {:?}: vs single rank {eu:.1e} / {es:.1e}, coarse bytes {coarse}",
+                params.grid
+            );
+            assert!(eu < tol && es < tol, "R = {r}: {eu:.2e} {es:.2e}");
+        }
+    }
+
+    fn small_cores(np: usize, seed: u64) -> Sources {
+        let mut s = fmm::testsets::standard(np, seed);
+        s.sigma.iter_mut().for_each(|v| *v = 0.02);
+        s
+    }
+
+    /// R = 1, 2, 3 (uneven split of 12 planes: 4 each; of 16: 5, 5, 6) against the single-rank
+    /// f64 twin, and against the direct sum.
+    #[test]
+    fn ranks_agree_with_the_single_rank_twin() {
+        let s = small_cores(3000, 11);
+        for grid in [(3, 2), (2, 3)] {
+            let params = UniformParams {
+                order: 6,
+                grid: Some(grid),
+                ..Default::default()
+            };
+            check(&s, &params, &[1, 2, 3], 1e-12);
+        }
+        let params = UniformParams {
+            order: 8,
+            grid: Some((2, 3)),
+            ..Default::default()
+        };
+        let want = direct(&s, &s.as_targets());
+        let (got, _) = run(&s, &params, 3);
+        let eu = relative_l2_error(&got.velocity, &want.velocity);
+        let es = relative_l2_error(&got.stretching, &want.stretching);
+        println!("R = 3 vs direct: {eu:.1e} / {es:.1e}");
+        assert!(eu < 1e-4 && es < 1e-3, "{eu:.2e} {es:.2e}");
+    }
+
+    /// Slabs narrower than the halo: 8 planes over 3 ranks (2, 3, 3 planes: the halo comes
+    /// from two ranks on each side), 4 planes over 4 ranks, and k = 0 (the halo is the grid).
+    #[test]
+    fn narrow_slabs_take_the_halo_from_further_ranks() {
+        let s = small_cores(2000, 12);
+        for (grid, ranks) in [((1, 3), vec![3]), ((1, 2), vec![4]), ((5, 0), vec![2, 3])] {
+            let params = UniformParams {
+                order: 6,
+                grid: Some(grid),
+                ..Default::default()
+            };
+            check(&s, &params, &ranks, 1e-12);
+        }
+    }
+
+    /// Fewer leaf planes than ranks is an error on every rank, as are invalid sources on one.
+    #[test]
+    fn refusals_are_errors_on_every_rank() {
+        let s = small_cores(500, 13);
+        let params = UniformParams {
+            order: 4,
+            grid: Some((1, 1)),
+            ..Default::default()
+        };
+        let errs = ThreadComm::run(3, |c| {
+            let (mine, _) = scatter(&s, 3, c.rank());
+            evaluate_distributed_reference(c, &mine, &params).unwrap_err()
+        });
+        assert!(errs
+            .iter()
+            .all(|e| e.to_string().contains("cannot be split")));
+        let errs = ThreadComm::run(2, |c| {
+            let (mut mine, _) = scatter(&s, 2, c.rank());
+            if c.rank() == 1 {
+                mine.sigma[0] = -1.0;
+            }
+            evaluate_distributed_reference(c, &mine, &UniformParams::default()).unwrap_err()
+        });
+        assert!(errs.iter().all(|e| e.to_string().contains("non-positive")));
+    }
+
+    /// A rank without particles (all of them given to rank 0) still takes part.
+    #[test]
+    fn empty_rank_and_everything_moving() {
+        let s = small_cores(1500, 14);
+        let params = UniformParams {
+            order: 6,
+            grid: Some((2, 2)),
+            ..Default::default()
+        };
+        let want = evaluate_reference(&s, &params).unwrap();
+        let got = ThreadComm::run(2, |c| {
+            let mine = if c.rank() == 0 {
+                s.clone()
+            } else {
+                Sources::default()
+            };
+            let (f, st) = evaluate_distributed_reference(c, &mine, &params).unwrap();
+            if c.rank() == 0 {
+                assert!(st.moved_out > 0);
+            }
+            f
+        });
+        let e = relative_l2_error(&got[0].velocity, &want.velocity);
+        assert!(e < 1e-12, "{e:.2e}");
+        assert!(got[1].velocity.is_empty());
+    }
+}

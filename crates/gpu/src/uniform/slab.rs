@@ -1,0 +1,508 @@
+//! Slab decomposition of the uniform grid over the ranks of a [`domain::Comm`]: what the CPU
+//! twin ([`super::distributed_reference`]) and the device path ([`super::distributed`]) share.
+//!
+//! * The grid is the one the single-rank evaluation of the union of the ranks' particles
+//!   would choose: global count, component-wise bounds and largest core radius are agreed by
+//!   min / max / sum reductions, and [`Extent::from_bounds`] gives bitwise the cube of
+//!   [`Extent::of`].
+//! * Rank `r` owns the leaf planes `z` in `bounds[r]..bounds[r + 1]`, `bounds[r] = r n / R`
+//!   (slabs along z, not x: with the x-fastest cell numbering of [`super::grid`] the cells of
+//!   a slab are one contiguous index range at every level, so every kernel takes a first
+//!   cell and a count, and an exchanged window of cells is one contiguous block of memory).
+//!   A particle's leaf plane is computed from its f32 position exactly as the device sort
+//!   computes it (`sort::cell_of`), so host and device agree on every ownership.
+//! * Halo: the particles of the leaf planes within [`HALO`] of the slab (from any rank that
+//!   owns them, so a slab narrower than the halo gets planes from further ranks). The leaf
+//!   stencil reaches 3 leaves, so the halo leaves are complete: their multipoles and the P2P
+//!   sources are local. At `k = 0` the leaf level is the top level (every leaf interacts),
+//!   and the halo is the whole grid.
+//! * Coarse levels `l < k`: each rank builds partial multipoles of its own particles only (a
+//!   cell straddling two slabs gets parts from both); rank `q` sends rank `r` its partial
+//!   cells in the z-range `r`'s M2L needs at each level ([`SlabPlan::needed`]: the cells
+//!   overlapping `r`'s slab widened by the stencil, -2..+3 around the parent pair, the whole
+//!   level at the top), and each rank sums the parts in rank order ([`exchange_coarse`]).
+//!   This sends a few planes per level instead of the whole coarse tree an allreduce would
+//!   (both counted in [`CoarseBytes`]).
+
+use super::grid::{Extent, UniformGrid};
+use super::sort::cell_of;
+use super::UniformParams;
+use crate::device::{GpuError, GpuResult};
+use domain::{Comm, ReduceOp};
+use fmm::{Fields, Sources};
+use rayon::prelude::*;
+
+/// Leaf planes of halo on each side of a slab (the reach of the leaf-level M2L stencil).
+pub const HALO: usize = 3;
+
+/// The agreed grid and the slabs of the ranks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SlabPlan {
+    pub grid: UniformGrid,
+    /// This rank.
+    pub rank: usize,
+    /// `R + 1` leaf planes: rank `r` owns `bounds[r]..bounds[r + 1]`.
+    pub bounds: Vec<usize>,
+    /// Particles over all ranks.
+    pub np_global: usize,
+}
+
+impl SlabPlan {
+    /// Collective: agrees on the global grid from every rank's `local` particles and splits
+    /// its leaf planes as evenly as possible. Every rank gets the same error when a rank's
+    /// particles are invalid, when there are none, or when there are fewer leaf planes than
+    /// ranks.
+    pub fn agree(comm: &dyn Comm, local: &Sources, params: &UniformParams) -> GpuResult<Self> {
+        params.validate()?;
+        let np = local.len();
+        let lens_ok = local.strength.len() == np && local.sigma.len() == np;
+        let (lo, hi, smax, ok) = super::grid::bounds(&local.position, &local.sigma);
+        // one min-reduction: lower bounds, negated upper bounds and core radius, a bad flag
+        let mut v = [
+            lo[0],
+            lo[1],
+            lo[2],
+            -hi[0],
+            -hi[1],
+            -hi[2],
+            -smax,
+            if ok && lens_ok { 0.0 } else { -1.0 },
+        ];
+        comm.allreduce_f64(&mut v, ReduceOp::Min);
+        let mut cnt = [np as f64];
+        comm.allreduce_f64(&mut cnt, ReduceOp::Sum);
+        if v[7] < 0.0 {
+            return Err(GpuError::Unsupported(
+                "a rank has sources with a non-finite value, a non-positive core radius or \
+                 unequal lengths"
+                    .into(),
+            ));
+        }
+        let np_global = cnt[0] as usize;
+        if np_global == 0 {
+            return Err(GpuError::Unsupported("no sources on any rank".into()));
+        }
+        let ext = Extent::from_bounds([v[0], v[1], v[2]], [-v[3], -v[4], -v[5]], -v[6]);
+        let grid = params.grid_for(&ext, np_global);
+        Self::with_grid(comm.rank(), comm.size(), grid, np_global)
+    }
+
+    /// The slabs of `ranks` ranks over `grid` (an error when `n < ranks`).
+    pub fn with_grid(
+        rank: usize,
+        ranks: usize,
+        grid: UniformGrid,
+        np_global: usize,
+    ) -> GpuResult<Self> {
+        let n = grid.n();
+        if n < ranks {
+            return Err(GpuError::Unsupported(format!(
+                "uniform grid of {n} leaf planes cannot be split over {ranks} ranks \
+                 (at least one plane per rank)"
+            )));
+        }
+        Ok(SlabPlan {
+            grid,
+            rank,
+            bounds: (0..=ranks).map(|r| r * n / ranks).collect(),
+            np_global,
+        })
+    }
+
+    pub fn ranks(&self) -> usize {
+        self.bounds.len() - 1
+    }
+    /// Leaves per side.
+    pub fn n(&self) -> usize {
+        self.grid.n()
+    }
+    /// Leaf planes owned by rank `r`.
+    pub fn own(&self, r: usize) -> (usize, usize) {
+        (self.bounds[r], self.bounds[r + 1])
+    }
+    /// Halo width in leaf planes.
+    pub fn halo_width(&self) -> usize {
+        if self.grid.k == 0 {
+            self.n()
+        } else {
+            HALO
+        }
+    }
+    /// Leaf planes rank `r` holds particles of: its slab and the halo (clamped to the grid).
+    pub fn halo(&self, r: usize) -> (usize, usize) {
+        let (z0, z1) = self.own(r);
+        let h = self.halo_width();
+        (z0.saturating_sub(h), (z1 + h).min(self.n()))
+    }
+    /// The rank owning leaf plane `z`.
+    pub fn owner(&self, z: usize) -> usize {
+        self.bounds.partition_point(|&b| b <= z) - 1
+    }
+    /// Leaf plane of a position, in the device's f32 arithmetic.
+    pub fn leaf_z(&self, x: [f64; 3]) -> usize {
+        let (lo, inv_w) = self.grid.f32_params();
+        cell_of(x.map(|v| v as f32), lo, inv_w, self.n())[2]
+    }
+    /// z-planes of the level-`l` cells overlapping rank `r`'s slab.
+    pub fn cells(&self, r: usize, l: usize) -> (usize, usize) {
+        let (z0, z1) = self.own(r);
+        let s = self.grid.k - l;
+        (z0 >> s, ((z1 - 1) >> s) + 1)
+    }
+    /// z-planes of the level-`l` cells whose multipoles the M2L of rank `r`'s cells of level
+    /// `l` reads (the whole level at the top).
+    pub fn needed(&self, r: usize, l: usize) -> (usize, usize) {
+        let nl = self.grid.n_at(l);
+        if l == 0 {
+            return (0, nl);
+        }
+        let (a, b) = self.cells(r, l);
+        let lo = super::stencil::m2l_range(nl, false, a).0;
+        let hi = super::stencil::m2l_range(nl, false, b - 1).1;
+        (lo, hi + 1)
+    }
+    /// Index range (cells) of z-planes `zr` at level `l`.
+    pub fn cell_index_range(&self, l: usize, zr: (usize, usize)) -> (usize, usize) {
+        let nl = self.grid.n_at(l);
+        let off = self.grid.level_offset(l);
+        (off + zr.0 * nl * nl, off + zr.1 * nl * nl)
+    }
+}
+
+fn intersect(a: (usize, usize), b: (usize, usize)) -> Option<(usize, usize)> {
+    let (lo, hi) = (a.0.max(b.0), a.1.min(b.1));
+    (lo < hi).then_some((lo, hi))
+}
+
+/// One particle as 7 f64 (position, strength, core radius), little-endian.
+const F64_ROW: usize = 56;
+
+fn put_row(out: &mut Vec<u8>, x: [f64; 3], a: [f64; 3], s: f64) {
+    for v in x.iter().chain(a.iter()).chain(std::iter::once(&s)) {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
+fn rows_into(buf: &[u8], out: &mut Sources) {
+    for r in buf.chunks_exact(F64_ROW) {
+        let f = |k: usize| f64::from_le_bytes(r[8 * k..8 * k + 8].try_into().expect("8 bytes"));
+        out.position.push([f(0), f(1), f(2)]);
+        out.strength.push([f(3), f(4), f(5)]);
+        out.sigma.push(f(6));
+    }
+}
+
+/// The particles a rank owns after [`redistribute`]: its input particles that lie in its
+/// slab (`kept`, in input order; all of them when `kept` is `None`, the usual case) followed
+/// by those received from other ranks (in rank order). Owned index `i < n_kept` is input
+/// particle `kept[i]`, the others `received[i - n_kept]`.
+#[derive(Debug)]
+pub struct Owned<'a> {
+    pub local: &'a Sources,
+    pub kept: Option<Vec<usize>>,
+    pub received: Sources,
+    /// Leaf plane of every owned particle (empty on a single rank).
+    pub zleaf: Vec<u32>,
+    /// Input indices sent to each rank (in the order sent).
+    sent: Vec<Vec<usize>>,
+    /// Particles received from each rank.
+    recv_counts: Vec<usize>,
+    /// Bytes this rank sent.
+    pub bytes: usize,
+}
+
+impl Owned<'_> {
+    pub fn n_kept(&self) -> usize {
+        self.kept.as_ref().map_or(self.local.len(), |k| k.len())
+    }
+    pub fn len(&self) -> usize {
+        self.n_kept() + self.received.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Position, strength, core radius of owned particle `i`.
+    pub fn get(&self, i: usize) -> ([f64; 3], [f64; 3], f64) {
+        let nk = self.n_kept();
+        let (s, j) = if i < nk {
+            (self.local, self.kept.as_ref().map_or(i, |k| k[i]))
+        } else {
+            (&self.received, i - nk)
+        };
+        (s.position[j], s.strength[j], s.sigma[j])
+    }
+    /// Particles sent away and received.
+    pub fn moved(&self) -> (usize, usize) {
+        (
+            self.sent.iter().map(Vec::len).sum(),
+            self.recv_counts.iter().sum(),
+        )
+    }
+    /// The owned particles as one `Sources` (a copy).
+    pub fn to_sources(&self) -> Sources {
+        let mut out = Sources::default();
+        for i in 0..self.len() {
+            let (x, a, s) = self.get(i);
+            out.position.push(x);
+            out.strength.push(a);
+            out.sigma.push(s);
+        }
+        out
+    }
+
+    /// Collective: the fields of the owned particles (owned order) back to the input order of
+    /// `local` (those of received particles go back to their senders). Returns the fields and
+    /// the bytes sent.
+    pub fn return_fields(&self, comm: &dyn Comm, owned: Fields) -> (Fields, usize) {
+        let (out_n, in_n) = self.moved();
+        let any = {
+            let mut v = [(out_n + in_n) as f64];
+            comm.allreduce_f64(&mut v, ReduceOp::Max);
+            v[0] > 0.0
+        };
+        if !any {
+            return (owned, 0); // nothing moved anywhere: owned order is input order
+        }
+        let nk = self.n_kept();
+        let mut send: Vec<Vec<u8>> = vec![Vec::new(); comm.size()];
+        let mut at = nk;
+        for (r, &c) in self.recv_counts.iter().enumerate() {
+            for i in at..at + c {
+                for v in owned.velocity[i].iter().chain(owned.stretching[i].iter()) {
+                    send[r].extend_from_slice(&v.to_le_bytes());
+                }
+            }
+            at += c;
+        }
+        let bytes = send.iter().map(Vec::len).sum();
+        let recv = comm.alltoallv(&send);
+        let mut out = Fields::zeros(self.local.len());
+        for i in 0..nk {
+            let j = self.kept.as_ref().map_or(i, |k| k[i]);
+            out.velocity[j] = owned.velocity[i];
+            out.stretching[j] = owned.stretching[i];
+        }
+        for (r, buf) in recv.iter().enumerate() {
+            assert_eq!(buf.len(), 48 * self.sent[r].len(), "fields returned");
+            for (row, &j) in buf.chunks_exact(48).zip(&self.sent[r]) {
+                let f = |k: usize| f64::from_le_bytes(row[8 * k..8 * k + 8].try_into().unwrap());
+                out.velocity[j] = [f(0), f(1), f(2)];
+                out.stretching[j] = [f(3), f(4), f(5)];
+            }
+        }
+        (out, bytes)
+    }
+}
+
+/// Collective: sends every input particle outside this rank's slab to its owner (alltoallv
+/// of f64 rows). Nothing is copied when no particle moves.
+pub fn redistribute<'a>(comm: &dyn Comm, plan: &SlabPlan, local: &'a Sources) -> Owned<'a> {
+    let ranks = comm.size();
+    let me = plan.rank;
+    if ranks == 1 {
+        // one slab holds every leaf: nothing moves, no halo (no leaf planes needed)
+        return Owned {
+            local,
+            kept: None,
+            received: Sources::default(),
+            zleaf: Vec::new(),
+            sent: vec![Vec::new()],
+            recv_counts: vec![0],
+            bytes: 0,
+        };
+    }
+    let z: Vec<u32> = local
+        .position
+        .par_iter()
+        .map(|&x| plan.leaf_z(x) as u32)
+        .collect();
+    let (z0, z1) = plan.own(me);
+    let outside: Vec<usize> = (0..local.len())
+        .into_par_iter()
+        .filter(|&i| !(z0..z1).contains(&(z[i] as usize)))
+        .collect();
+    let mut sent = vec![Vec::new(); ranks];
+    for &i in &outside {
+        sent[plan.owner(z[i] as usize)].push(i);
+    }
+    let mut send: Vec<Vec<u8>> = vec![Vec::new(); ranks];
+    for (r, idx) in sent.iter().enumerate() {
+        for &i in idx {
+            put_row(
+                &mut send[r],
+                local.position[i],
+                local.strength[i],
+                local.sigma[i],
+            );
+        }
+    }
+    let bytes = send.iter().map(Vec::len).sum();
+    let recv = comm.alltoallv(&send);
+    let mut received = Sources::default();
+    let mut recv_counts = vec![0; ranks];
+    for (r, buf) in recv.iter().enumerate() {
+        recv_counts[r] = buf.len() / F64_ROW;
+        rows_into(buf, &mut received);
+    }
+    let (kept, mut zleaf) = if outside.is_empty() {
+        (None, z)
+    } else {
+        let keep: Vec<usize> = (0..local.len())
+            .filter(|&i| (z0..z1).contains(&(z[i] as usize)))
+            .collect();
+        let zk = keep.iter().map(|&i| z[i]).collect();
+        (Some(keep), zk)
+    };
+    zleaf.extend(received.position.iter().map(|&x| plan.leaf_z(x) as u32));
+    Owned {
+        local,
+        kept,
+        received,
+        zleaf,
+        sent,
+        recv_counts,
+        bytes,
+    }
+}
+
+/// Owned indices (in owned order) this rank sends to each rank as halo: its particles of the
+/// leaf planes of the other rank's halo.
+pub fn halo_lists(plan: &SlabPlan, owned: &Owned) -> Vec<Vec<usize>> {
+    let me = plan.rank;
+    (0..plan.ranks())
+        .map(|r| {
+            if r == me {
+                return Vec::new();
+            }
+            match intersect(plan.halo(r), plan.own(me)) {
+                None => Vec::new(),
+                Some((a, b)) => (0..owned.len())
+                    .into_par_iter()
+                    .filter(|&i| (a..b).contains(&(owned.zleaf[i] as usize)))
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+/// Collective: the halo particles of this rank as f64 `Sources` (rank order, each sender's
+/// owned order) and the bytes sent (56 per particle).
+pub fn exchange_halo_f64(comm: &dyn Comm, plan: &SlabPlan, owned: &Owned) -> (Sources, usize) {
+    let lists = halo_lists(plan, owned);
+    let send: Vec<Vec<u8>> = lists
+        .iter()
+        .map(|l| {
+            let mut b = Vec::with_capacity(F64_ROW * l.len());
+            for &i in l {
+                let (x, a, s) = owned.get(i);
+                put_row(&mut b, x, a, s);
+            }
+            b
+        })
+        .collect();
+    let bytes = send.iter().map(Vec::len).sum();
+    let mut halo = Sources::default();
+    for buf in comm.alltoallv(&send) {
+        rows_into(&buf, &mut halo);
+    }
+    (halo, bytes)
+}
+
+/// A scalar of the exchanged expansions (f64 on the CPU, f32 on the device).
+pub trait Scalar: Copy + Default + std::ops::AddAssign + Send + Sync {
+    const BYTES: usize;
+    fn put(self, out: &mut Vec<u8>);
+    fn get(b: &[u8]) -> Self;
+}
+impl Scalar for f64 {
+    const BYTES: usize = 8;
+    fn put(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes());
+    }
+    fn get(b: &[u8]) -> Self {
+        f64::from_le_bytes(b.try_into().expect("8 bytes"))
+    }
+}
+impl Scalar for f32 {
+    const BYTES: usize = 4;
+    fn put(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_le_bytes());
+    }
+    fn get(b: &[u8]) -> Self {
+        f32::from_le_bytes(b.try_into().expect("4 bytes"))
+    }
+}
+
+/// Bytes of the coarse-level exchange.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CoarseBytes {
+    /// Sent by this rank (the halo of cells).
+    pub sent: usize,
+    /// What an allreduce of the whole coarse levels would move per rank (for comparison).
+    pub allreduce: usize,
+}
+
+/// Collective: completes the coarse multipoles. `windows[l]` (`l < k`) holds the cells of
+/// the z-planes [`SlabPlan::needed`] of this rank at level `l`, `cell_len` scalars each, with
+/// this rank's partial multipoles (zero outside its cells); on return, the sums over the
+/// ranks' parts in rank order.
+pub fn exchange_coarse<T: Scalar>(
+    comm: &dyn Comm,
+    plan: &SlabPlan,
+    windows: &mut [Vec<T>],
+    cell_len: usize,
+) -> CoarseBytes {
+    let me = plan.rank;
+    let k = plan.grid.k;
+    assert_eq!(windows.len(), k);
+    let plane = |l: usize| plan.grid.n_at(l).pow(2) * cell_len;
+    let mine: Vec<(usize, usize)> = (0..k).map(|l| plan.needed(me, l)).collect();
+    let send: Vec<Vec<u8>> = (0..plan.ranks())
+        .map(|r| {
+            let mut b = Vec::new();
+            if r == me {
+                return b;
+            }
+            for l in 0..k {
+                if let Some((a, e)) = intersect(plan.needed(r, l), plan.cells(me, l)) {
+                    let w = &windows[l][(a - mine[l].0) * plane(l)..(e - mine[l].0) * plane(l)];
+                    b.reserve(w.len() * T::BYTES);
+                    w.iter().for_each(|v| v.put(&mut b));
+                }
+            }
+            b
+        })
+        .collect();
+    let sent = send.iter().map(Vec::len).sum();
+    let recv = comm.alltoallv(&send);
+    for l in 0..k {
+        let mut acc = vec![T::default(); windows[l].len()];
+        for (q, buf) in recv.iter().enumerate() {
+            if q == me {
+                acc.par_iter_mut()
+                    .zip(windows[l].par_iter())
+                    .for_each(|(a, &v)| *a += v);
+                continue;
+            }
+            let Some((a, e)) = intersect(mine[l], plan.cells(q, l)) else {
+                continue;
+            };
+            // this level's part of q's buffer: after its parts of the levels above
+            let start: usize = (0..l)
+                .map(|ll| {
+                    intersect(mine[ll], plan.cells(q, ll)).map_or(0, |(x, y)| (y - x) * plane(ll))
+                })
+                .sum::<usize>()
+                * T::BYTES;
+            let len = (e - a) * plane(l) * T::BYTES;
+            let part = &buf[start..start + len];
+            acc[(a - mine[l].0) * plane(l)..(e - mine[l].0) * plane(l)]
+                .par_iter_mut()
+                .zip(part.par_chunks_exact(T::BYTES))
+                .for_each(|(x, b)| *x += T::get(b));
+        }
+        windows[l] = acc;
+    }
+    let allreduce = (0..k).map(|l| plan.grid.n_at(l).pow(3)).sum::<usize>() * cell_len * T::BYTES;
+    CoarseBytes { sent, allreduce }
+}
