@@ -4,27 +4,35 @@
 //! Per rank:
 //! 1. agree on the grid (two small reductions) and split the leaf planes into slabs;
 //! 2. redistribution: particles outside the rank's slab go to their owners (alltoallv of f64
-//!    rows; in a time-stepping code only few move; nothing is copied when none does);
+//!    rows; in a time-stepping code only few move; when none does, one pass computing the
+//!    leaf planes and one small reduction, nothing sent or copied);
 //! 3. the device pipeline of [`UniformFmm`] over the rank's [`Region`]: sort of the own
 //!    particles, P2M of the own leaves, M2M over the cells overlapping the slab, download of
-//!    the partial coarse multipoles, then the P2P among the own particles is queued and,
-//!    while the device runs it, the host exchanges
-//!    * the halo: the particles of the 3 leaf planes on each side, as the f32 rows the
-//!      device reads (`float4` position and `1/sigma`, `float4` strength: 32 bytes per
-//!      particle, bitwise what the owner packs), alltoallv;
+//!    the partial coarse multipoles other ranks need and of the leaf multipoles other ranks'
+//!    leaf-level M2L reads beyond their particle halo, then the P2P among the own particles is
+//!    queued and, while the device runs it, the host exchanges
+//!    * the halo: the particles of the leaf plane on each side (the P2P's reach), as the f32
+//!      rows the device reads (`float4` position and `1/sigma`, `float4` strength: 32 bytes
+//!      per particle, bitwise what the owner packs), alltoallv;
+//!    * the leaf multipoles of the further planes the leaf-level M2L reads (2 and 3 planes
+//!      away: [`SlabPlan::leaf_mult_planes`]), computed by their owners;
 //!    * the coarse multipoles ([`super::slab::exchange_coarse`]: the partial multipoles of
 //!      the levels above the leaves that other ranks' stencils reach, summed in rank order);
 //! 4. the halo particles are uploaded and sorted apart (their leaves are not the rank's),
 //!    P2M of the halo leaves, the P2P from the halo to the own planes next to it, upload of
-//!    the complete coarse multipoles, M2L, L2L and L2P over the cells of the slab;
+//!    the received leaf and completed coarse multipoles, M2L, L2L and L2P over the cells of
+//!    the slab;
 //! 5. the fields of particles received in step 2 go back to their senders; the result is in
 //!    the input order of `local`.
 
 use super::pipeline::{RankExchange, Region};
-use super::slab::{exchange_coarse, halo_lists, redistribute, CoarseBytes, Owned, SlabPlan};
+use super::slab::{
+    exchange_coarse, exchange_leaf_multipoles, halo_lists, redistribute, CoarseBytes, Owned, Parts,
+    Ranges, SlabPlan,
+};
 use super::{UniformFmm, UniformParams, UniformTimes};
 use crate::device::{GpuError, GpuResult};
-use domain::{Comm, ReduceOp};
+use domain::Comm;
 use fmm::expansions::ncoef;
 use fmm::{Fields, Sources};
 use rayon::prelude::*;
@@ -99,6 +107,53 @@ impl RankExchange for Exchange<'_> {
             .collect()
     }
 
+    fn coarse_parts(&self) -> Vec<(Ranges, Ranges)> {
+        let me = self.plan.rank;
+        (0..self.plan.grid.k)
+            .map(|l| {
+                let plane = self.plan.grid.n_at(l).pow(2) * self.cell_len;
+                let z0 = self.plan.needed(me, l).0;
+                let floats = |v: Vec<(usize, usize)>| {
+                    v.into_iter()
+                        .map(|(a, b)| ((a - z0) * plane, (b - z0) * plane))
+                        .collect()
+                };
+                (
+                    floats(self.plan.coarse_sent(l)),
+                    floats(self.plan.coarse_received(l)),
+                )
+            })
+            .collect()
+    }
+
+    fn leaf_ranges(&self) -> Vec<(usize, usize)> {
+        let k = self.plan.grid.k;
+        self.plan
+            .leaf_mult_sends()
+            .into_iter()
+            .map(|zr| {
+                let (a, b) = self.plan.cell_index_range(k, zr);
+                (a * self.cell_len, b * self.cell_len)
+            })
+            .collect()
+    }
+
+    fn leaf_multipoles(&mut self, parts: &[&[f32]]) -> GpuResult<Parts<f32>> {
+        let t = Instant::now();
+        let k = self.plan.grid.k;
+        let (recv, bytes) = exchange_leaf_multipoles(self.comm, self.plan, parts, self.cell_len);
+        self.halo_bytes += bytes;
+        let out = recv
+            .into_iter()
+            .map(|(zr, w)| {
+                let (a, b) = self.plan.cell_index_range(k, zr);
+                ((a * self.cell_len, b * self.cell_len), w)
+            })
+            .collect();
+        self.halo_seconds += t.elapsed().as_secs_f64();
+        Ok(out)
+    }
+
     fn halo_count(&mut self) -> GpuResult<usize> {
         let t = Instant::now();
         let owned = self.owned;
@@ -126,7 +181,7 @@ impl RankExchange for Exchange<'_> {
                 b
             })
             .collect();
-        self.halo_bytes = send.iter().map(Vec::len).sum();
+        self.halo_bytes += send.iter().map(Vec::len).sum::<usize>();
         self.halo = self.comm.alltoallv(&send);
         self.halo_seconds += t.elapsed().as_secs_f64();
         Ok(self.halo.iter().map(|b| b.len() / HALO_ROW).sum())
@@ -202,9 +257,7 @@ pub fn evaluate_distributed(
     let n_own = owned.len();
     (tm.moved_out, tm.moved_in) = owned.moved();
     tm.redistribute = t.elapsed().as_secs_f64();
-    let mut least = [n_own as f64];
-    comm.allreduce_f64(&mut least, ReduceOp::Min);
-    if least[0] < 1.0 {
+    if owned.min_owned == 0 {
         return Err(GpuError::Unsupported(
             "a rank has no particle in its slab (the device path needs at least one)".into(),
         ));

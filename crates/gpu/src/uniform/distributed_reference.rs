@@ -5,12 +5,15 @@
 //! and lists, only the summation order of the coarse multipoles changes) to round-off.
 //!
 //! Per rank: agree on the grid, send particles outside the slab to their owners, exchange the
-//! halo particles, P2M of the own leaves and M2M over the cells overlapping the slab, the
-//! coarse-level exchange, P2M of the halo leaves, M2L / L2L over the cells overlapping the
+//! halo particles (one plane), P2M of the own leaves and M2M over the cells overlapping the
+//! slab, the coarse-level exchange, the exchange of the leaf multipoles beyond the particle
+//! halo, P2M of the halo leaves, M2L / L2L over the cells overlapping the
 //! slab, L2P and P2P of the own leaves, fields back to the input order.
 
 use super::reference::RefFmm;
-use super::slab::{exchange_coarse, exchange_halo_f64, redistribute, SlabPlan};
+use super::slab::{
+    exchange_coarse, exchange_halo_f64, exchange_leaf_multipoles, redistribute, SlabPlan,
+};
 use super::UniformParams;
 use crate::device::GpuResult;
 use domain::Comm;
@@ -74,6 +77,26 @@ pub fn evaluate_distributed_reference(
             *dst = Complex64::new(src[0], src[1]);
         }
     }
+    // leaf multipoles beyond the particle halo, from their owners
+    let leaf = |zr: (usize, usize)| plan.cell_index_range(g.k, zr);
+    let parts: Vec<Vec<f64>> = plan
+        .leaf_mult_sends()
+        .into_iter()
+        .map(|zr| {
+            let (a, b) = leaf(zr);
+            f.mult[a * len..b * len]
+                .iter()
+                .flat_map(|c| [c.re, c.im])
+                .collect()
+        })
+        .collect();
+    let (recv, bytes_leaf) = exchange_leaf_multipoles(comm, &plan, &parts, 2 * len);
+    for (zr, w) in recv {
+        let (a, b) = leaf(zr);
+        for (dst, src) in f.mult[a * len..b * len].iter_mut().zip(w.chunks_exact(2)) {
+            *dst = Complex64::new(src[0], src[1]);
+        }
+    }
     let (h0, h1) = plan.halo(me);
     if h0 < own.0 {
         f.p2m((h0, own.0));
@@ -98,7 +121,7 @@ pub fn evaluate_distributed_reference(
             moved_out,
             moved_in,
             bytes_redistribute: owned.bytes + bytes_back,
-            bytes_halo,
+            bytes_halo: bytes_halo + bytes_leaf,
             bytes_coarse: coarse.sent,
         },
     ))
@@ -190,8 +213,9 @@ mod tests {
         assert!(eu < 1e-4 && es < 1e-3, "{eu:.2e} {es:.2e}");
     }
 
-    /// Slabs narrower than the halo: 8 planes over 3 ranks (2, 3, 3 planes: the halo comes
-    /// from two ranks on each side), 4 planes over 4 ranks, and k = 0 (the halo is the grid).
+    /// Slabs narrower than the M2L stencil: 8 planes over 3 ranks (2, 3, 3 planes: the leaf
+    /// multipoles come from two ranks on each side), 4 planes over 4 ranks, and k = 0 (every
+    /// plane interacts).
     #[test]
     fn narrow_slabs_take_the_halo_from_further_ranks() {
         let s = small_cores(2000, 12);

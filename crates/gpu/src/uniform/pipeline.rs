@@ -12,7 +12,7 @@
 //!    source runs, L2P); the slice offsets are the only mid-way download;
 //! 4. upward: cell centres, P2M per leaf, M2M level by level;
 //! 5. P2P: `p2p_near` over the 9 runs of each leaf (on a rank: among the own particles, while
-//!    the host exchanges the halo particles and coarse multipoles; then the halo particles
+//!    the host exchanges the halo particles, leaf and coarse multipoles; then the halo particles
 //!    are sorted apart, their leaves get P2M, and a second `p2p_near` adds the halo sources
 //!    to the own planes next to them);
 //! 6. M2L per level over the implicit stencil (one block per target cell);
@@ -22,6 +22,7 @@
 //!    in parallel, while the next piece is copied).
 
 use super::grid::{Extent, UniformGrid};
+use super::slab::{Parts, Ranges};
 use super::sort::SCAN_BLOCK;
 use super::stencil::RotationTable;
 use super::{UniformParams, UniformTimes};
@@ -183,6 +184,15 @@ impl Region {
 pub(crate) trait RankExchange {
     /// Float ranges of the multipole array holding the coarse windows (levels `< k`).
     fn coarse_ranges(&self) -> Vec<(usize, usize)>;
+    /// Per window, the float ranges (relative to its start) that `coarse` reads (downloaded;
+    /// the rest of the window is left zero) and those it changes (uploaded).
+    fn coarse_parts(&self) -> Vec<(Ranges, Ranges)>;
+    /// Float ranges of the multipole array holding the leaf multipoles other ranks need
+    /// (downloaded after the P2M, in this order, and handed to `leaf_multipoles`).
+    fn leaf_ranges(&self) -> Vec<(usize, usize)>;
+    /// Exchanges the leaf multipoles: this rank's parts (of `leaf_ranges`) in, the float
+    /// ranges of the multipole array with the received leaf multipoles out.
+    fn leaf_multipoles(&mut self, parts: &[&[f32]]) -> GpuResult<Parts<f32>>;
     /// Receives the halo particles; returns their count.
     fn halo_count(&mut self) -> GpuResult<usize>;
     /// Writes the halo particles into `out` (`8 nh` floats: position rows, then strength rows).
@@ -428,7 +438,8 @@ impl UniformFmm {
         (tm.n, tm.m, tm.k) = (n, m, k);
         let r = g.max_offset();
         self.ensure_tables(p, r)?;
-        let mut staging = self.staging.lock().expect("staging poisoned");
+        let mut staging_guard = self.staging.lock().expect("staging poisoned");
+        let staging: &mut Staging = &mut staging_guard;
         let up = pinned(
             &self.dev,
             &mut staging.up,
@@ -566,11 +577,29 @@ impl UniformFmm {
         })?;
         // the partial coarse multipoles leave for the other ranks (the stream is idle here)
         let mut windows = Vec::new();
+        let mut leaf_parts = Vec::new();
         if let Some(e) = ex.as_deref_mut() {
             let t = Instant::now();
-            for (a, b) in e.coarse_ranges() {
-                windows.push(s.clone_dtoh(&mult.slice(a..b))?);
+            for ((a, b), (down, _)) in e.coarse_ranges().into_iter().zip(e.coarse_parts()) {
+                let mut w = vec![0.0f32; b - a];
+                for (x, y) in down {
+                    s.memcpy_dtoh(&mult.slice(a + x..a + y), &mut w[x..y])?;
+                }
+                windows.push(w);
             }
+            // the leaf multipoles other ranks need, into the (idle) page-locked download buffer
+            let ranges = e.leaf_ranges();
+            let total: usize = ranges.iter().map(|&(a, b)| b - a).sum();
+            if total > 0 {
+                let mut rest = pinned(&self.dev, &mut staging.down, total, 0)?;
+                for (a, b) in ranges {
+                    let (h, r) = rest.split_at_mut(b - a);
+                    s.memcpy_dtoh(&mult.slice(a..b), &mut *h)?;
+                    leaf_parts.push(&*h);
+                    rest = r;
+                }
+            }
+            s.synchronize()?;
             e.add_seconds(t.elapsed().as_secs_f64());
         }
         tm.upward = t.elapsed().as_secs_f64();
@@ -595,24 +624,43 @@ impl UniformFmm {
         let mut halo = None;
         if let Some(e) = ex {
             let nh = e.halo_count()?;
+            let leaf_up = e.leaf_multipoles(&leaf_parts)?;
             e.coarse(&mut windows)?;
+            // multipoles to upload (received leaves, completed coarse cells): float ranges of
+            // the multipole array and their data
+            let mut mult_up: Vec<(usize, &[f32])> =
+                leaf_up.iter().map(|((a, _), w)| (*a, &w[..])).collect();
+            for (((a, _), (_, up)), w) in e
+                .coarse_ranges()
+                .into_iter()
+                .zip(e.coarse_parts())
+                .zip(&windows)
+            {
+                mult_up.extend(up.into_iter().map(|(x, y)| (a + x, &w[x..y])));
+            }
+            let nm: usize = mult_up.iter().map(|(_, w)| w.len()).sum();
+            // the own upload finished long ago: the staging buffer is free (one buffer for
+            // the halo particles and the multipoles, so the copies run asynchronously)
+            let up = pinned(
+                &self.dev,
+                &mut staging.up,
+                8 * nh + nm,
+                CU_MEMHOSTALLOC_WRITECOMBINED,
+            )?;
+            let (hup, mut mup) = up.split_at_mut(8 * nh);
             if nh > 0 {
-                // the own upload finished long ago: the staging buffer is free
-                let up = pinned(
-                    &self.dev,
-                    &mut staging.up,
-                    8 * nh,
-                    CU_MEMHOSTALLOC_WRITECOMBINED,
-                )?;
-                e.pack_halo(up);
+                e.pack_halo(hup);
                 let mut hin = unsafe { s.alloc::<f32>(8 * nh) }?;
-                s.memcpy_htod(&*up, &mut hin)?;
+                s.memcpy_htod(&*hup, &mut hin)?;
                 let hs = self.sort(p, &hin, nh, &g, &mut tm.k_sort, &mut bytes)?;
                 halo = Some(hs);
             }
             let t = Instant::now();
-            for ((a, b), w) in e.coarse_ranges().into_iter().zip(&windows) {
-                s.memcpy_htod(w, &mut mult.slice_mut(a..b))?;
+            for (a, w) in mult_up {
+                let (dst, r) = mup.split_at_mut(w.len());
+                dst.copy_from_slice(w);
+                s.memcpy_htod(&*dst, &mut mult.slice_mut(a..a + w.len()))?;
+                mup = r;
             }
             e.add_seconds(t.elapsed().as_secs_f64());
         }

@@ -11,11 +11,13 @@
 //!   cell and a count, and an exchanged window of cells is one contiguous block of memory).
 //!   A particle's leaf plane is computed from its f32 position exactly as the device sort
 //!   computes it (`sort::cell_of`), so host and device agree on every ownership.
-//! * Halo: the particles of the leaf planes within [`HALO`] of the slab (from any rank that
-//!   owns them, so a slab narrower than the halo gets planes from further ranks). The leaf
-//!   stencil reaches 3 leaves, so the halo leaves are complete: their multipoles and the P2P
-//!   sources are local. At `k = 0` the leaf level is the top level (every leaf interacts),
-//!   and the halo is the whole grid.
+//! * Halo: the particles of the leaf planes within [`HALO`] (= 1, the reach of the P2P) of
+//!   the slab. The leaf-level M2L stencil reaches 3 leaves: the multipoles of the leaves
+//!   further than the particle halo ([`SlabPlan::leaf_mult_planes`]; at `k = 0` the leaf
+//!   level is the top level, every leaf interacts, and these are all other planes) come from
+//!   their owners ([`exchange_leaf_multipoles`]: a leaf's multipole is half the bytes of its
+//!   particles and needs no P2M on the receiver). Both come from any rank that owns them, so
+//!   a slab narrower than the stencil gets planes from further ranks.
 //! * Coarse levels `l < k`: each rank builds partial multipoles of its own particles only (a
 //!   cell straddling two slabs gets parts from both); rank `q` sends rank `r` its partial
 //!   cells in the z-range `r`'s M2L needs at each level ([`SlabPlan::needed`]: the cells
@@ -32,8 +34,10 @@ use domain::{Comm, ReduceOp};
 use fmm::{Fields, Sources};
 use rayon::prelude::*;
 
-/// Leaf planes of halo on each side of a slab (the reach of the leaf-level M2L stencil).
-pub const HALO: usize = 3;
+/// Leaf planes of particle halo on each side of a slab (the reach of the P2P: the 27
+/// neighbours of a leaf). The leaf-level M2L reaches further ([`SlabPlan::leaf_mult_planes`]):
+/// those leaves arrive as multipoles, computed by their owners.
+pub const HALO: usize = 1;
 
 /// The agreed grid and the slabs of the ranks.
 #[derive(Clone, Debug, PartialEq)]
@@ -120,19 +124,36 @@ impl SlabPlan {
     pub fn own(&self, r: usize) -> (usize, usize) {
         (self.bounds[r], self.bounds[r + 1])
     }
-    /// Halo width in leaf planes.
-    pub fn halo_width(&self) -> usize {
-        if self.grid.k == 0 {
-            self.n()
-        } else {
-            HALO
-        }
-    }
     /// Leaf planes rank `r` holds particles of: its slab and the halo (clamped to the grid).
     pub fn halo(&self, r: usize) -> (usize, usize) {
         let (z0, z1) = self.own(r);
-        let h = self.halo_width();
-        (z0.saturating_sub(h), (z1 + h).min(self.n()))
+        (z0.saturating_sub(HALO), (z1 + HALO).min(self.n()))
+    }
+    /// Leaf planes whose multipoles rank `r` receives from their owners: those its leaf-level
+    /// M2L reads ([`SlabPlan::needed`] at level `k`: the whole grid when `k = 0`) outside its
+    /// particle halo (at most one range below and one above).
+    pub fn leaf_mult_planes(&self, r: usize) -> Vec<(usize, usize)> {
+        let (a, b) = self.needed(r, self.grid.k);
+        let (h0, h1) = self.halo(r);
+        [(a, h0), (h1, b)]
+            .into_iter()
+            .filter(|&(x, y)| x < y)
+            .collect()
+    }
+    /// The leaf planes of this rank's slab whose multipoles it sends, in the order of
+    /// [`exchange_leaf_multipoles`]' parts: for each other rank in rank order, its
+    /// [`SlabPlan::leaf_mult_planes`] within this slab.
+    pub fn leaf_mult_sends(&self) -> Vec<(usize, usize)> {
+        let me = self.rank;
+        (0..self.ranks())
+            .filter(|&r| r != me)
+            .flat_map(|r| {
+                self.leaf_mult_planes(r)
+                    .into_iter()
+                    .filter_map(|zr| intersect(zr, self.own(me)))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
     }
     /// The rank owning leaf plane `z`.
     pub fn owner(&self, z: usize) -> usize {
@@ -160,6 +181,34 @@ impl SlabPlan {
         let lo = super::stencil::m2l_range(nl, false, a).0;
         let hi = super::stencil::m2l_range(nl, false, b - 1).1;
         (lo, hi + 1)
+    }
+    /// z-planes of level `l` (`< k`) whose completed multipoles differ from this rank's
+    /// partial ones after [`exchange_coarse`]: the planes of the window
+    /// ([`SlabPlan::needed`]) holding cells of other ranks (possibly overlapping ranges).
+    pub fn coarse_received(&self, l: usize) -> Vec<(usize, usize)> {
+        let me = self.rank;
+        (0..self.ranks())
+            .filter(|&q| q != me)
+            .filter_map(|q| intersect(self.needed(me, l), self.cells(q, l)))
+            .collect()
+    }
+    /// z-planes of level `l` (`< k`) of this rank's window whose partial multipoles
+    /// [`exchange_coarse`] reads: those sent to other ranks and those of its own cells that
+    /// get parts from other ranks (possibly overlapping ranges; the rest of the window may
+    /// be zero).
+    pub fn coarse_sent(&self, l: usize) -> Vec<(usize, usize)> {
+        let me = self.rank;
+        let own = self.cells(me, l);
+        let mut out: Vec<(usize, usize)> = (0..self.ranks())
+            .filter(|&r| r != me)
+            .filter_map(|r| intersect(self.needed(r, l), own))
+            .collect();
+        out.extend(
+            self.coarse_received(l)
+                .into_iter()
+                .filter_map(|zr| intersect(zr, own)),
+        );
+        out
     }
     /// Index range (cells) of z-planes `zr` at level `l`.
     pub fn cell_index_range(&self, l: usize, zr: (usize, usize)) -> (usize, usize) {
@@ -209,6 +258,10 @@ pub struct Owned<'a> {
     recv_counts: Vec<usize>,
     /// Bytes this rank sent.
     pub bytes: usize,
+    /// Whether any rank moved a particle (agreed by all ranks).
+    any_moved: bool,
+    /// The fewest particles a rank owns (agreed by all ranks).
+    pub min_owned: usize,
 }
 
 impl Owned<'_> {
@@ -254,13 +307,7 @@ impl Owned<'_> {
     /// `local` (those of received particles go back to their senders). Returns the fields and
     /// the bytes sent.
     pub fn return_fields(&self, comm: &dyn Comm, owned: Fields) -> (Fields, usize) {
-        let (out_n, in_n) = self.moved();
-        let any = {
-            let mut v = [(out_n + in_n) as f64];
-            comm.allreduce_f64(&mut v, ReduceOp::Max);
-            v[0] > 0.0
-        };
-        if !any {
+        if !self.any_moved {
             return (owned, 0); // nothing moved anywhere: owned order is input order
         }
         let nk = self.n_kept();
@@ -295,7 +342,9 @@ impl Owned<'_> {
 }
 
 /// Collective: sends every input particle outside this rank's slab to its owner (alltoallv
-/// of f64 rows). Nothing is copied when no particle moves.
+/// of f64 rows). One pass over the input computes the leaf planes and counts the particles
+/// outside the slab; one small reduction tells whether any rank has a particle to move (and
+/// the fewest particles a rank owns then): when none has, nothing is sent or copied.
 pub fn redistribute<'a>(comm: &dyn Comm, plan: &SlabPlan, local: &'a Sources) -> Owned<'a> {
     let ranks = comm.size();
     let me = plan.rank;
@@ -309,14 +358,37 @@ pub fn redistribute<'a>(comm: &dyn Comm, plan: &SlabPlan, local: &'a Sources) ->
             sent: vec![Vec::new()],
             recv_counts: vec![0],
             bytes: 0,
+            any_moved: false,
+            min_owned: local.len(),
         };
     }
-    let z: Vec<u32> = local
-        .position
-        .par_iter()
-        .map(|&x| plan.leaf_z(x) as u32)
-        .collect();
     let (z0, z1) = plan.own(me);
+    let mut z = vec![0u32; local.len()];
+    let n_out: usize = z
+        .par_iter_mut()
+        .zip(local.position.par_iter())
+        .map(|(z, &x)| {
+            let q = plan.leaf_z(x);
+            *z = q as u32;
+            usize::from(!(z0..z1).contains(&q))
+        })
+        .sum();
+    // largest count to move, fewest particles kept (negated: one max-reduction)
+    let mut v = [n_out as f64, -((local.len() - n_out) as f64)];
+    comm.allreduce_f64(&mut v, ReduceOp::Max);
+    if v[0] == 0.0 {
+        return Owned {
+            local,
+            kept: None,
+            received: Sources::default(),
+            zleaf: z,
+            sent: vec![Vec::new(); ranks],
+            recv_counts: vec![0; ranks],
+            bytes: 0,
+            any_moved: false,
+            min_owned: (-v[1]) as usize,
+        };
+    }
     let outside: Vec<usize> = (0..local.len())
         .into_par_iter()
         .filter(|&i| !(z0..z1).contains(&(z[i] as usize)))
@@ -354,6 +426,8 @@ pub fn redistribute<'a>(comm: &dyn Comm, plan: &SlabPlan, local: &'a Sources) ->
         (Some(keep), zk)
     };
     zleaf.extend(received.position.iter().map(|&x| plan.leaf_z(x) as u32));
+    let mut least = [zleaf.len() as f64];
+    comm.allreduce_f64(&mut least, ReduceOp::Min);
     Owned {
         local,
         kept,
@@ -362,6 +436,8 @@ pub fn redistribute<'a>(comm: &dyn Comm, plan: &SlabPlan, local: &'a Sources) ->
         sent,
         recv_counts,
         bytes,
+        any_moved: true,
+        min_owned: least[0] as usize,
     }
 }
 
@@ -406,6 +482,66 @@ pub fn exchange_halo_f64(comm: &dyn Comm, plan: &SlabPlan, owned: &Owned) -> (So
         rows_into(&buf, &mut halo);
     }
     (halo, bytes)
+}
+
+/// Ranges (of planes or of floats), each `(start, end)`.
+pub type Ranges = Vec<(usize, usize)>;
+/// Ranges with their data.
+pub type Parts<T> = Vec<((usize, usize), Vec<T>)>;
+
+/// Collective: the leaf multipoles of [`SlabPlan::leaf_mult_planes`]. `parts[i]` holds this
+/// rank's multipoles of the leaf planes `plan.leaf_mult_sends()[i]` (`cell_len` scalars per
+/// leaf, in cell order). Returns the received leaf-plane ranges with their multipoles (each
+/// leaf has one owner: nothing is summed) and the bytes sent.
+pub fn exchange_leaf_multipoles<T: Scalar, P: AsRef<[T]>>(
+    comm: &dyn Comm,
+    plan: &SlabPlan,
+    parts: &[P],
+    cell_len: usize,
+) -> (Parts<T>, usize) {
+    let me = plan.rank;
+    let plane = plan.n() * plan.n() * cell_len;
+    let sends = plan.leaf_mult_sends();
+    assert_eq!(sends.len(), parts.len(), "leaf multipole parts");
+    let mut send: Vec<Vec<u8>> = vec![Vec::new(); plan.ranks()];
+    let mut at = 0;
+    for (r, buf) in send.iter_mut().enumerate() {
+        if r == me {
+            continue;
+        }
+        for zr in plan.leaf_mult_planes(r) {
+            if let Some((a, b)) = intersect(zr, plan.own(me)) {
+                assert_eq!(sends[at], (a, b));
+                let part = parts[at].as_ref();
+                assert_eq!(part.len(), (b - a) * plane);
+                buf.reserve(part.len() * T::BYTES);
+                part.iter().for_each(|v| v.put(buf));
+                at += 1;
+            }
+        }
+    }
+    let bytes = send.iter().map(Vec::len).sum();
+    let recv = comm.alltoallv(&send);
+    let mut out = Vec::new();
+    for (q, buf) in recv.iter().enumerate() {
+        if q == me {
+            continue;
+        }
+        let mut off = 0;
+        for zr in plan.leaf_mult_planes(me) {
+            if let Some((a, b)) = intersect(zr, plan.own(q)) {
+                let len = (b - a) * plane * T::BYTES;
+                let v: Vec<T> = buf[off..off + len]
+                    .par_chunks_exact(T::BYTES)
+                    .map(T::get)
+                    .collect();
+                out.push(((a, b), v));
+                off += len;
+            }
+        }
+        assert_eq!(off, buf.len(), "leaf multipoles received");
+    }
+    (out, bytes)
 }
 
 /// A scalar of the exchanged expansions (f64 on the CPU, f32 on the device).
