@@ -20,7 +20,6 @@ use crate::device::{GpuDevice, GpuError, GpuResult, FMM, P2P, PPM};
 use crate::layout::{pack_sources, pack_targets, NearLayout};
 use crate::ppm::{cell_geometry, cell_octants, pack_ppm_m2l, PpmHost, PpmTables};
 use crate::tables::{direction_key, knm_table, rot_stride, toff, z_tables, RotationBuilder};
-use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use fmm::backend::{timed, Backend, FarField, PhaseTimes, Plan};
 use fmm::expansions::ncoef;
@@ -231,14 +230,9 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// Runs `f` between two CUDA events and returns its result and the elapsed seconds.
+    /// Runs `f` between two CUDA events ([`GpuDevice::event_timed`]).
     fn event_timed(&self, f: impl FnOnce() -> GpuResult<()>) -> GpuResult<f64> {
-        let s = self.dev.stream();
-        let e0 = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
-        f()?;
-        let e1 = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
-        e1.synchronize()?;
-        Ok(e0.elapsed_ms(&e1)? as f64 * 1e-3)
+        self.dev.event_timed(f)
     }
 
     fn prepare_impl(&self, plan: &Plan, src: &Sources, tgt: &Targets) -> GpuResult<CudaState> {

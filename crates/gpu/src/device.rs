@@ -7,6 +7,7 @@
 //! their first use on a device (`--use_fast_math`, `--gpu-architecture=compute_XY` from the
 //! device's compute capability) and kept for the life of the process, like candle does.
 
+use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
 use fmm::FmmError;
@@ -286,6 +287,17 @@ impl GpuDevice {
     }
 
     /// Waits for all work queued on the stream.
+    /// Runs `f` (launches on this device's stream) between two CUDA events and returns the
+    /// elapsed seconds (kernel time, without the host's launch overhead).
+    pub fn event_timed(&self, f: impl FnOnce() -> GpuResult<()>) -> GpuResult<f64> {
+        let s = self.stream();
+        let e0 = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        f()?;
+        let e1 = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        e1.synchronize()?;
+        Ok(e0.elapsed_ms(&e1)? as f64 * 1e-3)
+    }
+
     pub fn synchronize(&self) -> GpuResult<()> {
         Ok(self.stream.synchronize()?)
     }

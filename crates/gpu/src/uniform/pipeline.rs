@@ -241,14 +241,9 @@ impl UniformFmm {
         self.dev.function(&UNIFORM, &uniform_defines(p), name)
     }
 
-    /// Runs `f` between two CUDA events; returns the elapsed seconds.
+    /// Runs `f` between two CUDA events ([`GpuDevice::event_timed`]).
     fn event_timed(&self, f: impl FnOnce() -> GpuResult<()>) -> GpuResult<f64> {
-        let s = self.dev.stream();
-        let e0 = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
-        f()?;
-        let e1 = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
-        e1.synchronize()?;
-        Ok(e0.elapsed_ms(&e1)? as f64 * 1e-3)
+        self.dev.event_timed(f)
     }
 
     /// Makes sure the tables of order `p` with offsets up to `r` are on the device.
