@@ -97,12 +97,12 @@ fn grid_case(n: usize, seed: u64) -> Case {
     }
 }
 
-#[test]
-fn periodic_fmm_matches_spectral_velocity_of_a_smooth_field() {
-    let case = grid_case(24, 7);
+/// Periodic evaluation (`p = 10`, `K = 4`) of the case's blobs with `method`, checked against
+/// the spectral velocity and stretching (1e-4 / 1e-3).
+fn check_against_spectral(case: &Case, method: Method, label: &str) {
     let s = &case.sources;
     let params = EvalParams {
-        method: Method::Fmm,
+        method,
         order: 10,
         periodic: Some(Periodic {
             box_length: 2.0 * PI,
@@ -113,8 +113,15 @@ fn periodic_fmm_matches_spectral_velocity_of_a_smooth_field() {
     let ev = evaluate(&CpuBackend, &params, s, &s.as_targets()).unwrap();
     let eu = relative_l2_error(&ev.fields.velocity, &case.velocity);
     let es = relative_l2_error(&ev.fields.stretching, &case.stretching);
-    eprintln!("FMM p = 10 vs spectral, 24^3 grid: velocity {eu:e}, stretching {es:e}");
+    eprintln!("{label} p = 10 vs spectral: velocity {eu:e}, stretching {es:e}");
     assert!(eu < 1e-4 && es < 1e-3, "velocity {eu:e} stretching {es:e}");
+}
+
+#[test]
+fn periodic_fmm_matches_spectral_velocity_of_a_smooth_field() {
+    let case = grid_case(24, 7);
+    check_against_spectral(&case, Method::Fmm, "FMM, 24^3 grid");
+    let s = &case.sources;
 
     // the Ewald reference on a sample of the grid points
     let step = 13;
@@ -135,20 +142,5 @@ fn periodic_fmm_matches_spectral_velocity_of_a_smooth_field() {
 
 #[test]
 fn periodic_ppm_matches_spectral_velocity_of_a_smooth_field() {
-    let case = grid_case(16, 8);
-    let s = &case.sources;
-    let params = EvalParams {
-        method: Method::Ppm,
-        order: 10,
-        periodic: Some(Periodic {
-            box_length: 2.0 * PI,
-            image_levels: 4,
-        }),
-        ..EvalParams::default()
-    };
-    let ev = evaluate(&CpuBackend, &params, s, &s.as_targets()).unwrap();
-    let eu = relative_l2_error(&ev.fields.velocity, &case.velocity);
-    let es = relative_l2_error(&ev.fields.stretching, &case.stretching);
-    eprintln!("PPM p = 10 vs spectral, 16^3 grid: velocity {eu:e}, stretching {es:e}");
-    assert!(eu < 1e-4 && es < 1e-3, "velocity {eu:e} stretching {es:e}");
+    check_against_spectral(&grid_case(16, 8), Method::Ppm, "PPM, 16^3 grid");
 }

@@ -1117,6 +1117,13 @@ mod tests {
             .map(|i| Complex64::new((i as f64 * 0.37).sin(), (i as f64 * 0.11).cos()))
             .collect();
         let mut s = Scratch::new(7);
+        let max_diff = |x: &[Complex64], y: &[Complex64]| {
+            x.iter()
+                .zip(y)
+                .map(|(a, b)| (a - b).norm())
+                .fold(0.0, f64::max)
+        };
+        let max_norm = |y: &[Complex64]| y.iter().map(|z| z.norm()).fold(0.0, f64::max);
         let parent = [0.5, -0.25, 1.0];
         for b in 0..8 {
             let h = 0.125;
@@ -1130,15 +1137,8 @@ mod tests {
             );
             ops.m2m_with_rotation(rot, d, &m, &mut x, &mut s);
             ops.m2m(child, parent, &m, &mut y, &mut s);
-            let e = x
-                .iter()
-                .zip(&y)
-                .map(|(a, b)| (a - b).norm())
-                .fold(0.0, f64::max);
-            assert!(
-                e < 1e-14 * y.iter().map(|z| z.norm()).fold(0.0, f64::max),
-                "m2m {b}: {e:e}"
-            );
+            let e = max_diff(&x, &y);
+            assert!(e < 1e-14 * max_norm(&y), "m2m {b}: {e:e}");
             let v = std::array::from_fn(|k| child[k] - parent[k]);
             let (rot, d) = f.diagonal(v).expect("a diagonal");
             let (mut x, mut y) = (
@@ -1147,15 +1147,8 @@ mod tests {
             );
             ops.l2l_with_rotation(rot, d, &m, &mut x, &mut s);
             ops.l2l(parent, child, &m, &mut y, &mut s);
-            let e = x
-                .iter()
-                .zip(&y)
-                .map(|(a, b)| (a - b).norm())
-                .fold(0.0, f64::max);
-            assert!(
-                e < 1e-14 * y.iter().map(|z| z.norm()).fold(0.0, f64::max),
-                "l2l {b}: {e:e}"
-            );
+            let e = max_diff(&x, &y);
+            assert!(e < 1e-14 * max_norm(&y), "l2l {b}: {e:e}");
         }
         assert!(f.diagonal([1.0, 1.0, 0.5]).is_none());
     }

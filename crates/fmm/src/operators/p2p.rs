@@ -134,12 +134,6 @@ pub fn p2p(
     velocity: &mut [[f64; 3]],
     stretching: &mut [[f64; 3]],
 ) {
-    let rho2_max = f64x4::splat(TABLE_RHO2_MAX);
-    let rho2_clamp = f64x4::splat(TABLE_RHO2_MAX * (1.0 - 1e-15));
-    let scale = f64x4::splat(table.scale());
-    let three = f64x4::splat(3.0);
-    let one = f64x4::splat(1.0);
-    let two = f64x4::splat(2.0);
     for (i, xi) in tgt_pos.iter().enumerate() {
         let a = tgt_strength[i];
         let xi: [f64x4; 3] = std::array::from_fn(|c| f64x4::splat(xi[c] - shift[c]));
@@ -149,30 +143,7 @@ pub fn p2p(
         for g in groups {
             let d: [f64x4; 3] = std::array::from_fn(|c| xi[c] - g.x[c]);
             let r2 = d[0] * d[0] + d[1] * d[1] + d[2] * d[2];
-            let rho2 = r2 * g.inv_sigma[0];
-            let inside = rho2.simd_lt(rho2_max);
-            // whole groups inside or outside the table range skip the other branch (neighbour
-            // groups are spatially coherent, so the jump is well predicted)
-            let (k, kp) = match inside.to_bitmask() {
-                0b1111 => {
-                    let (f, gg) = table_lanes(table, rho2, scale, one, two);
-                    (f * g.inv_sigma[1], gg * g.inv_sigma[2])
-                }
-                0 => {
-                    let inv_r2 = one / r2;
-                    let inv_r3 = inv_r2.sqrt() * inv_r2;
-                    (inv_r3, -three * inv_r3 * inv_r2)
-                }
-                _ => {
-                    let (f, gg) = table_lanes(table, rho2.min(rho2_clamp), scale, one, two);
-                    let inv_r2 = one / r2;
-                    let inv_r3 = inv_r2.sqrt() * inv_r2;
-                    (
-                        inside.select(f * g.inv_sigma[1], inv_r3),
-                        inside.select(gg * g.inv_sigma[2], -three * inv_r3 * inv_r2),
-                    )
-                }
-            };
+            let (k, kp) = kernel_lanes(table, g, r2);
             let al = &g.alpha;
             let axd = [
                 al[1] * d[2] - al[2] * d[1],

@@ -237,6 +237,27 @@ pub fn outer_image_locals(
     root_multipole: &[Complex64],
     targets: &Tree,
 ) -> Vec<(usize, Vec<Complex64>)> {
+    let p = ops.order();
+    outer_image_locals_with(
+        ops,
+        periodic,
+        root_multipole,
+        targets,
+        |images, centre, m, local, _| m2l_lattice(p, images, centre, m, local),
+    )
+}
+
+/// [`outer_image_locals`] with the translation of one shell of images given:
+/// `translate(images, centre, multipole, local, scratch)` adds to `local` (about `centre`) the
+/// field of `multipole` placed at every offset of `images` (the tests pass one M2L per image,
+/// the slow reference of the lattice sum).
+fn outer_image_locals_with(
+    ops: &Operators,
+    periodic: &Periodic,
+    root_multipole: &[Complex64],
+    targets: &Tree,
+    translate: impl Fn(&[[f64; 3]], [f64; 3], &[Complex64], &mut [Complex64], &mut Scratch) + Sync,
+) -> Vec<(usize, Vec<Complex64>)> {
     use rayon::prelude::*;
     let p = ops.order();
     let len = expansion_len(p);
@@ -262,7 +283,7 @@ pub fn outer_image_locals(
     // root: the |j| = 4 shell of level 0 and all coarser levels
     let origin = [0.0; 3];
     let mut root_local = vec![zero; len];
-    m2l_lattice(p, &shell4, origin, m0, &mut root_local);
+    translate(&shell4, origin, m0, &mut root_local, &mut scratch);
     let outer = shell(1.0, 2, 4);
     let mut m = vec![zero; len];
     // multipole of the 3 x 3 x 3 supercell of width 3L
@@ -276,7 +297,7 @@ pub fn outer_image_locals(
     for k in 1..periodic.image_levels {
         let width = 3f64.powi(k as i32) * l;
         let src: Vec<[f64; 3]> = outer.iter().map(|j| j.map(|c| c * width)).collect();
-        m2l_lattice(p, &src, origin, &m, &mut root_local);
+        translate(&src, origin, &m, &mut root_local, &mut scratch);
         let mut next = vec![zero; len];
         for sh in shell(1.0, 0, 1) {
             if sh == origin {
@@ -304,7 +325,7 @@ pub fn outer_image_locals(
     for (c, cell) in targets.cells.iter().enumerate() {
         if cell.level == 1 {
             let mut loc = vec![zero; len];
-            m2l_lattice(p, &shell3, cell.center, m0, &mut loc);
+            translate(&shell3, cell.center, m0, &mut loc, &mut scratch);
             shift_local(origin, cell.center, &root_local, &mut loc, &mut scratch);
             level1.insert(c, loc);
         }
@@ -318,15 +339,15 @@ pub fn outer_image_locals(
                 let mut loc = vec![zero; len];
                 match cell.level {
                     0 => {
-                        m2l_lattice(p, &shell23, cell.center, m0, &mut loc);
+                        translate(&shell23, cell.center, m0, &mut loc, sc);
                         shift_local(origin, cell.center, &root_local, &mut loc, sc);
                     }
                     1 => {
-                        m2l_lattice(p, &shell2, cell.center, m0, &mut loc);
+                        translate(&shell2, cell.center, m0, &mut loc, sc);
                         loc.iter_mut().zip(&level1[&c]).for_each(|(a, b)| *a += b);
                     }
                     _ => {
-                        m2l_lattice(p, &shell2, cell.center, m0, &mut loc);
+                        translate(&shell2, cell.center, m0, &mut loc, sc);
                         let parent = cell.parent.expect("a level-2 cell has a parent");
                         let pc = targets.cells[parent].center;
                         shift_local(pc, cell.center, &level1[&parent], &mut loc, sc);
@@ -413,136 +434,6 @@ pub fn m2l_lattice(
 mod tests {
     use super::*;
 
-    /// The former implementation, one rotation-based M2L per image: the reference of
-    /// [`outer_image_locals`].
-    /// Local expansions of the far images (levels `k = 0..K-1` of the module doc), to be added to
-    /// the target cells they are returned for: the cells of level 2 and the leaves above it.
-    ///
-    /// `root_multipole` is the multipole of the whole box about its centre (the origin). Each shell
-    /// acts on cells small enough for its M2L to converge fast: the images at `|j|_inf = 2` on the
-    /// level-2 cells, those at `|j|_inf = 3` on the level-1 cells, the rest (and every coarser level)
-    /// on the root; the coarser locals are carried down by L2L, which is exact. The ratio
-    /// `(r_s + r_t) / d` then stays below 0.55 for every M2L.
-    fn outer_image_locals_by_image(
-        ops: &Operators,
-        periodic: &Periodic,
-        root_multipole: &[Complex64],
-        targets: &Tree,
-    ) -> Vec<(usize, Vec<Complex64>)> {
-        let len = expansion_len(ops.order());
-        let zero = Complex64::new(0.0, 0.0);
-        let mut scratch = Scratch::new(ops.order());
-        // cells that receive the result: level 2, and leaves above it
-        let receivers: Vec<usize> = (0..targets.cells.len())
-            .filter(|&c| {
-                let cell = &targets.cells[c];
-                cell.level == 2 || (cell.level < 2 && cell.is_leaf())
-            })
-            .collect();
-        if periodic.image_levels == 0 {
-            return receivers
-                .into_iter()
-                .map(|c| (c, vec![zero; len]))
-                .collect();
-        }
-        let l = periodic.box_length;
-        let shell = |lo: i32, hi: i32| -> Vec<[f64; 3]> {
-            (-hi..=hi)
-                .flat_map(|x| (-hi..=hi).flat_map(move |y| (-hi..=hi).map(move |z| [x, y, z])))
-                .filter(|j| {
-                    let m = j.iter().map(|c| c.abs()).max().unwrap_or(0);
-                    m >= lo && m <= hi
-                })
-                .map(|j| j.map(|c| c as f64 * l))
-                .collect()
-        };
-        let (shell2, shell3, shell4) = (shell(2, 2), shell(3, 3), shell(4, 4));
-        let m0 = root_multipole.to_vec();
-        let add_shell =
-            |centre: [f64; 3], images: &[[f64; 3]], local: &mut [Complex64], sc: &mut Scratch| {
-                for src in images {
-                    ops.m2l(*src, centre, &m0, local, sc);
-                }
-            };
-        // root: the |j| = 4 shell of level 0 and all coarser levels
-        let origin = [0.0; 3];
-        let mut root_local = vec![zero; len];
-        add_shell(origin, &shell4, &mut root_local, &mut scratch);
-        let outer = shell(2, 4);
-        let mut m = vec![zero; len];
-        // multipole of the 3 x 3 x 3 supercell of width 3L
-        for sh in shell(0, 1) {
-            if sh == origin {
-                m.iter_mut().zip(&m0).for_each(|(a, b)| *a += b);
-            } else {
-                ops.m2m(sh, origin, &m0, &mut m, &mut scratch);
-            }
-        }
-        for k in 1..periodic.image_levels {
-            let width = 3f64.powi(k as i32);
-            for j in &outer {
-                let src = j.map(|c| c * width);
-                ops.m2l(src, origin, &m, &mut root_local, &mut scratch);
-            }
-            let mut next = vec![zero; len];
-            for sh in shell(0, 1) {
-                if sh == origin {
-                    next.iter_mut().zip(&m).for_each(|(a, b)| *a += b);
-                } else {
-                    let c = sh.map(|x| x * width);
-                    ops.m2m(c, origin, &m, &mut next, &mut scratch);
-                }
-            }
-            m = next;
-        }
-        let shift_local = |from: [f64; 3],
-                           to: [f64; 3],
-                           src: &[Complex64],
-                           dst: &mut [Complex64],
-                           sc: &mut Scratch| {
-            if from == to {
-                dst.iter_mut().zip(src).for_each(|(a, b)| *a += b);
-            } else {
-                ops.l2l(from, to, src, dst, sc);
-            }
-        };
-        // level-1 locals: the |j| = 3 shell plus the root's
-        let mut level1: std::collections::HashMap<usize, Vec<Complex64>> = Default::default();
-        for (c, cell) in targets.cells.iter().enumerate() {
-            if cell.level == 1 {
-                let mut loc = vec![zero; len];
-                add_shell(cell.center, &shell3, &mut loc, &mut scratch);
-                shift_local(origin, cell.center, &root_local, &mut loc, &mut scratch);
-                level1.insert(c, loc);
-            }
-        }
-        receivers
-            .into_iter()
-            .map(|c| {
-                let cell = &targets.cells[c];
-                let mut loc = vec![zero; len];
-                match cell.level {
-                    0 => {
-                        add_shell(cell.center, &shell3, &mut loc, &mut scratch);
-                        add_shell(cell.center, &shell2, &mut loc, &mut scratch);
-                        shift_local(origin, cell.center, &root_local, &mut loc, &mut scratch);
-                    }
-                    1 => {
-                        add_shell(cell.center, &shell2, &mut loc, &mut scratch);
-                        loc.iter_mut().zip(&level1[&c]).for_each(|(a, b)| *a += b);
-                    }
-                    _ => {
-                        add_shell(cell.center, &shell2, &mut loc, &mut scratch);
-                        let parent = cell.parent.expect("a level-2 cell has a parent");
-                        let pc = targets.cells[parent].center;
-                        shift_local(pc, cell.center, &level1[&parent], &mut loc, &mut scratch);
-                    }
-                }
-                (c, loc)
-            })
-            .collect()
-    }
-
     #[test]
     fn lattice_summed_far_images_equal_the_per_image_sum() {
         use rand::{Rng, SeedableRng};
@@ -573,7 +464,12 @@ mod tests {
                     image_levels: k,
                 };
                 let a = outer_image_locals(&ops, &per, &root, &tree);
-                let b = outer_image_locals_by_image(&ops, &per, &root, &tree);
+                let b =
+                    outer_image_locals_with(&ops, &per, &root, &tree, |images, c, m, local, sc| {
+                        for src in images {
+                            ops.m2l(*src, c, m, local, sc);
+                        }
+                    });
                 assert_eq!(a.len(), b.len());
                 for ((ca, la), (cb, lb)) in a.iter().zip(&b) {
                     assert_eq!(ca, cb);
