@@ -159,17 +159,19 @@ extern "C" __global__ void u_slices(const int* __restrict__ starts, int ncells, 
 // Tasks of the leaves c0 .. c0 + ncells - 1 (one thread per leaf, u = c - c0; the whole grid
 // on one GPU, the target leaves of a rank's slab otherwise): P2M (first, count, global cell,
 // 0); per slice the p2p_near task (first, count, 9 u, 9 u + 9) with its source count and the
-// L2P task (first, count, global cell, 0); 9 runs per leaf, one per neighbour row (y, z),
-// covering the cells i-1..i+1 (contiguous in the sorted order; `starts` spans the whole grid).
+// L2P task (first, count, global cell, 0); free space: 9 runs per leaf, one per neighbour row
+// (y, z), covering the cells i-1..i+1 (contiguous in the sorted order; `starts` spans the whole
+// grid); periodic: 27 runs, one per neighbour cell (wrapped, with its image code: the lists of
+// crates/gpu/src/uniform/stencil.rs `neighbours_periodic`).
 // The runs and source counts come from `src_starts` (the targets' own `starts`, or on a rank
 // the starts of the separately sorted halo particles, for the P2P from the halo).
 // slice_starts is indexed by u. *pairs += count * sources.
 extern "C" __global__ void u_leaf_tasks(
     const int* __restrict__ starts, const int* __restrict__ src_starts,
     const int* __restrict__ slice_starts, int n, int leaf_base,
-    int slice, int c0, int ncells, int4* __restrict__ p2m_tasks, int4* __restrict__ near_tasks,
-    int* __restrict__ near_nsrc, int4* __restrict__ l2p_tasks, int4* __restrict__ runs,
-    unsigned long long* __restrict__ pairs)
+    int slice, int c0, int ncells, int periodic, int4* __restrict__ p2m_tasks,
+    int4* __restrict__ near_tasks, int* __restrict__ near_nsrc, int4* __restrict__ l2p_tasks,
+    int4* __restrict__ runs, unsigned long long* __restrict__ pairs)
 {
     const int u = blockIdx.x * blockDim.x + threadIdx.x;
     if (u >= ncells) return;
@@ -178,25 +180,46 @@ extern "C" __global__ void u_leaf_tasks(
     const int first = starts[c], cnt = starts[c + 1] - first;
     const int g = leaf_base + c;
     p2m_tasks[u] = make_int4(first, cnt, g, 0);
-    const int i0 = max(i - 1, 0), i1 = min(i + 1, n - 1);
+    const int rpl = periodic ? 27 : 9;
     int nsrc = 0, r = 0;
-    for (int dz = -1; dz <= 1; ++dz)
-        for (int dy = -1; dy <= 1; ++dy) {
-            const int jj = j + dy, kk = k + dz;
-            int4 run = make_int4(0, 0, FREE_IMAGE, 0);
-            if (jj >= 0 && kk >= 0 && jj < n && kk < n) {
-                const int row = n * (jj + n * kk);
-                const int a = src_starts[i0 + row], b = src_starts[i1 + row + 1];
-                run = make_int4(a, b - a, FREE_IMAGE, 0);
-                nsrc += b - a;
+    if (periodic) {
+        // 27 single-cell runs (n >= 3): neighbour c + d wrapped, image shift floor((c + d) / n)
+        for (int dz = -1; dz <= 1; ++dz)
+            for (int dy = -1; dy <= 1; ++dy)
+                for (int dx = -1; dx <= 1; ++dx) {
+                    int xx = i + dx, yy = j + dy, zz = k + dz;
+                    const int tx = xx < 0 ? -1 : (xx >= n ? 1 : 0);
+                    const int ty = yy < 0 ? -1 : (yy >= n ? 1 : 0);
+                    const int tz = zz < 0 ? -1 : (zz >= n ? 1 : 0);
+                    xx -= tx * n;
+                    yy -= ty * n;
+                    zz -= tz * n;
+                    const int cell = xx + n * (yy + n * zz);
+                    const int a = src_starts[cell], b = src_starts[cell + 1];
+                    runs[rpl * u + r] = make_int4(a, b - a, 9 * (tx + 1) + 3 * (ty + 1) + (tz + 1), 0);
+                    nsrc += b - a;
+                    ++r;
+                }
+    } else {
+        const int i0 = max(i - 1, 0), i1 = min(i + 1, n - 1);
+        for (int dz = -1; dz <= 1; ++dz)
+            for (int dy = -1; dy <= 1; ++dy) {
+                const int jj = j + dy, kk = k + dz;
+                int4 run = make_int4(0, 0, FREE_IMAGE, 0);
+                if (jj >= 0 && kk >= 0 && jj < n && kk < n) {
+                    const int row = n * (jj + n * kk);
+                    const int a = src_starts[i0 + row], b = src_starts[i1 + row + 1];
+                    run = make_int4(a, b - a, FREE_IMAGE, 0);
+                    nsrc += b - a;
+                }
+                runs[rpl * u + r] = run;
+                ++r;
             }
-            runs[9 * u + r] = run;
-            ++r;
-        }
+    }
     const int t0 = slice_starts[u];
     for (int q = 0; q * slice < cnt; ++q) {
         const int f = first + q * slice, cn = min(slice, cnt - q * slice);
-        near_tasks[t0 + q] = make_int4(f, cn, 9 * u, 9 * u + 9);
+        near_tasks[t0 + q] = make_int4(f, cn, rpl * u, rpl * u + rpl);
         near_nsrc[t0 + q] = nsrc;
         l2p_tasks[t0 + q] = make_int4(f, cn, g, 0);
     }
@@ -288,10 +311,19 @@ extern "C" __global__ void __launch_bounds__(TR_THREADS) u_m2m(
 
 // M2L into the cells c0 + blockIdx.x of level l (one block per target cell): the classical list over the
 // stencil (top level: every non-adjacent cell), v = target - source in cells, |v| w_l.
+// Periodic: the same ranges unclamped (top level: the 3 x 3 x 3 box images, -nl .. 2 nl - 1),
+// the source multipole that of the wrapped cell, v the unwrapped offset
+// (crates/gpu/src/uniform/stencil.rs `m2l_sources_periodic`).
+__device__ __forceinline__ int wrap_cell(int s, int nl)
+{
+    const int r = s % nl;
+    return r < 0 ? r + nl : r;
+}
+
 extern "C" __global__ void __launch_bounds__(TR_THREADS) u_m2l(
     const float2* __restrict__ mult, float2* __restrict__ loc, const float* __restrict__ rots,
     const float* __restrict__ ztab, const int* __restrict__ toff, int R, int level_off, int nl,
-    int top, float w, int c0)
+    int top, int periodic, float w, int c0)
 {
     TR_SETUP(ztab)
     const int c = c0 + blockIdx.x;
@@ -300,12 +332,12 @@ extern "C" __global__ void __launch_bounds__(TR_THREADS) u_m2l(
 #pragma unroll
     for (int d = 0; d < 3; ++d) {
         if (top) {
-            lo[d] = 0;
-            hi[d] = nl - 1;
+            lo[d] = periodic ? -nl : 0;
+            hi[d] = periodic ? 2 * nl - 1 : nl - 1;
         } else {
             const int p2 = 2 * (ci_[d] / 2);
-            lo[d] = max(p2 - 2, 0);
-            hi[d] = min(p2 + 3, nl - 1);
+            lo[d] = periodic ? p2 - 2 : max(p2 - 2, 0);
+            hi[d] = periodic ? p2 + 3 : min(p2 + 3, nl - 1);
         }
     }
     for (int sz = lo[2]; sz <= hi[2]; ++sz)
@@ -313,7 +345,7 @@ extern "C" __global__ void __launch_bounds__(TR_THREADS) u_m2l(
             for (int sx = lo[0]; sx <= hi[0]; ++sx) {
                 const int vx = ci_[0] - sx, vy = ci_[1] - sy, vz = ci_[2] - sz;
                 if (abs(vx) <= 1 && abs(vy) <= 1 && abs(vz) <= 1) continue;
-                const int src = level_off + sx + nl * (sy + nl * sz);
+                const int src = level_off + wrap_cell(sx, nl) + nl * (wrap_cell(sy, nl) + nl * wrap_cell(sz, nl));
                 const float* rot = rots + (size_t)rot_index(vx, vy, vz, R) * ROT_STRIDE;
                 const float dist = w * sqrtf((float)(vx * vx + vy * vy + vz * vz));
                 tr_entry<1>(mult + (size_t)src * 3 * NC, rot, dist, zrow, t, live, cb, n, m, s_in, s_a, s_b, acc);

@@ -25,8 +25,8 @@ pub enum GridChoice {
     /// targets, every backend).
     #[default]
     Adaptive,
-    /// Uniform grid sorted and evaluated on the GPU (CUDA, FMM, free space, targets = sources;
-    /// for nearly uniform particle sets).
+    /// Uniform grid sorted and evaluated on the GPU (CUDA, FMM, free space or periodic,
+    /// targets = sources; for nearly uniform particle sets).
     Uniform,
 }
 
@@ -58,9 +58,6 @@ impl UniformRunner {
                 params.method
             );
         }
-        if params.periodic.is_some() {
-            anyhow::bail!("--grid uniform is free-space only (no --periodic)");
-        }
         #[cfg(feature = "cuda")]
         {
             let fmm = gpu::UniformFmm::on_device(device)
@@ -87,10 +84,11 @@ impl UniformRunner {
                 core_cutoff: params.core_cutoff,
                 ..Default::default()
             };
-            let (fields, t) = self
-                .fmm
-                .evaluate(sources, &up)
-                .map_err(|e| anyhow::anyhow!("--grid uniform: {e}"))?;
+            let run = match &params.periodic {
+                None => self.fmm.evaluate(sources, &up),
+                Some(q) => self.fmm.evaluate_periodic(sources, &up, q),
+            };
+            let (fields, t) = run.map_err(|e| anyhow::anyhow!("--grid uniform: {e}"))?;
             let times = fmm::PhaseTimes {
                 tree: t.sort,
                 p2m: t.upward,

@@ -45,7 +45,8 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = 0)]
     pub device: usize,
     /// adaptive (octree, lists on the host) or uniform (grid built and evaluated on the GPU:
-    /// CUDA, FMM, free space, one rank, no --targets; for nearly uniform particle sets).
+    /// CUDA, FMM, free space or --periodic, one rank, no --targets; for nearly uniform particle
+    /// sets).
     #[arg(long, value_enum, default_value = "adaptive")]
     pub grid: GridChoice,
     /// Evaluate at these points instead of at the particles: `.npy` float64 of shape (M, 3).

@@ -260,35 +260,7 @@ pub fn evaluate<B: Backend>(
     sources.validate()?;
     targets.validate()?;
     if let Some(p) = &params.periodic {
-        periodic::check_total_strength(sources)?;
-        let smax = sources.max_sigma();
-        if p.box_length < 4.0 * smax {
-            return Err(FmmError::BadParameter {
-                name: "box_length",
-                value: format!("{} (largest core radius {smax})", p.box_length),
-                reason: "the periodic box must be at least 4 core radii wide",
-            });
-        }
-        let half = 0.5 * p.box_length;
-        let (outside, far) =
-            sources
-                .position
-                .iter()
-                .chain(&targets.position)
-                .fold((0usize, 0usize), |(o, f), x| {
-                    // the box is [-L/2, L/2): a coordinate equal to -L/2 is inside
-                    let out = x.iter().any(|&c| !(-half..half).contains(&c));
-                    let m = x.iter().fold(0.0f64, |a, c| a.max(c.abs()));
-                    (o + out as usize, f + (m > half + p.box_length) as usize)
-                });
-        if far > 0 {
-            log::warn!(
-                "{far} positions lie more than one box length outside the periodic box \
-                 [-{half}, {half})^3 ({outside} outside in all); all are wrapped"
-            );
-        } else if outside > 0 {
-            log::info!("{outside} positions outside the periodic box were wrapped");
-        }
+        periodic::check_input(p, sources, &targets.position)?;
     }
     let t0 = Instant::now();
     let mut times = PhaseTimes::default();

@@ -23,11 +23,16 @@
 //! stretching (a derivative) is unaffected. A non-zero total strength has no periodic solution:
 //! [`check_total_strength`] refuses it.
 //!
-//! [`ewald`] holds the Ewald-split reference that scales to `N = 1e6` sources.
+//! [`far_images::FarImages`] sums the same far images for a fixed set of receiving cells (the
+//! uniform-grid path) from lattice sums precomputed once. [`check_input`] holds the checks
+//! every periodic driver makes. [`ewald`] holds the Ewald-split reference that scales to
+//! `N = 1e6` sources.
 
 pub mod ewald;
+pub mod far_images;
 
 pub use ewald::{ewald_reference, EwaldParams, EwaldReference};
+pub use far_images::FarImages;
 
 use crate::expansions::{expansion_len, Complex64};
 use crate::kernel::{cross, INV_4PI};
@@ -128,6 +133,73 @@ pub fn check_total_strength(s: &Sources) -> Result<(), FmmError> {
         });
     }
     Ok(())
+}
+
+/// Positions found outside the periodic box by [`check_input`] (all are wrapped).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WrapCounts {
+    /// Positions outside `[-L/2, L/2)^3`.
+    pub outside: usize,
+    /// Of those, positions with a coordinate beyond `3L/2` in magnitude (more than one box
+    /// length outside).
+    pub far: usize,
+}
+
+/// Counts the positions outside the box `[-L/2, L/2)^3` (a coordinate equal to `-L/2` is
+/// inside) and those more than one box length outside it.
+pub fn wrap_counts<'a>(
+    periodic: &Periodic,
+    positions: impl IntoIterator<Item = &'a [f64; 3]>,
+) -> WrapCounts {
+    let half = 0.5 * periodic.box_length;
+    positions
+        .into_iter()
+        .fold(WrapCounts::default(), |counts, x| {
+            let out = x.iter().any(|&c| !(-half..half).contains(&c));
+            let m = x.iter().fold(0.0f64, |a, c| a.max(c.abs()));
+            WrapCounts {
+                outside: counts.outside + out as usize,
+                far: counts.far + (m > half + periodic.box_length) as usize,
+            }
+        })
+}
+
+/// The checks of a periodic evaluation, shared by every driver: valid box parameters, zero
+/// total strength ([`check_total_strength`]), a box at least 4 of the largest core radii wide;
+/// then counts the positions of `sources` and `other_positions` (the targets) outside the box
+/// ([`wrap_counts`]) and logs them: a warning when some lie more than one box length outside,
+/// otherwise a note when some lie outside. `sources` should be validated first.
+pub fn check_input(
+    periodic: &Periodic,
+    sources: &Sources,
+    other_positions: &[[f64; 3]],
+) -> Result<WrapCounts, FmmError> {
+    periodic.validate()?;
+    check_total_strength(sources)?;
+    let smax = sources.max_sigma();
+    if periodic.box_length < 4.0 * smax {
+        return Err(FmmError::BadParameter {
+            name: "box_length",
+            value: format!("{} (largest core radius {smax})", periodic.box_length),
+            reason: "the periodic box must be at least 4 core radii wide",
+        });
+    }
+    let counts = wrap_counts(periodic, sources.position.iter().chain(other_positions));
+    let half = 0.5 * periodic.box_length;
+    if counts.far > 0 {
+        log::warn!(
+            "{} positions lie more than one box length outside the periodic box \
+             [-{half}, {half})^3 ({} outside in all); all are wrapped",
+            counts.far,
+            counts.outside
+        );
+    } else if counts.outside > 0 {
+        log::info!(
+            "{} positions outside the periodic box were wrapped",
+            counts.outside
+        );
+    }
+    Ok(counts)
 }
 
 /// The constant velocity by which cubic summation differs from the zero-mean periodic
@@ -383,48 +455,153 @@ pub fn m2l_lattice(
     multipole: &[Complex64],
     local: &mut [Complex64],
 ) {
-    use crate::expansions::harmonics::{expand_full, full_index, irregular, knm};
-    use crate::expansions::{index, ncoef};
     if sources.is_empty() {
         return;
     }
-    let nc = ncoef(p);
-    let n2 = ncoef(2 * p);
+    let transfer = LatticeTransfer::from_harmonics(p, &summed_irregular(2 * p, sources, target));
+    transfer.apply(&ScaledMultipole::new(p, multipole), local);
+}
+
+/// `sum_s I(target - s)` over `sources` in the order given: the irregular solid harmonics of
+/// degree `<= p2` (half array of `ncoef(p2)` entries, layout `index`) summed over a group of
+/// source centres, the transfer harmonics `T` of [`m2l_lattice`]. No `target - s` may vanish.
+fn summed_irregular(p2: usize, sources: &[[f64; 3]], target: [f64; 3]) -> Vec<Complex64> {
+    use crate::expansions::harmonics::irregular;
+    use crate::expansions::ncoef;
+    let n2 = ncoef(p2);
     let zero = Complex64::new(0.0, 0.0);
     let (mut sum, mut ih) = (vec![zero; n2], vec![zero; n2]);
     for s in sources {
         irregular(
-            2 * p,
+            p2,
             [target[0] - s[0], target[1] - s[1], target[2] - s[2]],
             &mut ih,
         );
         sum.iter_mut().zip(&ih).for_each(|(a, b)| *a += b);
     }
-    let ones = vec![1.0; n2];
-    let mut tf = vec![zero; (2 * p + 1) * (2 * p + 1)];
-    expand_full(2 * p, &sum, &ones, false, &mut tf);
-    let mut inv_k = vec![0.0; nc];
-    for n in 0..=p {
-        for m in 0..=n {
-            inv_k[index(n, m)] = 1.0 / knm(n, m);
+    sum
+}
+
+/// A multipole in the form the plain M2L consumes: `Mhat_n^m = M_n^m / K_n^m` for
+/// `-n <= m <= n` (full layout `full_index`), the three components one after the other, with
+/// the table `1 / K_n^m` that scales the resulting local back (core paper Eq. 27).
+#[derive(Clone, Debug)]
+struct ScaledMultipole {
+    p: usize,
+    /// `3 (p + 1)^2` entries, component-major.
+    full: Vec<Complex64>,
+    /// `1 / K_n^m` at `index(n, m)`, `n <= p`.
+    inv_k: Vec<f64>,
+}
+
+impl ScaledMultipole {
+    /// From a multipole of `expansion_len(p)` coefficients (fmm layout).
+    fn new(p: usize, multipole: &[Complex64]) -> Self {
+        use crate::expansions::harmonics::{expand_full, knm};
+        use crate::expansions::{index, ncoef};
+        let nc = ncoef(p);
+        let nf = (p + 1) * (p + 1);
+        let mut inv_k = vec![0.0; nc];
+        for n in 0..=p {
+            for m in 0..=n {
+                inv_k[index(n, m)] = 1.0 / knm(n, m);
+            }
+        }
+        let mut full = vec![Complex64::new(0.0, 0.0); 3 * nf];
+        for (c, f) in full.chunks_exact_mut(nf).enumerate() {
+            expand_full(p, &multipole[c * nc..(c + 1) * nc], &inv_k, false, f);
+        }
+        Self { p, full, inv_k }
+    }
+}
+
+/// One M2L whose transfer harmonics `T` (degree `<= 2p`) are given rather than computed from a
+/// single distance: `T` may be the sum of `I(target - s)` over many source centres that share
+/// the multipole ([`m2l_lattice`]), or any precomputed lattice sum
+/// ([`far_images::FarImages`]).
+#[derive(Clone, Debug)]
+struct LatticeTransfer {
+    p: usize,
+    /// `Re T_n^m`, `n <= 2p`, `-n <= m <= n` (full layout `full_index`), then
+    /// [`TRANSFER_PAD`] zeros.
+    re: Vec<f64>,
+    /// `Im T_n^m`, same layout.
+    im: Vec<f64>,
+}
+
+/// Output orders `l` that [`LatticeTransfer::apply`] computes at once (SIMD lanes).
+const LANES: usize = 4;
+/// Zeros after the transfer harmonics: the lanes of `l > k` read up to 3 entries past the last.
+const TRANSFER_PAD: usize = LANES - 1;
+
+impl LatticeTransfer {
+    /// From the half array (`ncoef(2p)` entries, layout `index`) of summed irregular harmonics.
+    fn from_harmonics(p: usize, summed: &[Complex64]) -> Self {
+        use crate::expansions::harmonics::expand_full;
+        use crate::expansions::ncoef;
+        let ones = vec![1.0; ncoef(2 * p)];
+        let nf = (2 * p + 1) * (2 * p + 1);
+        let mut full = vec![Complex64::new(0.0, 0.0); nf + TRANSFER_PAD];
+        expand_full(2 * p, summed, &ones, false, &mut full[..nf]);
+        Self {
+            p,
+            re: full.iter().map(|z| z.re).collect(),
+            im: full.iter().map(|z| z.im).collect(),
         }
     }
-    let mut mf = vec![zero; (p + 1) * (p + 1)];
-    for c in 0..3 {
-        expand_full(p, &multipole[c * nc..(c + 1) * nc], &inv_k, false, &mut mf);
+
+    /// `local += ` the plain M2L (core paper Eq. 27) of `multipole` with these transfer
+    /// harmonics: `Lhat_k^l = (-1)^k sum_{n,m} Mhat_n^m T_{n+k}^{m+l}`, `L = conj(Lhat) / K`.
+    /// `O(p^4)`. Every sum runs over `n`, then `m`, in increasing order, with the complex
+    /// product `Mhat T` in the operation order of `num_complex`; four consecutive `l` of one
+    /// `k` run in the SIMD lanes (their `T_{n+k}^{m+l}` are contiguous), which leaves each
+    /// lane's sum bit for bit that of the scalar loop.
+    fn apply(&self, multipole: &ScaledMultipole, local: &mut [Complex64]) {
+        use crate::expansions::harmonics::full_index;
+        use crate::expansions::{index, ncoef};
+        use wide::f64x4;
+        let p = self.p;
+        assert_eq!(
+            multipole.p, p,
+            "lattice M2L: orders of multipole and transfer differ"
+        );
+        let nc = ncoef(p);
+        let nf = (p + 1) * (p + 1);
+        let mf = &multipole.full;
+        let lanes = |w: &[f64]| f64x4::from(<[f64; LANES]>::try_from(w).expect("4 lanes"));
         for k in 0..=p {
-            for l in 0..=k {
-                let mut s = zero;
+            for l0 in (0..=k).step_by(LANES) {
+                // [Re, Im] of the three components, lane q: order l0 + q
+                let mut acc = [f64x4::splat(0.0); 6];
                 for n in 0..=p {
-                    let ni = n as isize;
-                    for m in -ni..=ni {
-                        s += mf[full_index(n, m)] * tf[full_index(n + k, m + l as isize)];
+                    // m = -n..=n: Mhat_n^m at n^2 + (m + n), T_{n+k}^{m+l} contiguous from m = -n
+                    let (a, w) = (n * n, 2 * n + 1);
+                    let b = full_index(n + k, l0 as isize - n as isize);
+                    let t = self.re[b..b + w + TRANSFER_PAD]
+                        .windows(LANES)
+                        .zip(self.im[b..b + w + TRANSFER_PAD].windows(LANES));
+                    let m = mf[a..a + w]
+                        .iter()
+                        .zip(&mf[nf + a..nf + a + w])
+                        .zip(&mf[2 * nf + a..2 * nf + a + w]);
+                    for ((tr, ti), ((m0, m1), m2)) in t.zip(m) {
+                        let (tr, ti) = (lanes(tr), lanes(ti));
+                        for (c, m) in [m0, m1, m2].into_iter().enumerate() {
+                            let (mr, mi) = (f64x4::splat(m.re), f64x4::splat(m.im));
+                            acc[2 * c] += mr * tr - mi * ti;
+                            acc[2 * c + 1] += mr * ti + mi * tr;
+                        }
                     }
                 }
-                if k % 2 == 1 {
-                    s = -s;
+                let acc = acc.map(|v| v.to_array());
+                for (q, l) in (l0..=k).take(LANES).enumerate() {
+                    let at = index(k, l);
+                    for c in 0..3 {
+                        let s = Complex64::new(acc[2 * c][q], acc[2 * c + 1][q]);
+                        let s = if k % 2 == 1 { -s } else { s };
+                        local[c * nc + at] += s.conj() * multipole.inv_k[at];
+                    }
                 }
-                local[c * nc + index(k, l)] += s.conj() * inv_k[index(k, l)];
             }
         }
     }
@@ -495,6 +672,33 @@ mod tests {
         let w = p.wrap([-7.25, 9.0, 1e-17]);
         assert!(w.iter().all(|&c| (-1.0..1.0).contains(&c)));
         assert!((w[0] - 0.75).abs() < 1e-15 && (w[1] + 1.0).abs() < 1e-15);
+    }
+
+    #[test]
+    fn check_input_counts_wrapped_positions_and_refuses_a_small_box() {
+        let mut s = crate::testsets::standard(40, 2);
+        crate::testsets::subtract_mean_strength(&mut s);
+        let l = 2.0 * PI;
+        let per = Periodic {
+            box_length: l,
+            image_levels: 2,
+        };
+        let wrapped: Vec<[f64; 3]> = s.position.iter().map(|&x| per.wrap(x)).collect();
+        s.position = wrapped;
+        s.sigma.iter_mut().for_each(|v| *v = 0.3);
+        let inside = check_input(&per, &s, &[[-0.5 * l; 3]]).unwrap();
+        assert_eq!(inside, WrapCounts::default());
+        s.position[0][1] = 0.5 * l;
+        s.position[1][2] = 1.6 * l;
+        let others = [[0.0, -1.5 * l, 0.0], [0.0, 0.0, -1.51 * l]];
+        let counts = check_input(&per, &s, &others).unwrap();
+        assert_eq!(counts, WrapCounts { outside: 4, far: 2 });
+        let small = Periodic {
+            box_length: 3.9 * s.max_sigma(),
+            ..per
+        };
+        let e = check_input(&small, &s, &[]).unwrap_err().to_string();
+        assert!(e.contains("4 core radii"), "{e}");
     }
 
     #[test]

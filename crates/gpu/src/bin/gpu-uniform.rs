@@ -3,7 +3,7 @@
 //! ```text
 //! gpu-uniform [--sizes 1e5,1e6,1e7] [--order 6,8] [--cutoff 4.4] [--leaf-target 100]
 //!             [--reps 3] [--samples 1000] [--device 0] [--grid m,k] [--adaptive-max 1e6]
-//!             [--seed 5]
+//!             [--seed 5] [--periodic [--image-levels 4]]
 //! ```
 //! For each N of the standard set (CONVENTIONS.md) and each order p: one warm-up evaluation
 //! (NVRTC compilation and the rotation tables of the order are not timed), then `--reps`
@@ -13,11 +13,18 @@
 //! N <= `--adaptive-max` with the adaptive-octree CUDA FMM (`CudaBackend`, same order) on all
 //! targets. Exits 1 when a velocity error exceeds 1e-4 or, at p >= 8, a stretching error
 //! exceeds 1e-3; 2 when no GPU is usable.
+//!
+//! `--periodic`: the zero-mean standard set in the box `[-pi, pi)^3` (`vortex particles
+//! --periodic`), evaluated periodically (`UniformFmm::evaluate_periodic`, `--image-levels` K)
+//! and, for the cost comparison, in free space (same particles, same reps); the reference is
+//! the Ewald-split sum (`fmm::periodic::ewald`) on the sampled targets, and for N <=
+//! `--adaptive-max` the adaptive-octree CUDA FMM with the same periodic images.
 
 mod common;
 use common::Check;
 
 use fmm::evaluators::direct::direct;
+use fmm::periodic::{EwaldParams, EwaldReference, Periodic};
 use fmm::{relative_l2_error, EvalParams, Method, Sources, Targets};
 use gpu::{CudaBackend, UniformFmm, UniformParams, UniformTimes};
 use std::time::Instant;
@@ -33,6 +40,7 @@ struct Args {
     grid: Option<(usize, usize)>,
     adaptive_max: usize,
     seed: u64,
+    periodic: Option<Periodic>,
 }
 
 fn parse() -> Args {
@@ -47,6 +55,7 @@ fn parse() -> Args {
         grid: None,
         adaptive_max: 1_000_000,
         seed: 5,
+        periodic: None,
     };
     let v: Vec<String> = std::env::args().skip(1).collect();
     let num = |s: &str| -> usize {
@@ -55,8 +64,14 @@ fn parse() -> Args {
             std::process::exit(64)
         }) as usize
     };
+    let mut levels = Periodic::default().image_levels;
     let mut i = 0;
     while i < v.len() {
+        if v[i] == "--periodic" {
+            a.periodic = Some(Periodic::default());
+            i += 1;
+            continue;
+        }
         if v[i] == "--help" || v[i] == "-h" || i + 1 >= v.len() {
             eprintln!(
                 "{}",
@@ -88,12 +103,16 @@ fn parse() -> Args {
             }
             "--adaptive-max" => a.adaptive_max = num(x),
             "--seed" => a.seed = num(x) as u64,
+            "--image-levels" => levels = num(x),
             o => {
                 eprintln!("unknown option {o} (see --help)");
                 std::process::exit(64);
             }
         }
         i += 2;
+    }
+    if let Some(q) = a.periodic.as_mut() {
+        q.image_levels = levels;
     }
     a
 }
@@ -200,14 +219,40 @@ fn main() {
     for &n in &args.sizes {
         println!("\n=== N = {n} (standard set, seed {}) ===", args.seed);
         let t = Instant::now();
-        let src = fmm::testsets::standard(n, args.seed);
+        let src = fmm::testsets::generate(
+            fmm::testsets::Distribution::Uniform,
+            n,
+            args.seed,
+            args.periodic.is_some(),
+        );
         let (idx, tgt) = sample_targets(&src, args.samples);
-        let reference = direct(&src, &tgt);
+        let reference = match &args.periodic {
+            None => direct(&src, &tgt),
+            Some(q) => EwaldReference::new(
+                &src,
+                &EwaldParams {
+                    box_length: q.box_length,
+                    ..Default::default()
+                },
+                tgt.len(),
+            )
+            .and_then(|e| e.evaluate(&tgt))
+            .expect("Ewald reference"),
+        };
         println!(
-            "f64 direct sum on {} sampled targets: {:.1} s",
+            "f64 {} on {} sampled targets: {:.1} s",
+            if args.periodic.is_some() {
+                "Ewald-split periodic sum"
+            } else {
+                "direct sum"
+            },
             idx.len(),
             t.elapsed().as_secs_f64()
         );
+        let evaluate = |params: &UniformParams| match &args.periodic {
+            None => ufmm.evaluate(&src, params),
+            Some(q) => ufmm.evaluate_periodic(&src, params, q),
+        };
         for &p in &args.orders {
             let params = UniformParams {
                 order: p,
@@ -217,7 +262,7 @@ fn main() {
             };
             println!("\n--- N = {n}, p = {p} ---");
             let t = Instant::now();
-            let warm = ufmm.evaluate(&src, &params);
+            let warm = evaluate(&params);
             let (_, wt) = match warm {
                 Ok(x) => x,
                 Err(e) => {
@@ -243,14 +288,37 @@ fn main() {
             );
             let mut best: Option<(fmm::Fields, UniformTimes)> = None;
             for _ in 0..args.reps {
-                let r = ufmm
-                    .evaluate(&src, &params)
-                    .expect("evaluation failed after the warm-up");
+                let r = evaluate(&params).expect("evaluation failed after the warm-up");
                 if best.as_ref().map(|b| r.1.total < b.1.total).unwrap_or(true) {
                     best = Some(r);
                 }
             }
             let (fields, tm) = best.unwrap();
+            // periodic: the same particles in free space, for the cost of periodicity
+            let mut overhead = String::new();
+            if args.periodic.is_some() {
+                let mut free = f64::INFINITY;
+                let mut free_n = 0;
+                for _ in 0..=args.reps {
+                    match ufmm.evaluate(&src, &params) {
+                        Ok((_, ft)) => {
+                            free = free.min(ft.total);
+                            free_n = ft.n;
+                        }
+                        Err(e) => println!("  free-space evaluation failed: {e}"),
+                    }
+                }
+                println!(
+                    "  periodic {:.4} s ({}^3 leaves, far images {:.2} ms on the host, hidden in the P2P) vs free space {:.4} s ({}^3 leaves): {:+.1} %",
+                    tm.total,
+                    tm.n,
+                    tm.far_images * 1e3,
+                    free,
+                    free_n,
+                    100.0 * (tm.total / free - 1.0)
+                );
+                overhead = format!(" {free:.4} | {:+.1} % |", 100.0 * (tm.total / free - 1.0));
+            }
             let (free, total) = dev.mem_info().unwrap_or((0, 0));
             print_times(&tm);
             println!(
@@ -263,11 +331,16 @@ fn main() {
             println!("  errors:");
             let eu = relative_l2_error(&pick(&fields.velocity, &idx), &reference.velocity);
             let es = relative_l2_error(&pick(&fields.stretching, &idx), &reference.stretching);
-            chk.le(&format!("N {n} p {p}: velocity vs f64 direct"), eu, 1e-4);
-            if p >= 8 {
-                chk.le(&format!("N {n} p {p}: stretching vs f64 direct"), es, 1e-3);
+            let what = if args.periodic.is_some() {
+                "Ewald"
             } else {
-                chk.info(&format!("N {n} p {p}: stretching vs f64 direct"), es);
+                "f64 direct"
+            };
+            chk.le(&format!("N {n} p {p}: velocity vs {what}"), eu, 1e-4);
+            if p >= 8 {
+                chk.le(&format!("N {n} p {p}: stretching vs {what}"), es, 1e-3);
+            } else {
+                chk.info(&format!("N {n} p {p}: stretching vs {what}"), es);
             }
             let mut adaptive = String::from("-");
             if n <= args.adaptive_max {
@@ -276,6 +349,7 @@ fn main() {
                         let ep = EvalParams {
                             method: Method::Fmm,
                             order: p,
+                            periodic: args.periodic,
                             ..Default::default()
                         };
                         let _ = fmm::evaluate(&be, &ep, &src, &src.as_targets());
@@ -312,7 +386,7 @@ fn main() {
                 }
             }
             summary.push(format!(
-                "| {n} | {p} | {} | {:.4} | {:.4} | {:.2e} | {:.2e} | {adaptive} |",
+                "| {n} | {p} | {} | {:.4} | {:.4} | {:.2e} | {:.2e} | {adaptive} |{overhead}",
                 wt.n,
                 tm.total,
                 tm.kernels(),
@@ -321,8 +395,13 @@ fn main() {
             ));
         }
     }
-    println!("\n| N | p | n | wall s | kernels s | vel err | str err | adaptive wall s |");
-    println!("|---|---|---|---|---|---|---|---|");
+    if args.periodic.is_some() {
+        println!("\n| N | p | n | periodic wall s | kernels s | vel err (Ewald) | str err | adaptive periodic wall s | free-space wall s | periodic extra |");
+        println!("|---|---|---|---|---|---|---|---|---|---|");
+    } else {
+        println!("\n| N | p | n | wall s | kernels s | vel err | str err | adaptive wall s |");
+        println!("|---|---|---|---|---|---|---|---|");
+    }
     for r in &summary {
         println!("{r}");
     }

@@ -267,6 +267,7 @@ pub fn evaluate_distributed(
     let pack = |up: &mut [f32]| {
         let (p, a) = up[..8 * n_own].split_at_mut(4 * n_own);
         pack_owned(&owned, p, a);
+        Ok(())
     };
     let region = Region {
         grid: plan.grid,
@@ -286,7 +287,7 @@ pub fn evaluate_distributed(
     };
     // one rank: nothing to exchange (the pipeline is then the single-GPU one)
     let hook: Option<&mut dyn RankExchange> = if comm.size() > 1 { Some(&mut ex) } else { None };
-    let (fields, dev) = fmm.run_region(params.order, n_own, &pack, &region, hook)?;
+    let (fields, dev) = fmm.run_region(params.order, n_own, &pack, &region, hook, None)?;
     tm.device = dev;
     tm.halo = ex.halo_seconds;
     tm.bytes_halo = ex.halo_bytes;

@@ -10,7 +10,17 @@
 //! The leaf width is at least `core_cutoff * sigma_max`: a particle and any source outside the
 //! 27 neighbours of its leaf are at least one leaf width apart, so the singular far-field
 //! kernel equals the Gaussian-cored one there up to `1 - q(core_cutoff)` (CONVENTIONS.md).
+//!
+//! A periodic grid ([`UniformGrid::periodic`]) covers the box `[-L/2, L/2)^3` of
+//! `fmm::periodic::Periodic` exactly (`lo = -L/2`, `side = L`, no padding; positions are
+//! wrapped before the f32 cast and a cell index that rounds to `n` is clamped to `n - 1`).
+//! Its leaves per side are `n = m 2^k` with `m` in `{1, 3}` and `n >= 3`: the top level's
+//! M2L spans the `3 x 3 x 3` images of the box (`m^3 (27 m^3 - 27)` translations: `m`
+//! must stay tiny), and three leaves per side keep the 27 near-field images of a leaf
+//! distinct.
 
+use crate::device::{GpuError, GpuResult};
+use fmm::periodic::Periodic;
 use rayon::prelude::*;
 
 /// Largest number of top-level cells per side (`m`): at the top every pair of non-adjacent
@@ -38,6 +48,16 @@ impl Extent {
             return None;
         }
         Some(Extent::from_bounds(lo, hi, smax))
+    }
+
+    /// The periodic box `[-L/2, L/2)^3` itself (no padding) with the largest core radius.
+    pub fn periodic(periodic: &Periodic, sigma_max: f64) -> Extent {
+        let l = periodic.box_length;
+        Extent {
+            lo: [-0.5 * l; 3],
+            side: l,
+            sigma_max,
+        }
     }
 
     /// The cube of [`Extent::of`] from the component-wise bounds of the positions and the
@@ -96,6 +116,9 @@ pub struct UniformGrid {
     pub lo: [f64; 3],
     /// Side of the cube.
     pub side: f64,
+    /// Periodic in all three directions (the cube is the box of `fmm::periodic::Periodic`):
+    /// the near field and the M2L lists wrap around ([`super::stencil`]).
+    pub periodic: bool,
 }
 
 impl UniformGrid {
@@ -143,6 +166,78 @@ impl UniformGrid {
             k,
             lo: ext.lo,
             side: ext.side,
+            periodic: false,
+        }
+    }
+
+    /// The periodic grid with `m` top cells per side and `k` levels below over the box `ext`
+    /// ([`Extent::periodic`]); an error unless `m` is 1 or 3, `n = m 2^k >= 3` and
+    /// `k <= MAX_LEVELS` (the leaf width is not checked, as for [`UniformGrid::fixed`]).
+    pub fn fixed_periodic(ext: &Extent, m: usize, k: usize) -> GpuResult<UniformGrid> {
+        if !periodic_allowed(m, k) {
+            return Err(GpuError::Unsupported(format!(
+                "periodic uniform grid (m, k) = ({m}, {k}): need m = 1 or 3, \
+                 n = m 2^k >= 3 leaves per side and k <= {MAX_LEVELS}"
+            )));
+        }
+        Ok(UniformGrid {
+            m,
+            k,
+            lo: ext.lo,
+            side: ext.side,
+            periodic: true,
+        })
+    }
+
+    /// Chooses a periodic grid over the box `ext` ([`Extent::periodic`]) like
+    /// [`UniformGrid::choose`], among `n = m 2^k` with `m` in `{1, 3}` and `n >= 3`: the leaf
+    /// width `L / n` at least `core_cutoff * sigma_max`, `n` nearest (in log) to
+    /// `(N / leaf_target)^(1/3)`, ties to the larger `n`. An error when even `n = 3` is too
+    /// fine (the box is only a few core radii wide).
+    pub fn choose_periodic(
+        ext: &Extent,
+        np: usize,
+        core_cutoff: f64,
+        leaf_target: f64,
+    ) -> GpuResult<UniformGrid> {
+        let n_geom = if core_cutoff * ext.sigma_max > 0.0 {
+            (ext.side / (core_cutoff * ext.sigma_max)).floor()
+        } else {
+            f64::INFINITY
+        };
+        let n_want = (np as f64 / leaf_target.max(1.0)).cbrt().max(1.0);
+        let mut best: Option<(f64, usize, usize, usize)> = None; // (score, n, m, k)
+        for k in 0..=MAX_LEVELS {
+            for m in [1, 3] {
+                let n = m << k;
+                if !periodic_allowed(m, k) || n as f64 > n_geom {
+                    continue;
+                }
+                let score = ((n as f64) / n_want).ln().abs();
+                let better = match best {
+                    None => true,
+                    Some((s, bn, _, _)) => {
+                        score < s - 1e-12 || ((score - s).abs() <= 1e-12 && n > bn)
+                    }
+                };
+                if better {
+                    best = Some((score, n, m, k));
+                }
+            }
+        }
+        match best {
+            Some((_, _, m, k)) => UniformGrid::fixed_periodic(ext, m, k),
+            None => Err(GpuError::Unsupported(format!(
+                "periodic box of length {} too small for the cores: a leaf (at least 3 per \
+                 side, width {:.6e}) must be at least core_cutoff {} x the largest core radius \
+                 {:.6e} = {:.6e} wide (the box is only a few core radii wide: use smaller \
+                 cores, a larger box or a smaller core_cutoff)",
+                ext.side,
+                ext.side / 3.0,
+                core_cutoff,
+                ext.sigma_max,
+                core_cutoff * ext.sigma_max
+            ))),
         }
     }
 
@@ -180,14 +275,30 @@ impl UniformGrid {
         std::array::from_fn(|d| self.lo[d] + (c[d] as f64 + 0.5) * w)
     }
     /// Largest number of cells away (per axis) of an M2L source: 3 below the top (children of
-    /// the parent's neighbours), `m - 1` at the top.
+    /// the parent's neighbours), `m - 1` at the top; periodic: `2m - 1` at the top (the
+    /// unwrapped sources span the `3 x 3 x 3` box images, `-m..2m` per axis).
     pub fn max_offset(&self) -> usize {
-        3.max(self.m.saturating_sub(1))
+        if self.periodic {
+            3.max(2 * self.m - 1)
+        } else {
+            3.max(self.m.saturating_sub(1))
+        }
+    }
+    /// The level whose cells receive the far periodic images (`fmm::periodic::FarImages`):
+    /// the coarsest with at least 3 cells per side (`m = 1`: level 2, `m = 3`: level 0); the
+    /// ordinary L2L carries their locals down to the leaves.
+    pub fn receiver_level(&self) -> usize {
+        (0..=self.k).find(|&l| self.n_at(l) >= 3).unwrap_or(self.k)
     }
     /// The f32 parameters of the cell-index kernel: lower corner and `1 / leaf width`.
     pub fn f32_params(&self) -> ([f32; 3], f32) {
         (self.lo.map(|x| x as f32), (1.0 / self.leaf_width()) as f32)
     }
+}
+
+/// Whether `(m, k)` is a periodic grid: `m` in `{1, 3}`, `n = m 2^k >= 3`, `k <= MAX_LEVELS`.
+pub fn periodic_allowed(m: usize, k: usize) -> bool {
+    (m == 1 || m == 3) && k <= MAX_LEVELS && (m << k) >= 3
 }
 
 /// Local index of cell `c` in a level of `nl` cells per side.
@@ -242,6 +353,59 @@ mod tests {
                 assert_eq!(local_index(nl, coords(nl, i)), i);
             }
         }
+    }
+
+    #[test]
+    fn periodic_grid_choice_levels_and_errors() {
+        let per = Periodic::default();
+        let l = per.box_length;
+        // the standard set: 48 = 3 x 16 leaves as in free space; cutoff 5 allows n <= 43, of
+        // which m in {1, 3} gives 32 (40 = 5 x 8 is not periodic)
+        let n = 1e7;
+        let h = l / f64::cbrt(n);
+        let e = Extent::periodic(&per, h);
+        assert_eq!((e.lo, e.side), ([-0.5 * l; 3], l));
+        let g = UniformGrid::choose_periodic(&e, n as usize, 4.45, 100.0).unwrap();
+        assert_eq!((g.n(), g.m, g.k, g.periodic), (48, 3, 4, true));
+        assert_eq!((g.lo, g.side), (e.lo, l));
+        let g = UniformGrid::choose_periodic(&e, n as usize, 5.0, 100.0).unwrap();
+        assert_eq!((g.n(), g.m), (32, 1));
+        // few particles: never fewer than 3 leaves per side
+        let g = UniformGrid::choose_periodic(&Extent::periodic(&per, 0.01), 10, 4.4, 100.0);
+        assert_eq!(g.unwrap().n(), 3);
+        for &(np, sigma) in &[(100_000, 0.01), (5000, 0.3), (300_000, 0.05)] {
+            let g = UniformGrid::choose_periodic(&Extent::periodic(&per, sigma), np, 4.4, 100.0)
+                .unwrap();
+            assert!(
+                g.leaf_width() >= 4.4 * sigma && periodic_allowed(g.m, g.k),
+                "{g:?}"
+            );
+        }
+        // a box of a few core radii: an error naming the box, the core radius, the cutoff
+        let e = UniformGrid::choose_periodic(&Extent::periodic(&per, 0.5), 2000, 4.4, 100.0)
+            .unwrap_err()
+            .to_string();
+        for w in [
+            "box of length 6.28",
+            "core radius",
+            "5.000000e-1",
+            "core_cutoff 4.4",
+        ] {
+            assert!(e.contains(w), "{w}: {e}");
+        }
+        for (m, k) in [(1, 1), (2, 2), (5, 0), (3, MAX_LEVELS + 1)] {
+            assert!(UniformGrid::fixed_periodic(&Extent::periodic(&per, 0.1), m, k).is_err());
+        }
+        // far-image receivers: the coarsest level with 3 cells per side or more
+        for (m, k, rl, off) in [(1, 2, 2, 3), (1, 5, 2, 3), (3, 0, 0, 5), (3, 3, 0, 5)] {
+            let g = UniformGrid::fixed_periodic(&Extent::periodic(&per, 0.1), m, k).unwrap();
+            assert_eq!(
+                (g.receiver_level(), g.max_offset()),
+                (rl, off),
+                "m {m} k {k}"
+            );
+        }
+        assert!(!UniformGrid::fixed(&Extent::periodic(&per, 0.1), 3, 1).periodic);
     }
 
     #[test]

@@ -14,7 +14,11 @@
 //!   the rotation records per integer offset;
 //! * [`sort`]: host emulation of the device sort and task builder (tested against a plain
 //!   stable sort and a brute-force near list);
-//! * [`reference`]: the same method in f64 on the CPU (tested against the direct sum);
+//! * [`periodic`]: periodic boundary conditions (box `[-L/2, L/2)^3` of
+//!   `fmm::periodic::Periodic`): wrapping f32 pack with the dipole sums, far images at the
+//!   receiver level, surface correction (host helpers of the twin and the device path);
+//! * [`reference`]: the same method in f64 on the CPU (tested against the direct sum; the
+//!   periodic twin against the periodic direct sum, Ewald and the adaptive periodic FMM);
 //! * [`pipeline`]: [`UniformFmm`], the device path (kernels of `kernels/uniform.cu`, which is
 //!   compiled together with `kernels/p2p.cu` and `kernels/fmm.cu` to reuse `p2p_near`, `p2m`
 //!   and `l2p`);
@@ -27,6 +31,7 @@
 pub mod distributed;
 pub mod distributed_reference;
 pub mod grid;
+pub mod periodic;
 pub mod pipeline;
 pub mod reference;
 pub mod slab;
@@ -37,8 +42,10 @@ pub use distributed::{evaluate_distributed, DistributedUniformTimes};
 pub use distributed_reference::evaluate_distributed_reference;
 pub use grid::{Extent, UniformGrid};
 pub use pipeline::{evaluate_uniform, UniformFmm};
-pub use reference::evaluate_reference;
+pub use reference::{evaluate_reference, evaluate_reference_periodic};
 pub use slab::SlabPlan;
+
+use crate::device::GpuResult;
 
 /// Parameters of a uniform-grid evaluation.
 #[derive(Clone, Debug, PartialEq)]
@@ -54,7 +61,8 @@ pub struct UniformParams {
     pub core_cutoff: f64,
     /// Particles per leaf aimed at (the gap condition may force larger leaves).
     pub leaf_target: f64,
-    /// Force the grid: `(m, k)`, `m` top cells per side and `k` levels below.
+    /// Force the grid: `(m, k)`, `m` top cells per side and `k` levels below (periodic: `m`
+    /// in `{1, 3}`, `m 2^k >= 3`).
     pub grid: Option<(usize, usize)>,
 }
 
@@ -102,6 +110,16 @@ impl UniformParams {
             None => UniformGrid::choose(ext, np, self.core_cutoff, self.leaf_target),
         }
     }
+
+    /// The periodic grid for `np` particles in the box `ext` ([`Extent::periodic`]): the
+    /// forced one or [`UniformGrid::choose_periodic`] (errors: a forced `(m, k)` that is not
+    /// periodic, a box too small for the cores).
+    pub fn grid_for_periodic(&self, ext: &Extent, np: usize) -> GpuResult<UniformGrid> {
+        match self.grid {
+            Some((m, k)) => UniformGrid::fixed_periodic(ext, m, k),
+            None => UniformGrid::choose_periodic(ext, np, self.core_cutoff, self.leaf_target),
+        }
+    }
 }
 
 /// Wall times (seconds) of the phases of one evaluation, kernel times (seconds, CUDA events)
@@ -124,6 +142,9 @@ pub struct UniformTimes {
     pub p2p: f64,
     /// Scatter to input order, download, `1/(4 pi)` and f64 conversion on the host.
     pub download: f64,
+    /// Periodic: host time of the far images (download of the top multipoles, the f64
+    /// lattice-summed M2L, upload), overlapped with the P2P and part of `p2p`.
+    pub far_images: f64,
     /// Sum of the phases (the wall time of the evaluation).
     pub total: f64,
     /// Kernel-only times (CUDA events).
@@ -161,7 +182,7 @@ impl UniformTimes {
     }
 }
 
-/// M2L translations of a grid (every level; boundary cells have fewer sources).
+/// M2L translations of a grid (every level; free space: boundary cells have fewer sources).
 pub fn m2l_count(g: &UniformGrid) -> u64 {
     let mut total = 0u64;
     for l in 0..=g.k {
@@ -171,8 +192,15 @@ pub fn m2l_count(g: &UniformGrid) -> u64 {
         let axis = |adj: bool| -> u64 {
             (0..nl)
                 .map(|c| {
-                    let (lo, hi) = stencil::m2l_range(nl, l == 0, c);
-                    (lo..=hi).filter(|&s| !adj || s.abs_diff(c) <= 1).count() as u64
+                    let (lo, hi) = if g.periodic {
+                        stencil::m2l_range_periodic(nl, l == 0, g.m, c)
+                    } else {
+                        let (lo, hi) = stencil::m2l_range(nl, l == 0, c);
+                        (lo as i64, hi as i64)
+                    };
+                    (lo..=hi)
+                        .filter(|&s| !adj || (s - c as i64).abs() <= 1)
+                        .count() as u64
                 })
                 .sum()
         };
@@ -204,6 +232,19 @@ mod tests {
                 }
             }
             assert_eq!(m2l_count(&g), want, "m {m} k {k}");
+        }
+        for (m, k) in [(1, 2), (1, 3), (3, 0), (3, 2)] {
+            let e = Extent::periodic(&fmm::periodic::Periodic::default(), 1e-3);
+            let g = UniformGrid::fixed_periodic(&e, m, k).unwrap();
+            let mut want = 0u64;
+            for l in 0..=k {
+                let nl = g.n_at(l);
+                for c in 0..nl.pow(3) {
+                    let sc = grid::coords(nl, c);
+                    want += stencil::m2l_sources_periodic(nl, l == 0, m, sc).len() as u64;
+                }
+            }
+            assert_eq!(m2l_count(&g), want, "periodic m {m} k {k}");
         }
     }
 }

@@ -36,7 +36,11 @@ use fmm::expansions::ncoef;
 use fmm::kernel::INV_4PI;
 use fmm::{Fields, Sources};
 use rayon::prelude::*;
-use std::sync::{Arc, Mutex};
+use super::periodic::{far_image_locals, far_images_for, pack_sources_periodic_into};
+use fmm::expansions::{expansion_len, Complex64};
+use fmm::operators::Operators;
+use fmm::periodic::{FarImages, Periodic};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 /// Targets per L2P block in this module (`-DEVAL_BLOCK`): the P2P slice, so both kernels
@@ -79,6 +83,40 @@ pub struct UniformFmm {
     dev: Arc<GpuDevice>,
     tables: Mutex<Option<Tables>>,
     staging: Mutex<Staging>,
+    /// The far-image operator of the last periodic grid: (order, m, k, box length bits,
+    /// image levels) and the operator.
+    far: Mutex<Option<FarKey>>,
+}
+
+type FarKey = ((usize, usize, usize, u64, usize), Arc<FarImages>);
+
+/// The periodic part of one evaluation: box, far images, and the surface correction that the
+/// packing computes.
+pub(crate) struct PeriodicRun {
+    pub box_length: f64,
+    pub far: Arc<FarImages>,
+    pub receiver_level: usize,
+    /// Subtracted from every velocity (set by the packing).
+    pub correction: OnceLock<[f64; 3]>,
+}
+
+impl PeriodicRun {
+    /// The far-image locals of the receiver level (f32 pairs, grid order) from the top
+    /// cells' multipoles `top` (f32 pairs, as downloaded).
+    fn far_locals_f32(&self, g: &UniformGrid, top: &[f32]) -> Vec<f32> {
+        let ops = Operators::new(self.far.order());
+        let top64: Vec<Complex64> = top
+            .chunks_exact(2)
+            .map(|c| Complex64::new(c[0] as f64, c[1] as f64))
+            .collect();
+        let nl = g.n_at(self.receiver_level);
+        let mut locals = vec![Complex64::new(0.0, 0.0); nl.pow(3) * expansion_len(ops.order())];
+        far_image_locals(&self.far, &ops, g, &top64, &mut locals);
+        locals
+            .iter()
+            .flat_map(|c| [c.re as f32, c.im as f32])
+            .collect()
+    }
 }
 
 /// Packs the sources into `out` (`8 N` floats): `float4 (x, y, z, 1/sigma)` rows, then
@@ -219,6 +257,7 @@ impl UniformFmm {
             dev,
             tables: Mutex::new(None),
             staging: Mutex::new(Staging::default()),
+            far: Mutex::new(None),
         }
     }
 
@@ -385,11 +424,95 @@ impl UniformFmm {
         }
         let region = Region::whole(params.grid_for(&ext, np));
         let host = t.elapsed().as_secs_f64();
-        let pack = |up: &mut [f32]| pack_sources_into(sources, up);
-        let (f, mut tm) = self.run_region(params.order, np, &pack, &region, None)?;
+        let pack = |up: &mut [f32]| {
+            pack_sources_into(sources, up);
+            Ok(())
+        };
+        let (f, mut tm) = self.run_region(params.order, np, &pack, &region, None, None)?;
         tm.host_prepare += host;
         tm.total += host;
         Ok((f, tm))
+    }
+
+    /// Periodic velocity and stretching of every source at every source (input order,
+    /// `1/(4 pi)` applied; zero-mean velocity) in the box `[-L/2, L/2)^3` of `periodic`
+    /// (positions are wrapped): the lists of [`super::stencil`] cover the `3 x 3 x 3` box
+    /// images, the far images come from `fmm::periodic::FarImages` (see [`super::periodic`]).
+    /// Errors: a total strength that is not zero, a box too small for the cores, bad values.
+    pub fn evaluate_periodic(
+        &self,
+        sources: &Sources,
+        params: &UniformParams,
+        periodic: &Periodic,
+    ) -> GpuResult<(Fields, UniformTimes)> {
+        params.validate()?;
+        periodic
+            .validate()
+            .map_err(|e| GpuError::Unsupported(e.to_string()))?;
+        let np = sources.len();
+        if np == 0 || sources.strength.len() != np || sources.sigma.len() != np {
+            return Err(GpuError::Unsupported(
+                "empty sources or sources of unequal lengths".into(),
+            ));
+        }
+        let t = Instant::now();
+        // the largest core radius fixes the grid (the other sums come with the packing)
+        let (_, _, sigma_max, ok) = super::grid::bounds(&sources.position, &sources.sigma);
+        if !ok {
+            return Err(GpuError::Unsupported(
+                "sources with a non-finite value or a non-positive core radius".into(),
+            ));
+        }
+        let g = params.grid_for_periodic(&Extent::periodic(periodic, sigma_max), np)?;
+        let far = self.far_images(&g, params.order, periodic)?;
+        let run = PeriodicRun {
+            box_length: periodic.box_length,
+            far,
+            receiver_level: g.receiver_level(),
+            correction: OnceLock::new(),
+        };
+        let host = t.elapsed().as_secs_f64();
+        let pack = |up: &mut [f32]| {
+            let (p, a) = up[..8 * np].split_at_mut(4 * np);
+            let sums = pack_sources_periodic_into(sources, periodic, p, a);
+            sums.check(periodic)?;
+            let _ = run
+                .correction
+                .set(sums.surface_correction(periodic.box_length));
+            Ok(())
+        };
+        let region = Region::whole(g);
+        let (f, mut tm) = self.run_region(params.order, np, &pack, &region, None, Some(&run))?;
+        tm.host_prepare += host;
+        tm.total += host;
+        Ok((f, tm))
+    }
+
+    /// The far-image operator of a periodic grid, order and box (its lattice sums take
+    /// ~0.1 s: built once and kept for the next evaluation with the same key).
+    fn far_images(
+        &self,
+        g: &UniformGrid,
+        p: usize,
+        periodic: &Periodic,
+    ) -> GpuResult<Arc<FarImages>> {
+        let key = (p, g.m, g.k, periodic.box_length.to_bits(), periodic.image_levels);
+        let mut slot = self.far.lock().expect("far images poisoned");
+        if let Some((k, f)) = slot.as_ref() {
+            if *k == key {
+                return Ok(f.clone());
+            }
+        }
+        let t = Instant::now();
+        let f = Arc::new(far_images_for(g, p, periodic));
+        log::debug!(
+            "uniform FMM: far images (p = {p}, K = {}, {} receivers) built in {:.0} ms",
+            periodic.image_levels,
+            f.receivers().len(),
+            t.elapsed().as_secs_f64() * 1e3
+        );
+        *slot = Some((key, f.clone()));
+        Ok(f)
     }
 
     /// The pipeline over a [`Region`] of the grid for the `np` particles of its own leaves
@@ -402,10 +525,16 @@ impl UniformFmm {
         &self,
         p: usize,
         np: usize,
-        pack: &(dyn Fn(&mut [f32]) + Sync),
+        pack: &(dyn Fn(&mut [f32]) -> GpuResult<()> + Sync),
         region: &Region,
         mut ex: Option<&mut dyn RankExchange>,
+        per: Option<&PeriodicRun>,
     ) -> GpuResult<(Fields, UniformTimes)> {
+        if per.is_some() && (ex.is_some() || !region.is_whole()) {
+            return Err(GpuError::Unsupported(
+                "the periodic uniform grid runs on one device (no slabs)".into(),
+            ));
+        }
         if np == 0 || np > i32::MAX as usize / 8 {
             return Err(GpuError::Unsupported(format!(
                 "{np} particles: need 1..={} for i32 indices",
@@ -441,7 +570,7 @@ impl UniformFmm {
             8 * np,
             CU_MEMHOSTALLOC_WRITECOMBINED,
         )?;
-        pack(up);
+        pack(up)?;
         tm.host_prepare = t.elapsed().as_secs_f64();
         self.warm_up(p)?; // compiled at the first call only (not part of the times after it)
 
@@ -484,12 +613,14 @@ impl UniformFmm {
         let mut near_tasks = s.alloc_zeros::<i32>(i4(ntasks))?;
         let mut near_nsrc = s.alloc_zeros::<i32>(ntasks.max(1))?;
         let mut l2p_tasks = s.alloc_zeros::<i32>(i4(ntasks))?;
-        let mut runs = s.alloc_zeros::<i32>(i4(9 * nown))?;
+        let runs_per_leaf = if per.is_some() { 27 } else { 9 };
+        let mut runs = s.alloc_zeros::<i32>(i4(runs_per_leaf * nown))?;
         let mut pairs = s.alloc_zeros::<u64>(1)?;
         for b in [&p2m_tasks, &near_tasks, &near_nsrc, &l2p_tasks, &runs] {
             bytes.add(b);
         }
         let leaf_base = g.level_offset(k) as i32;
+        let periodic_i = per.is_some() as i32;
         tm.k_sort += self.event_timed(|| {
             let f = self.func(p, "u_leaf_tasks")?;
             let mut b = s.launch_builder(&f);
@@ -500,7 +631,8 @@ impl UniformFmm {
                 .arg(&leaf_base)
                 .arg(&slice_i)
                 .arg(&c_own_i)
-                .arg(&nown_i);
+                .arg(&nown_i)
+                .arg(&periodic_i);
             b.arg(&mut p2m_tasks)
                 .arg(&mut near_tasks)
                 .arg(&mut near_nsrc)
@@ -605,7 +737,12 @@ impl UniformFmm {
         let mut strf = s.alloc_zeros::<f32>(3 * np)?;
         bytes.add(&vel);
         bytes.add(&strf);
-        let period = 0.0f32;
+        let period = per.map(|q| q.box_length as f32).unwrap_or(0.0);
+        // periodic: the top multipoles leave for the host before the P2P is queued
+        let top_mult = match per {
+            Some(_) => Some(s.clone_dtoh(&mult.slice(0..m * m * m * 2 * nc3))?),
+            None => None,
+        };
         let e_p2p = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
         if ntasks > 0 {
             let f = self.func(p, "p2p_near")?;
@@ -616,6 +753,16 @@ impl UniformFmm {
             unsafe { b.launch(blocks(ntasks, P2P_THREADS)) }?;
         }
         let e_p2p_end = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        // periodic: the far images on the host (f64) while the P2P runs, into the (still zero)
+        // locals of the receiver level
+        if let (Some(q), Some(top)) = (per, top_mult) {
+            let t = Instant::now();
+            let lr = q.receiver_level;
+            let host = q.far_locals_f32(&g, &top);
+            let a = g.level_offset(lr) * 2 * nc3;
+            s.memcpy_htod(&host, &mut loc.slice_mut(a..a + host.len()))?;
+            tm.far_images = t.elapsed().as_secs_f64();
+        }
         let mut halo = None;
         if let Some(e) = ex {
             let nh = e.halo_count()?;
@@ -722,7 +869,8 @@ impl UniformFmm {
                         .arg(&leaf_base)
                         .arg(&slice_i)
                         .arg(&c0_i)
-                        .arg(&cnt_i);
+                        .arg(&cnt_i)
+                        .arg(&0i32);
                     b.arg(&mut scratch)
                         .arg(&mut hnear)
                         .arg(&mut hnsrc)
@@ -793,7 +941,8 @@ impl UniformFmm {
                     .arg(&tb.rots)
                     .arg(&tb.z_m2l)
                     .arg(&tb.toff);
-                b.arg(&r_i).arg(&off).arg(&nl).arg(&top).arg(&w).arg(&c0_i);
+                b.arg(&r_i).arg(&off).arg(&nl).arg(&top).arg(&periodic_i);
+                b.arg(&w).arg(&c0_i);
                 unsafe { b.launch(blocks(cnt, trt)) }?;
             }
             Ok(())
@@ -861,6 +1010,10 @@ impl UniformFmm {
             stretching: vec![[0.0; 3]; np],
         };
         let chunk = np.div_ceil(DOWNLOAD_CHUNKS).max(1);
+        // periodic: the zero-mean velocity (minus the surface term of cubic summation)
+        let u0 = per
+            .and_then(|q| q.correction.get().copied())
+            .unwrap_or([0.0; 3]);
         let mut pending = Vec::with_capacity(DOWNLOAD_CHUNKS);
         for (c, h) in host.chunks_mut(6 * chunk).enumerate() {
             let a = 6 * c * chunk;
@@ -878,7 +1031,7 @@ impl UniformFmm {
                 .zip(st.par_iter_mut())
                 .zip(h.par_chunks(6))
                 .for_each(|((u, st), h)| {
-                    *u = std::array::from_fn(|d| h[d] as f64 * INV_4PI);
+                    *u = std::array::from_fn(|d| h[d] as f64 * INV_4PI - u0[d]);
                     *st = std::array::from_fn(|d| h[3 + d] as f64 * INV_4PI);
                 });
         }
@@ -963,5 +1116,49 @@ mod tests {
             );
             assert!(eu < 2e-5 && es < 2e-4, "{eu:.2e} {es:.2e}");
         }
+    }
+
+    /// On a GPU: the periodic device path against the periodic f64 twin (same grid, lists,
+    /// far images and surface correction), repeatable, and refusing a non-zero total
+    /// strength. Skipped without a GPU.
+    #[test]
+    fn periodic_device_matches_the_f64_reference() {
+        if !crate::available() {
+            println!("no usable CUDA device: periodic uniform-grid device test SKIPPED");
+            return;
+        }
+        use crate::uniform::reference::evaluate_reference_periodic;
+        let fmm_ = UniformFmm::on_device(0).unwrap();
+        let per = Periodic::default();
+        let mut s = fmm::testsets::generate(fmm::testsets::Distribution::Uniform, 20_000, 7, true);
+        s.sigma.iter_mut().for_each(|v| *v *= 0.5);
+        // a few particles outside the box: wrapped on both paths
+        s.position[3][0] += 2.0 * per.box_length;
+        s.position[11][2] -= per.box_length;
+        for (p, grid) in [(8, None), (10, Some((3, 1))), (8, Some((1, 3))), (6, Some((1, 2)))] {
+            let params = UniformParams {
+                order: p,
+                grid,
+                ..Default::default()
+            };
+            let want = evaluate_reference_periodic(&s, &params, &per).unwrap();
+            let (got, tm) = fmm_.evaluate_periodic(&s, &params, &per).unwrap();
+            let (again, _) = fmm_.evaluate_periodic(&s, &params, &per).unwrap();
+            assert_eq!(got, again, "not repeatable");
+            let eu = relative_l2_error(&got.velocity, &want.velocity);
+            let es = relative_l2_error(&got.stretching, &want.stretching);
+            println!(
+                "periodic p {p} grid {grid:?} (n {}): GPU vs CPU f64 {eu:.2e} / {es:.2e}, far images {:.2} ms",
+                tm.n,
+                tm.far_images * 1e3
+            );
+            assert!(eu < 2e-5 && es < 2e-4, "{eu:.2e} {es:.2e}");
+        }
+        let mut bad = s.clone();
+        bad.strength[0][1] += 1.0;
+        let e = fmm_
+            .evaluate_periodic(&bad, &UniformParams::default(), &per)
+            .unwrap_err();
+        assert!(e.to_string().contains("total strength"), "{e}");
     }
 }
