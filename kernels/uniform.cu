@@ -161,8 +161,8 @@ extern "C" __global__ void u_slices(const int* __restrict__ starts, int ncells, 
 // 0); per slice the p2p_near task (first, count, 9 u, 9 u + 9) with its source count and the
 // L2P task (first, count, global cell, 0); free space: 9 runs per leaf, one per neighbour row
 // (y, z), covering the cells i-1..i+1 (contiguous in the sorted order; `starts` spans the whole
-// grid); periodic: 27 runs, one per neighbour cell (wrapped, with its image code: the lists of
-// crates/gpu/src/uniform/stencil.rs `neighbours_periodic`).
+// grid); periodic: 18 runs, two per neighbour row (crates/gpu/src/uniform/periodic.rs
+// `leaf_runs_periodic`).
 // The runs and source counts come from `src_starts` (the targets' own `starts`, or on a rank
 // the starts of the separately sorted halo particles, for the P2P from the halo).
 // slice_starts is indexed by u. *pairs += count * sources.
@@ -180,26 +180,41 @@ extern "C" __global__ void u_leaf_tasks(
     const int first = starts[c], cnt = starts[c + 1] - first;
     const int g = leaf_base + c;
     p2m_tasks[u] = make_int4(first, cnt, g, 0);
-    const int rpl = periodic ? 27 : 9;
+    const int rpl = periodic ? 18 : 9;
     int nsrc = 0, r = 0;
     if (periodic) {
-        // 27 single-cell runs (n >= 3): neighbour c + d wrapped, image shift floor((c + d) / n)
+        // n >= 3; two runs per neighbour row (dy, dz): the unwrapped cells of i-1..i+1 and
+        // the wrapped one (empty unless the row crosses the x face); rows across a y or z
+        // face carry their image shift (periodic.rs `leaf_runs_periodic`)
         for (int dz = -1; dz <= 1; ++dz)
-            for (int dy = -1; dy <= 1; ++dy)
-                for (int dx = -1; dx <= 1; ++dx) {
-                    int xx = i + dx, yy = j + dy, zz = k + dz;
-                    const int tx = xx < 0 ? -1 : (xx >= n ? 1 : 0);
-                    const int ty = yy < 0 ? -1 : (yy >= n ? 1 : 0);
-                    const int tz = zz < 0 ? -1 : (zz >= n ? 1 : 0);
-                    xx -= tx * n;
-                    yy -= ty * n;
-                    zz -= tz * n;
-                    const int cell = xx + n * (yy + n * zz);
-                    const int a = src_starts[cell], b = src_starts[cell + 1];
-                    runs[rpl * u + r] = make_int4(a, b - a, 9 * (tx + 1) + 3 * (ty + 1) + (tz + 1), 0);
-                    nsrc += b - a;
-                    ++r;
+            for (int dy = -1; dy <= 1; ++dy) {
+                int jj = j + dy, kk = k + dz;
+                const int ty = jj < 0 ? -1 : (jj >= n ? 1 : 0);
+                const int tz = kk < 0 ? -1 : (kk >= n ? 1 : 0);
+                jj -= ty * n;
+                kk -= tz * n;
+                const int row = n * (jj + n * kk);
+                const int code0 = 9 + 3 * (ty + 1) + (tz + 1);
+                int a0, a1, b0 = 0, b1 = -1, tx = 0;
+                if (i == 0) {
+                    a0 = 0; a1 = 1; b0 = n - 1; b1 = n - 1; tx = -1;
+                } else if (i == n - 1) {
+                    a0 = n - 2; a1 = n - 1; b0 = 0; b1 = 0; tx = 1;
+                } else {
+                    a0 = i - 1; a1 = i + 1;
                 }
+                const int sa = src_starts[row + a0], ea = src_starts[row + a1 + 1];
+                runs[rpl * u + r] = make_int4(sa, ea - sa, code0, 0);
+                nsrc += ea - sa;
+                int4 wrapped = make_int4(0, 0, code0, 0);
+                if (b1 >= b0) {
+                    const int sb = src_starts[row + b0], eb = src_starts[row + b1 + 1];
+                    wrapped = make_int4(sb, eb - sb, code0 + 9 * tx, 0);
+                    nsrc += eb - sb;
+                }
+                runs[rpl * u + r + 1] = wrapped;
+                r += 2;
+            }
     } else {
         const int i0 = max(i - 1, 0), i1 = min(i + 1, n - 1);
         for (int dz = -1; dz <= 1; ++dz)

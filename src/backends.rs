@@ -127,6 +127,106 @@ impl UniformRunner {
     }
 }
 
+impl UniformRunner {
+    /// Under MPI (collective): opens GPU `local_rank % gpus on the node` on every rank, and
+    /// fails on every rank, with the reason of each failing rank in its own log, when one
+    /// cannot.
+    pub fn for_rank(
+        choice: BackendChoice,
+        comm: &dyn domain::Comm,
+        local_rank: usize,
+        params: &EvalParams,
+    ) -> Result<Self> {
+        #[cfg(feature = "cuda")]
+        let device = local_rank % gpu::device_count().unwrap_or(1).max(1);
+        #[cfg(not(feature = "cuda"))]
+        let device = local_rank;
+        let r = Self::new(choice, device, params);
+        if let Err(e) = &r {
+            log::error!("rank {}: {e}", comm.rank());
+        }
+        let mut bad = [if r.is_err() { 1.0 } else { 0.0 }];
+        comm.allreduce_f64(&mut bad, domain::ReduceOp::Max);
+        match r {
+            Err(e) => Err(e),
+            Ok(_) if bad[0] > 0.0 => Err(anyhow::anyhow!(
+                "--grid uniform: another rank could not open its GPU (see its message)"
+            )),
+            Ok(x) => Ok(x),
+        }
+    }
+
+    /// Collective: the uniform grid split into z slabs over the ranks of `comm`, one GPU per
+    /// rank (`gpu::uniform::evaluate_distributed`): fields of this rank's `sources` in their
+    /// order. Phase times as [`UniformRunner::evaluate`]; halo and coarse-multipole bytes as
+    /// P2Pcomm and M2Lcomm.
+    pub fn evaluate_distributed(
+        &self,
+        comm: &dyn domain::Comm,
+        params: &EvalParams,
+        sources: &Sources,
+    ) -> Result<(domain::DistributedEvaluation, String)> {
+        if params.periodic.is_some() {
+            anyhow::bail!(
+                "--grid uniform --periodic runs on one rank (the slab decomposition is free-space)"
+            );
+        }
+        #[cfg(feature = "cuda")]
+        {
+            let up = gpu::UniformParams {
+                order: params.order,
+                core_cutoff: params.core_cutoff,
+                ..Default::default()
+            };
+            let (fields, t) = gpu::uniform::evaluate_distributed(comm, &self.fmm, sources, &up)
+                .map_err(|e| anyhow::anyhow!("--grid uniform on rank {}: {e}", comm.rank()))?;
+            let d = &t.device;
+            let times = fmm::PhaseTimes {
+                tree: d.sort,
+                p2m: d.upward,
+                m2l: d.m2l,
+                l2l: d.downward,
+                p2p: d.p2p,
+                transfer: t.plan + d.host_prepare + d.upload + d.download,
+                total: t.total,
+                ..Default::default()
+            };
+            let stats = domain::CommStats {
+                bytes_redistribute: t.bytes_redistribute as u64,
+                bytes_p2p: t.bytes_halo as u64,
+                bytes_m2l: t.bytes_coarse as u64,
+                halo_particles: t.halo_particles as u64,
+                t_redistribute: t.redistribute,
+                t_p2pcomm: t.halo,
+                t_m2lcomm: t.coarse,
+                ..Default::default()
+            };
+            let mut work = vec![0.0; comm.size()];
+            work[comm.rank()] = t.owned as f64;
+            comm.allreduce_f64(&mut work, domain::ReduceOp::Sum);
+            let ev = domain::DistributedEvaluation {
+                fields,
+                times,
+                stats,
+                work: work.iter().map(|&w| 2 * w as u64).collect(),
+            };
+            let name = format!(
+                "{} (uniform grid {}^3 leaves, slabs of {} planes on rank {})",
+                self.fmm.device().name(),
+                d.n,
+                t.planes.1 - t.planes.0,
+                comm.rank()
+            );
+            Ok((ev, name))
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = (comm, sources);
+            unreachable!("UniformRunner::new fails without the cuda feature")
+        }
+    }
+}
+
 /// An evaluation and the name of the backend that ran it.
 pub struct BackendRun {
     pub evaluation: Evaluation,

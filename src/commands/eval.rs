@@ -45,8 +45,8 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = 0)]
     pub device: usize,
     /// adaptive (octree, lists on the host) or uniform (grid built and evaluated on the GPU:
-    /// CUDA, FMM, free space or --periodic, one rank, no --targets; for nearly uniform particle
-    /// sets).
+    /// CUDA, FMM, free space or --periodic (one rank), no --targets; under MPI split into z
+    /// slabs, one GPU per rank; for nearly uniform particle sets).
     #[arg(long, value_enum, default_value = "adaptive")]
     pub grid: GridChoice,
     /// Evaluate at these points instead of at the particles: `.npy` float64 of shape (M, 3).
@@ -127,17 +127,22 @@ pub fn run(args: &EvalArgs) -> Result<()> {
             (ev, run.backend)
         } else {
             if args.grid == GridChoice::Uniform {
-                anyhow::bail!("--grid uniform runs on one rank (the distributed path is adaptive)");
+                if args.targets.is_some() {
+                    anyhow::bail!("--grid uniform evaluates at the particles: drop --targets");
+                }
+                UniformRunner::for_rank(args.backend, comm, local_rank, &params)?
+                    .evaluate_distributed(comm, &params, &local_sources)?
+            } else {
+                evaluate_distributed_on(
+                    args.backend,
+                    args.device,
+                    comm,
+                    local_rank,
+                    &params,
+                    &local_sources,
+                    &local_targets,
+                )?
             }
-            evaluate_distributed_on(
-                args.backend,
-                args.device,
-                comm,
-                local_rank,
-                &params,
-                &local_sources,
-                &local_targets,
-            )?
         };
         let fields = domain::gather_to_root(comm, &ev.fields);
         let Some(fields) = fields else {

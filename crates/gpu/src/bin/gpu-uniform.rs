@@ -18,7 +18,8 @@
 //! --periodic`), evaluated periodically (`UniformFmm::evaluate_periodic`, `--image-levels` K)
 //! and, for the cost comparison, in free space (same particles, same reps); the reference is
 //! the Ewald-split sum (`fmm::periodic::ewald`) on the sampled targets, and for N <=
-//! `--adaptive-max` the adaptive-octree CUDA FMM with the same periodic images.
+//! `--adaptive-max` the adaptive-octree CUDA FMM with the same periodic images. The velocity
+//! bound 1e-4 applies from p = 10 on (the field of a zero-mean set is weak).
 
 mod common;
 use common::Check;
@@ -336,7 +337,13 @@ fn main() {
             } else {
                 "f64 direct"
             };
-            chk.le(&format!("N {n} p {p}: velocity vs {what}"), eu, 1e-4);
+            // periodic: the zero-mean set's field is weak, so p = 10 is the accuracy setting
+            // (the 1e-4 of the periodic issue); lower orders are reported
+            if args.periodic.is_none() || p >= 10 {
+                chk.le(&format!("N {n} p {p}: velocity vs {what}"), eu, 1e-4);
+            } else {
+                chk.info(&format!("N {n} p {p}: velocity vs {what}"), eu);
+            }
             if p >= 8 {
                 chk.le(&format!("N {n} p {p}: stretching vs {what}"), es, 1e-3);
             } else {

@@ -27,15 +27,16 @@
 
 use super::pipeline::{RankExchange, Region};
 use super::slab::{
-    exchange_coarse, exchange_leaf_multipoles, halo_lists, redistribute, CoarseBytes, Owned, Parts,
-    Ranges, SlabPlan,
+    assume_in_slab, exchange_coarse, exchange_leaf_multipoles, halo_lists, pack_checking_slab,
+    redistribute, CoarseBytes, Owned, Parts, Ranges, SlabPlan,
 };
 use super::{UniformFmm, UniformParams, UniformTimes};
 use crate::device::{GpuError, GpuResult};
-use domain::Comm;
+use domain::{Comm, ReduceOp};
 use fmm::expansions::ncoef;
 use fmm::{Fields, Sources};
 use rayon::prelude::*;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 /// Bytes of one halo particle (two `float4`).
@@ -245,6 +246,20 @@ pub fn evaluate_distributed(
     local: &Sources,
     params: &UniformParams,
 ) -> GpuResult<(Fields, DistributedUniformTimes)> {
+    let mut out = Fields::default();
+    let tm = evaluate_distributed_into(comm, fmm, local, params, &mut out)?;
+    Ok((out, tm))
+}
+
+/// [`evaluate_distributed`] into `out` (resized to `local`; kept arrays save the
+/// first-touch page faults of fresh ones when nothing is redistributed).
+pub fn evaluate_distributed_into(
+    comm: &dyn Comm,
+    fmm: &UniformFmm,
+    local: &Sources,
+    params: &UniformParams,
+    out: &mut Fields,
+) -> GpuResult<DistributedUniformTimes> {
     let t_all = Instant::now();
     let mut tm = DistributedUniformTimes::default();
     let t = Instant::now();
@@ -252,54 +267,49 @@ pub fn evaluate_distributed(
     let me = plan.rank;
     tm.plan = t.elapsed().as_secs_f64();
 
-    let t = Instant::now();
-    let owned = redistribute(comm, &plan, local);
+    // with more than one rank, first assume that no particle left its slab (checked by the
+    // packing, in its pass over the particles); redistribute when the check fails anywhere
+    let mut attempt = if comm.size() > 1 { 0 } else { 1 };
+    let owned = loop {
+        let t = Instant::now();
+        let owned = if attempt == 0 {
+            assume_in_slab(comm, &plan, local)
+        } else {
+            redistribute(comm, &plan, local)
+        };
+        (tm.moved_out, tm.moved_in) = owned.moved();
+        tm.redistribute += t.elapsed().as_secs_f64();
+        if owned.min_owned == 0 && attempt == 0 {
+            attempt += 1; // a rank without particles may receive some
+            continue;
+        }
+        if owned.min_owned == 0 {
+            return Err(GpuError::Unsupported(
+                "a rank has no particle in its slab (the device path needs at least one)".into(),
+            ));
+        }
+        let moved = AtomicBool::new(false);
+        match run_owned(
+            comm,
+            fmm,
+            &plan,
+            &owned,
+            params,
+            attempt == 0,
+            &moved,
+            &mut tm,
+            out,
+        ) {
+            Err(_) if moved.load(Ordering::Relaxed) => attempt += 1,
+            Err(e) => return Err(e),
+            Ok(()) => break owned,
+        }
+    };
     let n_own = owned.len();
-    (tm.moved_out, tm.moved_in) = owned.moved();
-    tm.redistribute = t.elapsed().as_secs_f64();
-    if owned.min_owned == 0 {
-        return Err(GpuError::Unsupported(
-            "a rank has no particle in its slab (the device path needs at least one)".into(),
-        ));
-    }
-
-    tm.planes = plan.own(me);
-    let pack = |up: &mut [f32]| {
-        let (p, a) = up[..8 * n_own].split_at_mut(4 * n_own);
-        pack_owned(&owned, p, a);
-        Ok(())
-    };
-    let region = Region {
-        grid: plan.grid,
-        own: plan.own(me),
-        halo: plan.halo(me),
-    };
-    let mut ex = Exchange {
-        comm,
-        plan: &plan,
-        owned: &owned,
-        cell_len: 6 * ncoef(params.order),
-        halo: Vec::new(),
-        halo_seconds: 0.0,
-        halo_bytes: 0,
-        coarse_seconds: 0.0,
-        coarse_bytes: CoarseBytes::default(),
-    };
-    // one rank: nothing to exchange (the pipeline is then the single-GPU one)
-    let hook: Option<&mut dyn RankExchange> = if comm.size() > 1 { Some(&mut ex) } else { None };
-    let (fields, dev) = fmm.run_region(params.order, n_own, &pack, &region, hook, None)?;
-    tm.device = dev;
-    tm.halo = ex.halo_seconds;
-    tm.bytes_halo = ex.halo_bytes;
-    tm.halo_particles = ex.halo.iter().map(|b| b.len() / HALO_ROW).sum();
-    tm.owned = n_own;
-    tm.coarse = ex.coarse_seconds;
-    tm.bytes_coarse = ex.coarse_bytes.sent;
-    tm.bytes_coarse_allreduce = ex.coarse_bytes.allreduce;
-    drop(ex);
 
     let t = Instant::now();
-    let (out, back) = owned.return_fields(comm, fields);
+    let (in_order, back) = owned.return_fields(comm, std::mem::take(out));
+    *out = in_order;
     tm.bytes_redistribute = owned.bytes + back;
     tm.redistribute += t.elapsed().as_secs_f64();
     tm.total = t_all.elapsed().as_secs_f64();
@@ -310,7 +320,71 @@ pub fn evaluate_distributed(
         tm.bytes() as f64 * 1e-6,
         tm.total
     );
-    Ok((out, tm))
+    Ok(tm)
+}
+
+/// The device pipeline over this rank's region for the particles `owned`; with
+/// `check_slab`, the packing also checks that every particle lies in its rank's slab (one
+/// reduction) and fails, setting `moved`, when one does not on any rank.
+#[allow(clippy::too_many_arguments)]
+fn run_owned(
+    comm: &dyn Comm,
+    fmm: &UniformFmm,
+    plan: &SlabPlan,
+    owned: &Owned,
+    params: &UniformParams,
+    check_slab: bool,
+    moved: &AtomicBool,
+    tm: &mut DistributedUniformTimes,
+    out: &mut Fields,
+) -> GpuResult<()> {
+    let me = plan.rank;
+    let n_own = owned.len();
+    tm.planes = plan.own(me);
+    let pack = |up: &mut [f32]| {
+        let (p, a) = up[..8 * n_own].split_at_mut(4 * n_own);
+        if !check_slab {
+            pack_owned(owned, p, a);
+            return Ok(());
+        }
+        let mut out = [pack_checking_slab(owned, plan, p, a) as f64];
+        comm.allreduce_f64(&mut out, ReduceOp::Max);
+        if out[0] > 0.0 {
+            moved.store(true, Ordering::Relaxed);
+            return Err(GpuError::Unsupported(
+                "particles left their slabs: redistribution needed".into(),
+            ));
+        }
+        Ok(())
+    };
+    let region = Region {
+        grid: plan.grid,
+        own: plan.own(me),
+        halo: plan.halo(me),
+    };
+    let mut ex = Exchange {
+        comm,
+        plan,
+        owned,
+        cell_len: 6 * ncoef(params.order),
+        halo: Vec::new(),
+        halo_seconds: 0.0,
+        halo_bytes: 0,
+        coarse_seconds: 0.0,
+        coarse_bytes: CoarseBytes::default(),
+    };
+    // one rank: nothing to exchange (the pipeline is then the single-GPU one)
+    let hook: Option<&mut dyn RankExchange> = if comm.size() > 1 { Some(&mut ex) } else { None };
+    let dev = fmm.run_region(params.order, n_own, &pack, &region, hook, None, out)?;
+    tm.device = dev;
+    tm.halo = ex.halo_seconds;
+    tm.bytes_halo = ex.halo_bytes;
+    tm.halo_particles = ex.halo.iter().map(|b| b.len() / HALO_ROW).sum();
+    tm.owned = n_own;
+    tm.coarse = ex.coarse_seconds;
+    tm.bytes_coarse = ex.coarse_bytes.sent;
+    tm.bytes_coarse_allreduce = ex.coarse_bytes.allreduce;
+    Ok(())
 }
 
 #[cfg(test)]

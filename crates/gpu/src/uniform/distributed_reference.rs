@@ -12,11 +12,12 @@
 
 use super::reference::RefFmm;
 use super::slab::{
-    exchange_coarse, exchange_halo_f64, exchange_leaf_multipoles, redistribute, SlabPlan,
+    assume_in_slab, exchange_coarse, exchange_halo_f64, exchange_leaf_multipoles,
+    pack_checking_slab, redistribute, SlabPlan,
 };
 use super::UniformParams;
 use crate::device::GpuResult;
-use domain::Comm;
+use domain::{Comm, ReduceOp};
 use fmm::expansions::Complex64;
 use fmm::{Fields, Sources};
 
@@ -45,7 +46,19 @@ pub fn evaluate_distributed_reference(
     let plan = SlabPlan::agree(comm, local, params)?;
     let g = plan.grid;
     let me = plan.rank;
-    let owned = redistribute(comm, &plan, local);
+    // as the device path: assume the particles in their slabs, check it in the packing's
+    // pass (here into scratch buffers), redistribute when any rank fails the check
+    let mut owned = assume_in_slab(comm, &plan, local);
+    let in_slabs = comm.size() > 1 && owned.min_owned > 0 && {
+        let n = local.len();
+        let (mut p, mut a) = (vec![0.0f32; 4 * n], vec![0.0f32; 4 * n]);
+        let mut out = [pack_checking_slab(&owned, &plan, &mut p, &mut a) as f64];
+        comm.allreduce_f64(&mut out, ReduceOp::Max);
+        out[0] == 0.0
+    };
+    if !in_slabs {
+        owned = redistribute(comm, &plan, local);
+    }
     let (halo, bytes_halo) = exchange_halo_f64(comm, &plan, &owned);
     let mut set = owned.to_sources();
     let n_own = set.len();
@@ -253,6 +266,48 @@ mod tests {
             evaluate_distributed_reference(c, &mine, &UniformParams::default()).unwrap_err()
         });
         assert!(errs.iter().all(|e| e.to_string().contains("non-positive")));
+    }
+
+    /// Ranks that hold exactly their slab's particles (a time step without movers): nothing
+    /// is redistributed, the result is the single-rank one.
+    #[test]
+    fn ranks_holding_their_slabs_move_nothing() {
+        let s = small_cores(3000, 15);
+        let params = UniformParams {
+            order: 6,
+            grid: Some((3, 2)),
+            ..Default::default()
+        };
+        let want = evaluate_reference(&s, &params).unwrap();
+        let ext = crate::uniform::Extent::of(&s.position, &s.sigma).unwrap();
+        for ranks in [2, 3] {
+            let plan =
+                SlabPlan::with_grid(0, ranks, params.grid_for(&ext, s.len()), s.len()).unwrap();
+            let parts = ThreadComm::run(ranks, |c| {
+                let idx: Vec<usize> = (0..s.len())
+                    .filter(|&i| plan.owner(plan.leaf_z(s.position[i])) == c.rank())
+                    .collect();
+                let mut mine = Sources::default();
+                for &i in &idx {
+                    mine.position.push(s.position[i]);
+                    mine.strength.push(s.strength[i]);
+                    mine.sigma.push(s.sigma[i]);
+                }
+                let (f, st) = evaluate_distributed_reference(c, &mine, &params).unwrap();
+                assert_eq!(st.bytes_redistribute, 0);
+                (f, idx)
+            });
+            let mut got = Fields::zeros(s.len());
+            for (f, idx) in parts {
+                for (q, &i) in idx.iter().enumerate() {
+                    got.velocity[i] = f.velocity[q];
+                    got.stretching[i] = f.stretching[q];
+                }
+            }
+            let eu = relative_l2_error(&got.velocity, &want.velocity);
+            let es = relative_l2_error(&got.stretching, &want.stretching);
+            assert!(eu < 1e-12 && es < 1e-12, "R = {ranks}: {eu:.2e} {es:.2e}");
+        }
     }
 
     /// A rank without particles (all of them given to rank 0) still takes part.

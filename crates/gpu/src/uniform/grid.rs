@@ -127,34 +127,9 @@ impl UniformGrid {
     /// (in log) to `(N / leaf_target)^(1/3)`; ties go to the larger `n`, equal `n` to the
     /// smaller `m` (more levels, fewer top-level translations).
     pub fn choose(ext: &Extent, np: usize, core_cutoff: f64, leaf_target: f64) -> UniformGrid {
-        let n_geom = if core_cutoff * ext.sigma_max > 0.0 {
-            (ext.side / (core_cutoff * ext.sigma_max)).floor()
-        } else {
-            f64::INFINITY
-        };
-        let n_want = (np as f64 / leaf_target.max(1.0)).cbrt().max(1.0);
-        let mut best: Option<(f64, usize, usize, usize)> = None; // (score, n, m, k)
-        for k in 0..=MAX_LEVELS {
-            for m in 1..=MAX_TOP {
-                let n = m << k;
-                if n as f64 > n_geom && n > 1 {
-                    continue;
-                }
-                let score = ((n as f64) / n_want).ln().abs();
-                let better = match best {
-                    None => true,
-                    Some((s, bn, bm, _)) => {
-                        score < s - 1e-12
-                            || ((score - s).abs() <= 1e-12 && n > bn)
-                            || (n == bn && m < bm)
-                    }
-                };
-                if better {
-                    best = Some((score, n, m, k));
-                }
-            }
-        }
-        let (_, _, m, k) = best.expect("n = 1 is always allowed");
+        let allowed = |m: usize, k: usize| m <= MAX_TOP && k <= MAX_LEVELS;
+        let (m, k) = best_grid(ext, np, core_cutoff, leaf_target, allowed, true)
+            .expect("n = 1 is always allowed");
         UniformGrid::fixed(ext, m, k)
     }
 
@@ -200,33 +175,8 @@ impl UniformGrid {
         core_cutoff: f64,
         leaf_target: f64,
     ) -> GpuResult<UniformGrid> {
-        let n_geom = if core_cutoff * ext.sigma_max > 0.0 {
-            (ext.side / (core_cutoff * ext.sigma_max)).floor()
-        } else {
-            f64::INFINITY
-        };
-        let n_want = (np as f64 / leaf_target.max(1.0)).cbrt().max(1.0);
-        let mut best: Option<(f64, usize, usize, usize)> = None; // (score, n, m, k)
-        for k in 0..=MAX_LEVELS {
-            for m in [1, 3] {
-                let n = m << k;
-                if !periodic_allowed(m, k) || n as f64 > n_geom {
-                    continue;
-                }
-                let score = ((n as f64) / n_want).ln().abs();
-                let better = match best {
-                    None => true,
-                    Some((s, bn, _, _)) => {
-                        score < s - 1e-12 || ((score - s).abs() <= 1e-12 && n > bn)
-                    }
-                };
-                if better {
-                    best = Some((score, n, m, k));
-                }
-            }
-        }
-        match best {
-            Some((_, _, m, k)) => UniformGrid::fixed_periodic(ext, m, k),
+        match best_grid(ext, np, core_cutoff, leaf_target, periodic_allowed, false) {
+            Some((m, k)) => UniformGrid::fixed_periodic(ext, m, k),
             None => Err(GpuError::Unsupported(format!(
                 "periodic box of length {} too small for the cores: a leaf (at least 3 per \
                  side, width {:.6e}) must be at least core_cutoff {} x the largest core radius \
@@ -294,6 +244,48 @@ impl UniformGrid {
     pub fn f32_params(&self) -> ([f32; 3], f32) {
         (self.lo.map(|x| x as f32), (1.0 / self.leaf_width()) as f32)
     }
+}
+
+/// The `(m, k)` among `allowed` (`m <= MAX_TOP`, `k <= MAX_LEVELS`) whose leaf width is at
+/// least `core_cutoff * sigma_max` (`n = 1` always passes when `one_ok`) and whose `n = m 2^k`
+/// is nearest (in log) to `(N / leaf_target)^(1/3)`; ties go to the larger `n`, equal `n` to
+/// the smaller `m` (more levels, fewer top-level translations). `None` when none passes.
+fn best_grid(
+    ext: &Extent,
+    np: usize,
+    core_cutoff: f64,
+    leaf_target: f64,
+    allowed: impl Fn(usize, usize) -> bool,
+    one_ok: bool,
+) -> Option<(usize, usize)> {
+    let n_geom = if core_cutoff * ext.sigma_max > 0.0 {
+        (ext.side / (core_cutoff * ext.sigma_max)).floor()
+    } else {
+        f64::INFINITY
+    };
+    let n_want = (np as f64 / leaf_target.max(1.0)).cbrt().max(1.0);
+    let mut best: Option<(f64, usize, usize, usize)> = None; // (score, n, m, k)
+    for k in 0..=MAX_LEVELS {
+        for m in 1..=MAX_TOP {
+            let n = m << k;
+            if !allowed(m, k) || (n as f64 > n_geom && !(one_ok && n == 1)) {
+                continue;
+            }
+            let score = ((n as f64) / n_want).ln().abs();
+            let better = match best {
+                None => true,
+                Some((s, bn, bm, _)) => {
+                    score < s - 1e-12
+                        || ((score - s).abs() <= 1e-12 && n > bn)
+                        || (n == bn && m < bm)
+                }
+            };
+            if better {
+                best = Some((score, n, m, k));
+            }
+        }
+    }
+    best.map(|(_, _, m, k)| (m, k))
 }
 
 /// Whether `(m, k)` is a periodic grid: `m` in `{1, 3}`, `n = m 2^k >= 3`, `k <= MAX_LEVELS`.

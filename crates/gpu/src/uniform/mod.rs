@@ -38,7 +38,7 @@ pub mod slab;
 pub mod sort;
 pub mod stencil;
 
-pub use distributed::{evaluate_distributed, DistributedUniformTimes};
+pub use distributed::{evaluate_distributed, evaluate_distributed_into, DistributedUniformTimes};
 pub use distributed_reference::evaluate_distributed_reference;
 pub use grid::{Extent, UniformGrid};
 pub use pipeline::{evaluate_uniform, UniformFmm};

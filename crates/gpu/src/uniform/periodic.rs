@@ -11,7 +11,7 @@
 //!    [`PeriodicSums::check`] refuses bad input (non-zero total strength, a box under 4 core
 //!    radii), then the grid is chosen from `sigma_max`;
 //! 2. the device sort, P2M, M2M and the periodic lists of [`super::stencil`] (27 near-field
-//!    images per leaf, [`leaf_runs_periodic`]; M2L with unwrapped offsets), which cover the
+//!    images per leaf in 18 runs, [`leaf_runs_periodic`]; M2L with unwrapped offsets), which cover the
 //!    `3 x 3 x 3` images of the box;
 //! 3. the far images (`|T|_inf >= 2`): the multipoles of the top cells are moved to the
 //!    origin ([`root_multipole`], f64 M2M) and `fmm::periodic::FarImages` adds their local
@@ -26,7 +26,7 @@
 //! multipoles and uploads the receiver level's locals as they are, converted f32 <-> f64.
 
 use super::grid::{coords, UniformGrid};
-use super::stencil::{image_code, neighbours_periodic};
+use super::stencil::image_code;
 use crate::device::{GpuError, GpuResult};
 use fmm::expansions::{expansion_len, Complex64};
 use fmm::operators::{Operators, Scratch};
@@ -162,6 +162,26 @@ impl PeriodicSums {
     }
 }
 
+/// The checks every periodic entry point makes before touching the particles: valid
+/// parameters and box, non-empty sources of equal lengths.
+pub fn check_call(
+    sources: &Sources,
+    params: &super::UniformParams,
+    periodic: &Periodic,
+) -> GpuResult<()> {
+    params.validate()?;
+    periodic
+        .validate()
+        .map_err(|e| GpuError::Unsupported(e.to_string()))?;
+    let np = sources.len();
+    if np == 0 || sources.strength.len() != np || sources.sigma.len() != np {
+        return Err(GpuError::Unsupported(
+            "empty sources or sources of unequal lengths".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// `crate::layout::pack_sources_into` with the positions wrapped into the box (f64
 /// `Periodic::wrap`, then the f32 cast): `(x, y, z, 1/sigma)` and `(ax, ay, az, 0)` rows into
 /// `p` and `a` (at least `4 N` floats each), in parallel over blocks of 4096 particles, and
@@ -211,15 +231,47 @@ pub fn pack_sources_periodic(
     (p, a, sums)
 }
 
-/// The 27 near-field runs of leaf `c` (`u_leaf_tasks` of a periodic grid of `n` leaves per
-/// side, from the `n^3 + 1` sorted leaf starts): `(first source, count, image code, 0)` in
-/// the order of `stencil::neighbours_periodic` (`dz` outermost, `dx` innermost), one leaf
-/// each (wrapping breaks the contiguity of a row), image code `stencil::image_code`.
-pub fn leaf_runs_periodic(starts: &[i32], n: usize, c: [usize; 3]) -> [[i32; 4]; 27] {
-    let mut runs = [[0; 4]; 27];
-    for (r, (s, t)) in runs.iter_mut().zip(neighbours_periodic(n, c)) {
-        let i = s[0] + n * (s[1] + n * s[2]);
-        *r = [starts[i], starts[i + 1] - starts[i], image_code(t), 0];
+/// The 18 near-field runs of leaf `c` (`u_leaf_tasks` of a periodic grid of `n >= 3` leaves
+/// per side, from the `n^3 + 1` sorted leaf starts): `(first source, count, image code, 0)`,
+/// two per neighbour row `(dy, dz)` (`dz` outermost): the row's cells `i - 1 ..= i + 1` are
+/// contiguous unless the row wraps, so the first run holds the unwrapped part and the second
+/// the wrapped cell (`count = 0` when the row does not wrap); rows across a face carry their
+/// image shift (`stencil::image_code`). Together they are the 27 neighbours of
+/// `stencil::neighbours_periodic`.
+pub fn leaf_runs_periodic(starts: &[i32], n: usize, c: [usize; 3]) -> [[i32; 4]; 18] {
+    let mut runs = [[0, 0, image_code([0, 0, 0]), 0]; 18];
+    let i = c[0];
+    let wrap = |v: i64| -> (usize, i64) {
+        if v < 0 {
+            ((v + n as i64) as usize, -1)
+        } else if v >= n as i64 {
+            ((v - n as i64) as usize, 1)
+        } else {
+            (v as usize, 0)
+        }
+    };
+    let mut r = 0;
+    for dz in -1..=1i64 {
+        for dy in -1..=1i64 {
+            let (jj, ty) = wrap(c[1] as i64 + dy);
+            let (kk, tz) = wrap(c[2] as i64 + dz);
+            let row = n * (jj + n * kk);
+            let run = |a: usize, b: usize, tx: i64| {
+                let (s0, s1) = (starts[row + a], starts[row + b + 1]);
+                [s0, s1 - s0, image_code([tx, ty, tz]), 0]
+            };
+            if i == 0 {
+                runs[r] = run(0, 1, 0);
+                runs[r + 1] = run(n - 1, n - 1, -1);
+            } else if i == n - 1 {
+                runs[r] = run(n - 2, n - 1, 0);
+                runs[r + 1] = run(0, 0, 1);
+            } else {
+                runs[r] = run(i - 1, i + 1, 0);
+                runs[r + 1][2] = image_code([0, ty, tz]);
+            }
+            r += 2;
+        }
     }
     runs
 }
@@ -283,6 +335,7 @@ mod tests {
     use crate::layout::pack_sources;
     use crate::uniform::grid::{local_index, Extent};
     use crate::uniform::sort::sort_emulated;
+    use crate::uniform::stencil::neighbours_periodic;
     use std::f64::consts::PI;
 
     fn box_set(n: usize, seed: u64) -> Sources {
@@ -417,6 +470,50 @@ mod tests {
                 rc[local_index(nl, [1, 2, 0])],
                 g.center(g.receiver_level(), [1, 2, 0])
             );
+        }
+    }
+
+    #[test]
+    fn periodic_runs_are_the_27_neighbours() {
+        // n = 5 and 6: every leaf's 18 runs hold exactly the particles of its 27 periodic
+        // neighbours, each with the neighbour's image shift
+        let per = Periodic::default();
+        let s = box_set(3000, 9);
+        for (m, k) in [(5, 0), (3, 1)] {
+            let g = UniformGrid {
+                m,
+                k,
+                lo: [-0.5 * per.box_length; 3],
+                side: per.box_length,
+                periodic: true,
+            };
+            let (pos4, _, _) = pack_sources_periodic(&s, &per);
+            let (lo, inv_w) = g.f32_params();
+            let n = g.n();
+            let arrival: Vec<usize> = (0..s.len()).collect();
+            let (_, starts) = sort_emulated(&pos4, lo, inv_w, n, &arrival);
+            for c in [
+                [0, 0, 0],
+                [n - 1, 2, 0],
+                [1, n - 1, n - 1],
+                [2, 2, 2],
+                [n - 1, 0, 3],
+            ] {
+                let mut got: Vec<(i32, i32)> = leaf_runs_periodic(&starts, n, c)
+                    .iter()
+                    .flat_map(|r| (r[0]..r[0] + r[1]).map(move |j| (j, r[2])))
+                    .collect();
+                let mut want: Vec<(i32, i32)> = neighbours_periodic(n, c)
+                    .into_iter()
+                    .flat_map(|(cell, t)| {
+                        let i = local_index(n, cell);
+                        (starts[i]..starts[i + 1]).map(move |j| (j, image_code(t)))
+                    })
+                    .collect();
+                got.sort_unstable();
+                want.sort_unstable();
+                assert_eq!(got, want, "n {n} leaf {c:?}");
+            }
         }
     }
 

@@ -10,7 +10,7 @@
 //! direct sum, the Ewald reference and the adaptive periodic FMM.
 
 use super::grid::{coords, local_index, Extent, UniformGrid};
-use super::periodic::{far_image_locals, far_images_for, pack_sources_periodic};
+use super::periodic::{check_call, far_image_locals, far_images_for, pack_sources_periodic};
 use super::sort::sort_emulated;
 use super::stencil::{m2l_sources, m2l_sources_periodic, neighbours, neighbours_periodic};
 use super::UniformParams;
@@ -56,16 +56,8 @@ pub fn evaluate_reference_periodic(
     params: &UniformParams,
     periodic: &Periodic,
 ) -> GpuResult<Fields> {
-    params.validate()?;
-    periodic
-        .validate()
-        .map_err(|e| GpuError::Unsupported(e.to_string()))?;
+    check_call(sources, params, periodic)?;
     let np = sources.len();
-    if np == 0 || sources.strength.len() != np || sources.sigma.len() != np {
-        return Err(GpuError::Unsupported(
-            "empty sources or sources of unequal lengths".into(),
-        ));
-    }
     let (pos4, _, sums) = pack_sources_periodic(sources, periodic);
     sums.check(periodic)?;
     let g = params.grid_for_periodic(&Extent::periodic(periodic, sums.sigma_max), np)?;

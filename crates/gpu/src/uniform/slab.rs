@@ -33,6 +33,7 @@ use crate::device::{GpuError, GpuResult};
 use domain::{Comm, ReduceOp};
 use fmm::{Fields, Sources};
 use rayon::prelude::*;
+use std::sync::OnceLock;
 
 /// Leaf planes of particle halo on each side of a slab (the reach of the P2P: the 27
 /// neighbours of a leaf). The leaf-level M2L reaches further ([`SlabPlan::leaf_mult_planes`]):
@@ -250,8 +251,10 @@ pub struct Owned<'a> {
     pub local: &'a Sources,
     pub kept: Option<Vec<usize>>,
     pub received: Sources,
-    /// Leaf plane of every owned particle (empty on a single rank).
-    pub zleaf: Vec<u32>,
+    /// Leaf plane of every owned particle (set by the redistribution, or by
+    /// [`pack_checking_slab`] when the particles were assumed in their slab; computed at
+    /// the first [`Owned::zleaf`] otherwise).
+    zleaf: OnceLock<Vec<u32>>,
     /// Input indices sent to each rank (in the order sent).
     sent: Vec<Vec<usize>>,
     /// Particles received from each rank.
@@ -283,6 +286,15 @@ impl Owned<'_> {
             (&self.received, i - nk)
         };
         (s.position[j], s.strength[j], s.sigma[j])
+    }
+    /// Leaf plane of every owned particle.
+    pub fn zleaf(&self, plan: &SlabPlan) -> &[u32] {
+        self.zleaf.get_or_init(|| {
+            (0..self.len())
+                .into_par_iter()
+                .map(|i| plan.leaf_z(self.get(i).0) as u32)
+                .collect()
+        })
     }
     /// Particles sent away and received.
     pub fn moved(&self) -> (usize, usize) {
@@ -354,7 +366,7 @@ pub fn redistribute<'a>(comm: &dyn Comm, plan: &SlabPlan, local: &'a Sources) ->
             local,
             kept: None,
             received: Sources::default(),
-            zleaf: Vec::new(),
+            zleaf: OnceLock::new(),
             sent: vec![Vec::new()],
             recv_counts: vec![0],
             bytes: 0,
@@ -381,7 +393,7 @@ pub fn redistribute<'a>(comm: &dyn Comm, plan: &SlabPlan, local: &'a Sources) ->
             local,
             kept: None,
             received: Sources::default(),
-            zleaf: z,
+            zleaf: OnceLock::from(z),
             sent: vec![Vec::new(); ranks],
             recv_counts: vec![0; ranks],
             bytes: 0,
@@ -432,7 +444,7 @@ pub fn redistribute<'a>(comm: &dyn Comm, plan: &SlabPlan, local: &'a Sources) ->
         local,
         kept,
         received,
-        zleaf,
+        zleaf: OnceLock::from(zleaf),
         sent,
         recv_counts,
         bytes,
@@ -441,10 +453,77 @@ pub fn redistribute<'a>(comm: &dyn Comm, plan: &SlabPlan, local: &'a Sources) ->
     }
 }
 
+/// Collective: this rank's input particles taken as its owned ones without looking at
+/// them (a time-stepping code's usual case: no particle left its slab); one small reduction
+/// gives the fewest particles a rank holds. The packing must then check the assumption
+/// ([`pack_checking_slab`]) and fall back to [`redistribute`] when it fails on any rank:
+/// that saves the separate pass over the particles of [`redistribute`].
+pub fn assume_in_slab<'a>(comm: &dyn Comm, plan: &SlabPlan, local: &'a Sources) -> Owned<'a> {
+    let ranks = comm.size();
+    let mut least = [local.len() as f64];
+    comm.allreduce_f64(&mut least, ReduceOp::Min);
+    let _ = plan;
+    Owned {
+        local,
+        kept: None,
+        received: Sources::default(),
+        zleaf: OnceLock::new(),
+        sent: vec![Vec::new(); ranks],
+        recv_counts: vec![0; ranks],
+        bytes: 0,
+        any_moved: false,
+        min_owned: least[0] as usize,
+    }
+}
+
+/// The packing of `layout::pack_sources_into` (`float4` position and `1/sigma` rows into
+/// `p`, strength rows into `a`) of particles assumed in their slab ([`assume_in_slab`]), with
+/// the leaf planes computed in the same pass (kept for the halo lists): the number of
+/// particles outside this rank's slab, which must be zero on every rank for the assumption
+/// to hold.
+pub fn pack_checking_slab(owned: &Owned, plan: &SlabPlan, p: &mut [f32], a: &mut [f32]) -> usize {
+    assert!(owned.kept.is_none() && owned.received.is_empty());
+    let s = owned.local;
+    let n = s.len();
+    let (z0, z1) = plan.own(plan.rank);
+    let (lo, inv_w) = plan.grid.f32_params();
+    let mut z = vec![0u32; n];
+    // blocks of particles (not one task per particle): the pass is bandwidth-bound
+    const BLOCK: usize = 4096;
+    let out = p[..4 * n]
+        .par_chunks_mut(4 * BLOCK)
+        .zip(a[..4 * n].par_chunks_mut(4 * BLOCK))
+        .zip(z.par_chunks_mut(BLOCK))
+        .enumerate()
+        .map(|(b, ((p, a), z))| {
+            let mut outside = 0;
+            for (k, ((p, a), z)) in p
+                .chunks_exact_mut(4)
+                .zip(a.chunks_exact_mut(4))
+                .zip(z.iter_mut())
+                .enumerate()
+            {
+                let i = b * BLOCK + k;
+                let x = s.position[i].map(|v| v as f32);
+                let w = s.strength[i];
+                p.copy_from_slice(&[x[0], x[1], x[2], (1.0 / s.sigma[i]) as f32]);
+                a.copy_from_slice(&[w[0] as f32, w[1] as f32, w[2] as f32, 0.0]);
+                let q = cell_of(x, lo, inv_w, plan.n())[2];
+                *z = q as u32;
+                outside += usize::from(!(z0..z1).contains(&q));
+            }
+            outside
+        })
+        .sum();
+    let _ = owned.zleaf.set(z);
+    out
+}
+
 /// Owned indices (in owned order) this rank sends to each rank as halo: its particles of the
 /// leaf planes of the other rank's halo.
 pub fn halo_lists(plan: &SlabPlan, owned: &Owned) -> Vec<Vec<usize>> {
     let me = plan.rank;
+    let zleaf = owned.zleaf(plan);
     (0..plan.ranks())
         .map(|r| {
             if r == me {
@@ -454,7 +533,7 @@ pub fn halo_lists(plan: &SlabPlan, owned: &Owned) -> Vec<Vec<usize>> {
                 None => Vec::new(),
                 Some((a, b)) => (0..owned.len())
                     .into_par_iter()
-                    .filter(|&i| (a..b).contains(&(owned.zleaf[i] as usize)))
+                    .filter(|&i| (a..b).contains(&(zleaf[i] as usize)))
                     .collect(),
             }
         })
