@@ -89,22 +89,7 @@ impl UniformRunner {
                 Some(q) => self.fmm.evaluate_periodic(sources, &up, q),
             };
             let (fields, t) = run.map_err(|e| anyhow::anyhow!("--grid uniform: {e}"))?;
-            let times = fmm::PhaseTimes {
-                tree: t.sort,
-                p2m: t.upward,
-                m2l: t.m2l,
-                l2l: t.downward,
-                p2p: t.p2p,
-                transfer: t.host_prepare + t.upload + t.download,
-                total: t.total,
-                ..Default::default()
-            };
-            let stats = fmm::evaluators::PlanStats {
-                depth: t.k,
-                far_pairs: t.m2l_translations as usize,
-                p2p_interactions: t.p2p_pairs,
-                ..Default::default()
-            };
+            let (times, stats) = (t.phase_times(), t.plan_stats());
             Ok(BackendRun {
                 evaluation: Evaluation {
                     fields,
@@ -181,16 +166,9 @@ impl UniformRunner {
             let (fields, t) = gpu::uniform::evaluate_distributed(comm, &self.fmm, sources, &up)
                 .map_err(|e| anyhow::anyhow!("--grid uniform on rank {}: {e}", comm.rank()))?;
             let d = &t.device;
-            let times = fmm::PhaseTimes {
-                tree: d.sort,
-                p2m: d.upward,
-                m2l: d.m2l,
-                l2l: d.downward,
-                p2p: d.p2p,
-                transfer: t.plan + d.host_prepare + d.upload + d.download,
-                total: t.total,
-                ..Default::default()
-            };
+            let mut times = d.phase_times();
+            times.transfer += t.plan;
+            times.total = t.total;
             let stats = domain::CommStats {
                 bytes_redistribute: t.bytes_redistribute as u64,
                 bytes_p2p: t.bytes_halo as u64,

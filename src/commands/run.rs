@@ -1,4 +1,4 @@
-//! `vortex run CONFIG.toml [--out DIR] [--restart FILE] [--steps K] [--backend B]`: a
+//! `vortex run CONFIG.toml [--out DIR] [--restart FILE] [--steps K] [--backend B] [--grid G]`: a
 //! vortex-method simulation, in one process or as `mpirun -np R vortex run ...` (built with the
 //! `mpi` feature). All the logic lives in the `method` crate (`method::run::run_loaded_on`);
 //! this is argument glue: rank 0 reads the configuration and broadcasts it, the options are
@@ -6,7 +6,7 @@
 //! configuration or `--backend` (under MPI, rank `r` uses GPU `local_rank % gpus_per_node`).
 //! Only rank 0 prints an error; every rank exits with status 1.
 
-use crate::backends::{resolve, BackendChoice};
+use crate::backends::{resolve, BackendChoice, GridChoice};
 use anyhow::Result;
 use clap::Args;
 use domain::Comm;
@@ -28,6 +28,10 @@ pub struct RunArgs {
     /// Compute backend, overriding `evaluation.backend` of the configuration.
     #[arg(long, value_enum)]
     pub backend: Option<BackendChoice>,
+    /// Grid of the particles' FMM, overriding `evaluation.grid`: adaptive (octree built on the
+    /// host) or uniform (built and evaluated on the GPU; one rank).
+    #[arg(long, value_enum)]
+    pub grid: Option<GridChoice>,
     /// GPU index, overriding `evaluation.device` (one rank; under MPI the node-local rank
     /// chooses).
     #[arg(long)]
@@ -84,6 +88,21 @@ fn run_ranks(args: &RunArgs, comm: &dyn Comm, local_rank: usize) -> Result<()> {
     if let Some(d) = args.device {
         config.evaluation.device = d;
     }
+    if let Some(g) = args.grid {
+        config.evaluation.grid = match g {
+            GridChoice::Adaptive => "adaptive",
+            GridChoice::Uniform => "uniform",
+        }
+        .into();
+    }
+    let uniform = config.evaluation.grid == "uniform";
+    if uniform && comm.size() > 1 {
+        anyhow::bail!(
+            "{}: evaluation.grid = \"uniform\" runs on one rank (under MPI the adaptive octree is \
+             distributed)",
+            args.config.display()
+        );
+    }
     let choice = match config.evaluation.backend.as_str() {
         "cpu" => BackendChoice::Cpu,
         "cuda" => BackendChoice::Cuda,
@@ -108,15 +127,27 @@ fn run_ranks(args: &RunArgs, comm: &dyn Comm, local_rank: usize) -> Result<()> {
             } else {
                 config.evaluation.device
             };
-            let b = gpu::CudaBackend::new(device).map_err(|e| {
+            let what = |e: gpu::GpuError| {
                 anyhow::anyhow!(
                     "backend \"cuda\" (device {device}) for {}: {e}",
                     args.config.display()
                 )
-            });
-            let b =
-                method::parallel::agree(comm, b.map_err(|e| method::Error::Other(e.to_string())))?;
-            method::run::run_loaded_on(comm, config, &args.config, out, restart, b, &opts)?;
+            };
+            if uniform {
+                let b = gpu::UniformBackend::new(device).map_err(what);
+                let b = method::parallel::agree(
+                    comm,
+                    b.map_err(|e| method::Error::Other(e.to_string())),
+                )?;
+                method::run::run_loaded_on(comm, config, &args.config, out, restart, b, &opts)?;
+            } else {
+                let b = gpu::CudaBackend::new(device).map_err(what);
+                let b = method::parallel::agree(
+                    comm,
+                    b.map_err(|e| method::Error::Other(e.to_string())),
+                )?;
+                method::run::run_loaded_on(comm, config, &args.config, out, restart, b, &opts)?;
+            }
         }
         #[cfg(not(feature = "cuda"))]
         {
@@ -124,6 +155,13 @@ fn run_ranks(args: &RunArgs, comm: &dyn Comm, local_rank: usize) -> Result<()> {
             anyhow::bail!("backend = \"cuda\": this binary was built without the `cuda` feature");
         }
     } else {
+        if uniform {
+            anyhow::bail!(
+                "evaluation.grid = \"uniform\" for {}: the uniform grid is built on the GPU and \
+                 no GPU is usable (grid = \"adaptive\" runs anywhere)",
+                args.config.display()
+            );
+        }
         if choice == BackendChoice::Cuda {
             anyhow::bail!(
                 "backend \"cuda\" for {}: no usable GPU on every rank (`--backend cpu` runs on the CPU)",

@@ -28,7 +28,7 @@ pub mod tree;
 
 pub use backend::{cpu::CpuBackend, Backend, FarField, PhaseTimes, Plan};
 pub use error::FmmError;
-pub use evaluators::{evaluate, EvalParams, Evaluation, Method};
+pub use evaluators::{evaluate, evaluate_at_sources, EvalParams, Evaluation, Method};
 pub use particles::{relative_l2_error, Fields, Sources, Targets};
 
 /// Largest supported expansion order.

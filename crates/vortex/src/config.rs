@@ -19,6 +19,7 @@
 //! core_cutoff = 6.0
 //! backend = "auto"     # auto | cpu | cuda: which fmm::Backend the binary hands to run::run_loaded
 //! device = 0           # GPU index for cuda (auto: the GPU when one is usable)
+//! grid = "adaptive"    # adaptive | uniform: uniform = the particles' FMM on a grid built on the GPU
 //!
 //! [initial]
 //! kind = "taylor-green"  # taylor-green | taylor-green-2d | isotropic | ring | two-rings | blob
@@ -100,7 +101,15 @@ pub struct EvaluationConfig {
     pub backend: String,
     /// GPU index for `backend = "cuda"`.
     pub device: usize,
+    /// `"adaptive"` (octree built on the host; every method and backend) or `"uniform"` (the
+    /// FMM of the particles at themselves on a uniform grid built on the GPU, free space or
+    /// periodic, one rank; other evaluations stay adaptive). Like `backend`, not part of the
+    /// checkpoint fingerprint.
+    pub grid: String,
 }
+
+/// The grid names accepted by `evaluation.grid`.
+pub const GRIDS: [&str; 2] = ["adaptive", "uniform"];
 
 /// The backend names accepted by `evaluation.backend`.
 pub const BACKENDS: [&str; 3] = ["auto", "cpu", "cuda"];
@@ -116,6 +125,7 @@ impl Default for EvaluationConfig {
             core_cutoff: d.core_cutoff,
             backend: "auto".into(),
             device: 0,
+            grid: "adaptive".into(),
         }
     }
 }
@@ -444,6 +454,20 @@ impl Config {
                     "unknown backend \"{}\": one of \"auto\", \"cpu\", \"cuda\"",
                     e.backend
                 ),
+            ));
+        }
+        if !GRIDS.contains(&e.grid.as_str()) {
+            return Err(bad(
+                file,
+                "evaluation.grid",
+                format!("unknown grid \"{}\": \"adaptive\" or \"uniform\"", e.grid),
+            ));
+        }
+        if e.grid == "uniform" && e.backend == "cpu" {
+            return Err(bad(
+                file,
+                "evaluation.grid",
+                "\"uniform\" is built and evaluated on the GPU: backend must be \"cuda\" or \"auto\"",
             ));
         }
         if e.leaf_size == 0 {

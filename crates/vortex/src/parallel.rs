@@ -361,6 +361,23 @@ impl<'c, B: Backend> DistRhs<'c, B> {
         Ok(fields)
     }
 
+    /// Fields at the particles `p` at themselves, on one rank: [`fmm::evaluate_at_sources`]
+    /// (so a backend's own whole-evaluation path, such as the GPU uniform grid, takes it);
+    /// with several ranks the distributed evaluation of [`DistRhs::evaluate_at`].
+    pub fn evaluate_self(&mut self, p: &Particles) -> Result<Fields> {
+        if self.comm.size() > 1 {
+            return self.evaluate_at(&p.to_sources(), &targets_of(p));
+        }
+        let t0 = Instant::now();
+        let step = self.step;
+        let ev = fmm::evaluate_at_sources(&self.backend, &self.params, &p.to_sources())
+            .map_err(|source| Error::Fmm { step, source })?;
+        add_times(&mut self.times, &ev.times);
+        self.evaluations += 1;
+        self.seconds += t0.elapsed().as_secs_f64();
+        Ok(ev.fields)
+    }
+
     /// Fields at the particles `p` (sources and targets) held at their owners under `part`,
     /// sorted by (`keys`, `gid`). Collective.
     pub fn evaluate_owned(
@@ -370,7 +387,10 @@ impl<'c, B: Backend> DistRhs<'c, B> {
         keys: &[u64],
         p: &Particles,
     ) -> Result<Fields> {
-        if self.comm.size() == 1 || self.params.method == Method::Direct {
+        if self.comm.size() == 1 {
+            return self.evaluate_self(p);
+        }
+        if self.params.method == Method::Direct {
             return self.evaluate_at(&p.to_sources(), &targets_of(p));
         }
         let t0 = Instant::now();
@@ -408,7 +428,7 @@ impl<'c, B: Backend> DistRhs<'c, B> {
 
 impl<B: Backend> RightHandSide for DistRhs<'_, B> {
     fn eval(&mut self, p: &Particles) -> Result<Derivatives> {
-        let f = self.evaluate_at(&p.to_sources(), &targets_of(p))?;
+        let f = self.evaluate_self(p)?;
         Ok(Derivatives {
             velocity: f.velocity,
             stretching: f.stretching,

@@ -63,15 +63,20 @@ impl<B: Backend> FmmRhs<B> {
 }
 
 impl<B: Backend> RightHandSide for FmmRhs<B> {
+    /// The particles at themselves through [`fmm::evaluate_at_sources`] (a backend with a
+    /// whole-evaluation path of its own, such as the GPU uniform grid, takes it there).
     fn eval(&mut self, p: &Particles) -> Result<Derivatives> {
-        let targets = Targets {
-            position: p.position.clone(),
-            strength: p.strength.clone(),
-        };
-        let f = self.evaluate_at(p, &targets)?;
+        let ev = fmm::evaluate_at_sources(&self.backend, &self.params, &p.to_sources()).map_err(
+            |source| Error::Fmm {
+                step: self.step,
+                source,
+            },
+        )?;
+        add_times(&mut self.times, &ev.times);
+        self.evaluations += 1;
         Ok(Derivatives {
-            velocity: f.velocity,
-            stretching: f.stretching,
+            velocity: ev.fields.velocity,
+            stretching: ev.fields.stretching,
         })
     }
 }

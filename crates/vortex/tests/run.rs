@@ -147,6 +147,25 @@ fn configuration_errors_name_the_file_and_the_key() {
         e.contains("evaluation.backend") && e.contains("opencl"),
         "{e}"
     );
+    let e = err(&format!("{RING}[evaluation]\ngrid = \"octree\"\n"));
+    assert!(e.contains("evaluation.grid") && e.contains("octree"), "{e}");
+    let e = err(&format!(
+        "{RING}[evaluation]\ngrid = \"uniform\"\nbackend = \"cpu\"\n"
+    ));
+    assert!(e.contains("evaluation.grid") && e.contains("GPU"), "{e}");
+    let c = Config::from_str_named(
+        &format!("{RING}[evaluation]\ngrid = \"uniform\"\n"),
+        "ok.toml",
+    )
+    .unwrap();
+    assert_eq!(c.evaluation.grid, "uniform");
+    // the grid is not part of the checkpoint fingerprint either
+    assert_eq!(
+        c.fingerprint(),
+        Config::from_str_named(RING, "ok.toml")
+            .unwrap()
+            .fingerprint()
+    );
     for b in ["auto", "cpu", "cuda"] {
         let c = Config::from_str_named(
             &format!("{RING}[evaluation]\nbackend = \"{b}\"\ndevice = 1\n"),

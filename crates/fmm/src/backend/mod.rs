@@ -172,6 +172,20 @@ pub trait Backend: Send + Sync {
         cells: &[usize],
         data: &[f64],
     ) -> Result<(), FmmError>;
+    /// A whole evaluation of `sources` at themselves by a path of the backend's own (for
+    /// example a grid sorted and evaluated on the GPU), or `None` to run the plan-driven
+    /// phases above. [`crate::evaluate_at_sources`] asks this first, with validated
+    /// parameters; the path checks the sources itself (bad values, and when periodic what
+    /// `periodic::check_input` refuses) with errors as clear as [`crate::evaluate`]'s. The
+    /// default has no such path.
+    fn evaluate_at_sources(
+        &self,
+        params: &crate::EvalParams,
+        sources: &Sources,
+    ) -> Option<Result<crate::Evaluation, FmmError>> {
+        let _ = (params, sources);
+        None
+    }
     /// Overwrites the multipole expansions of source cells `cells` after `upward` (cells of an
     /// MPI rank's locally essential tree whose multipoles were computed elsewhere); `data`
     /// holds one expansion per cell, concatenated. Backends without MPI support may keep the

@@ -249,6 +249,21 @@ pub fn plan(
     ))
 }
 
+/// Velocity and stretching of `sources` at themselves (stretching of their own strengths):
+/// the backend's own whole-evaluation path when it has one for these parameters
+/// ([`Backend::evaluate_at_sources`]), [`evaluate`] with the sources as targets otherwise.
+pub fn evaluate_at_sources<B: Backend>(
+    backend: &B,
+    params: &EvalParams,
+    sources: &Sources,
+) -> Result<Evaluation, FmmError> {
+    params.validate()?;
+    if let Some(r) = backend.evaluate_at_sources(params, sources) {
+        return r;
+    }
+    evaluate(backend, params, sources, &sources.as_targets())
+}
+
 /// Velocity and stretching induced by `sources` at `targets` with the chosen method.
 pub fn evaluate<B: Backend>(
     backend: &B,

@@ -26,8 +26,12 @@
 //!   redistribution, halo particles, coarse-multipole exchange);
 //! * [`distributed_reference`]: the distributed method in f64 on the CPU (tested under
 //!   `domain::ThreadComm` against [`reference`] and the direct sum);
-//! * [`distributed`]: the distributed device path, one GPU per rank.
+//! * [`distributed`]: the distributed device path, one GPU per rank;
+//! * [`periodic`]: the periodic box (wrapping pack, far images, surface correction);
+//! * [`backend`]: [`UniformBackend`], the CUDA `fmm::Backend` whose evaluations at the
+//!   sources take the uniform grid (the vortex method's right-hand side).
 
+pub mod backend;
 pub mod distributed;
 pub mod distributed_reference;
 pub mod grid;
@@ -38,6 +42,7 @@ pub mod slab;
 pub mod sort;
 pub mod stencil;
 
+pub use backend::UniformBackend;
 pub use distributed::{evaluate_distributed, evaluate_distributed_into, DistributedUniformTimes};
 pub use distributed_reference::evaluate_distributed_reference;
 pub use grid::{Extent, UniformGrid};
