@@ -225,3 +225,93 @@ fn mutual_and_one_sided_near_fields_agree() {
         assert_eq!(run(1).fields, run(4).fields);
     }
 }
+
+/// `evaluate_at_sources`: a backend without a whole-evaluation path gives exactly
+/// `evaluate` at the sources; one with a path (here: the direct sum, for the FMM only) is
+/// asked first and its answer returned, other methods still take the plan.
+#[test]
+fn evaluate_at_sources_asks_the_backend_first() {
+    use fmm::{evaluate_at_sources, Backend, Evaluation, FmmError, PhaseTimes, Plan};
+    struct DirectForFmm;
+    impl Backend for DirectForFmm {
+        type State = <CpuBackend as Backend>::State;
+        fn name(&self) -> String {
+            "direct-for-fmm".into()
+        }
+        fn prepare(&self, p: &Plan, s: &Sources, t: &Targets) -> Result<Self::State, FmmError> {
+            CpuBackend.prepare(p, s, t)
+        }
+        fn upward(
+            &self,
+            p: &Plan,
+            st: &mut Self::State,
+            t: &mut PhaseTimes,
+        ) -> Result<(), FmmError> {
+            CpuBackend.upward(p, st, t)
+        }
+        fn downward(
+            &self,
+            p: &Plan,
+            st: &mut Self::State,
+            t: &mut PhaseTimes,
+        ) -> Result<(), FmmError> {
+            CpuBackend.downward(p, st, t)
+        }
+        fn near_field(
+            &self,
+            p: &Plan,
+            st: &mut Self::State,
+            t: &mut PhaseTimes,
+        ) -> Result<(), FmmError> {
+            CpuBackend.near_field(p, st, t)
+        }
+        fn fields(&self, p: &Plan, st: Self::State) -> Result<fmm::Fields, FmmError> {
+            CpuBackend.fields(p, st)
+        }
+        fn multipoles(
+            &self,
+            p: &Plan,
+            st: &Self::State,
+            c: &[usize],
+        ) -> Result<Vec<f64>, FmmError> {
+            CpuBackend.multipoles(p, st, c)
+        }
+        fn add_locals(
+            &self,
+            p: &Plan,
+            st: &mut Self::State,
+            c: &[usize],
+            d: &[f64],
+        ) -> Result<(), FmmError> {
+            CpuBackend.add_locals(p, st, c, d)
+        }
+        fn evaluate_at_sources(
+            &self,
+            params: &EvalParams,
+            s: &Sources,
+        ) -> Option<Result<Evaluation, FmmError>> {
+            (params.method == Method::Fmm).then(|| {
+                Ok(Evaluation {
+                    fields: direct(s, &s.as_targets()),
+                    times: PhaseTimes::default(),
+                    stats: Default::default(),
+                })
+            })
+        }
+    }
+    let s = standard(800, 4);
+    let fmm_params = params(Method::Fmm, 6, 16);
+    let plain = evaluate(&CpuBackend, &fmm_params, &s, &s.as_targets()).unwrap();
+    let same = evaluate_at_sources(&CpuBackend, &fmm_params, &s).unwrap();
+    assert_eq!(plain.fields, same.fields);
+    let own = evaluate_at_sources(&DirectForFmm, &fmm_params, &s).unwrap();
+    assert_eq!(own.fields, direct(&s, &s.as_targets()));
+    let tree = params(Method::Treecode, 6, 16);
+    let via_plan = evaluate_at_sources(&DirectForFmm, &tree, &s).unwrap();
+    assert_eq!(
+        via_plan.fields,
+        evaluate(&CpuBackend, &tree, &s, &s.as_targets())
+            .unwrap()
+            .fields
+    );
+}
