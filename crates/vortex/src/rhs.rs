@@ -45,12 +45,19 @@ impl<B: Backend> FmmRhs<B> {
 
     /// Velocity (and stretching of `targets.strength`) induced by `p` at arbitrary targets.
     pub fn evaluate_at(&mut self, p: &Particles, targets: &Targets) -> Result<fmm::Fields> {
-        let ev = fmm::evaluate(&self.backend, &self.params, &p.to_sources(), targets).map_err(
-            |source| Error::Fmm {
-                step: self.step,
-                source,
-            },
-        )?;
+        let ev = fmm::evaluate(&self.backend, &self.params, &p.to_sources(), targets);
+        self.record(ev)
+    }
+
+    /// The fields of one evaluation, its times added to the totals (errors carry the step).
+    fn record(
+        &mut self,
+        ev: std::result::Result<fmm::Evaluation, fmm::FmmError>,
+    ) -> Result<fmm::Fields> {
+        let ev = ev.map_err(|source| Error::Fmm {
+            step: self.step,
+            source,
+        })?;
         add_times(&mut self.times, &ev.times);
         self.evaluations += 1;
         Ok(ev.fields)
@@ -66,17 +73,11 @@ impl<B: Backend> RightHandSide for FmmRhs<B> {
     /// The particles at themselves through [`fmm::evaluate_at_sources`] (a backend with a
     /// whole-evaluation path of its own, such as the GPU uniform grid, takes it there).
     fn eval(&mut self, p: &Particles) -> Result<Derivatives> {
-        let ev = fmm::evaluate_at_sources(&self.backend, &self.params, &p.to_sources()).map_err(
-            |source| Error::Fmm {
-                step: self.step,
-                source,
-            },
-        )?;
-        add_times(&mut self.times, &ev.times);
-        self.evaluations += 1;
+        let ev = fmm::evaluate_at_sources(&self.backend, &self.params, &p.to_sources());
+        let f = self.record(ev)?;
         Ok(Derivatives {
-            velocity: ev.fields.velocity,
-            stretching: ev.fields.stretching,
+            velocity: f.velocity,
+            stretching: f.stretching,
         })
     }
 }
