@@ -380,7 +380,7 @@ fn main() {
                                     ds,
                                 );
                                 chk.info(
-                                    &format!("N {n} p {p}: adaptive FMM velocity vs direct"),
+                                    &format!("N {n} p {p}: adaptive FMM velocity vs {what}"),
                                     au,
                                 );
                                 println!("  adaptive CUDA FMM (theta {}, leaf {}): {:.3} s wall (CPU tree + lists included)", ep.theta, ep.leaf_size, wall);
