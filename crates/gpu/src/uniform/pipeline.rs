@@ -32,7 +32,9 @@ use crate::device::{GpuDevice, GpuError, GpuResult, UNIFORM};
 use crate::tables::{knm_table, toff, z_tables};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::sys::CU_MEMHOSTALLOC_WRITECOMBINED;
-use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PinnedHostSlice, PushKernelArg};
+use cudarc::driver::{
+    CudaFunction, CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice, PushKernelArg,
+};
 use fmm::expansions::ncoef;
 use fmm::expansions::{expansion_len, Complex64};
 use fmm::kernel::INV_4PI;
@@ -86,9 +88,15 @@ pub struct UniformFmm {
     /// The far-image operator of the last periodic grid: (order, m, k, box length bits,
     /// image levels) and the operator.
     far: Mutex<Option<FarKey>>,
+    /// A second stream, created at first use.
+    copy: OnceLock<Arc<CudaStream>>,
 }
 
 type FarKey = ((usize, usize, usize, u64, usize), Arc<FarImages>);
+
+/// A coarse window of `.0` floats and its parts downloaded into page-locked memory (offset in
+/// the window, data).
+type WindowCopy<'a> = (usize, Vec<(usize, &'a [f32])>);
 
 /// The periodic part of one evaluation: box, far images, and the surface correction that the
 /// packing computes.
@@ -258,6 +266,7 @@ impl UniformFmm {
             tables: Mutex::new(None),
             staging: Mutex::new(Staging::default()),
             far: Mutex::new(None),
+            copy: OnceLock::new(),
         }
     }
 
@@ -278,6 +287,15 @@ impl UniformFmm {
 
     fn func(&self, p: usize, name: &str) -> GpuResult<CudaFunction> {
         self.dev.function(&UNIFORM, &uniform_defines(p), name)
+    }
+
+    /// The second stream of the device (copies that overlap the kernels of the first).
+    fn copy_stream(&self) -> GpuResult<Arc<CudaStream>> {
+        if let Some(c) = self.copy.get() {
+            return Ok(c.clone());
+        }
+        let c = self.dev.context().new_stream()?;
+        Ok(self.copy.get_or_init(|| c).clone())
     }
 
     /// Runs `f` between two CUDA events ([`GpuDevice::event_timed`]).
@@ -717,32 +735,45 @@ impl UniformFmm {
             }
             Ok(())
         })?;
-        // the partial coarse multipoles leave for the other ranks (the stream is idle here)
+        // the partial coarse multipoles and the leaf multipoles other ranks need leave through
+        // the (idle) page-locked download buffer, copied on a second stream after the M2M, so
+        // that the P2P below starts at once and the copies overlap it
         let mut windows = Vec::new();
+        let mut window_parts: Vec<WindowCopy> = Vec::new();
         let mut leaf_parts = Vec::new();
+        let mut copies_done = None;
         if let Some(e) = ex.as_deref_mut() {
-            let t = Instant::now();
-            for ((a, b), (down, _)) in e.coarse_ranges().into_iter().zip(e.coarse_parts()) {
-                let mut w = vec![0.0f32; b - a];
-                for (x, y) in down {
-                    s.memcpy_dtoh(&mult.slice(a + x..a + y), &mut w[x..y])?;
-                }
-                windows.push(w);
-            }
-            // the leaf multipoles other ranks need, into the (idle) page-locked download buffer
+            let coarse: Vec<_> = e
+                .coarse_ranges()
+                .into_iter()
+                .zip(e.coarse_parts())
+                .collect();
             let ranges = e.leaf_ranges();
-            let total: usize = ranges.iter().map(|&(a, b)| b - a).sum();
-            if total > 0 {
-                let mut rest = pinned(&self.dev, &mut staging.down, total, 0)?;
-                for (a, b) in ranges {
-                    let (h, r) = rest.split_at_mut(b - a);
-                    s.memcpy_dtoh(&mult.slice(a..b), &mut *h)?;
-                    leaf_parts.push(&*h);
+            let total: usize = coarse
+                .iter()
+                .flat_map(|(_, (down, _))| down.iter().map(|&(x, y)| y - x))
+                .chain(ranges.iter().map(|&(a, b)| b - a))
+                .sum();
+            let copy = self.copy_stream()?;
+            copy.wait(&s.record_event(None)?)?;
+            let mut rest = pinned(&self.dev, &mut staging.down, total, 0)?;
+            for ((a, b), (down, _)) in coarse {
+                let mut parts = Vec::new();
+                for (x, y) in down {
+                    let (h, r) = rest.split_at_mut(y - x);
+                    copy.memcpy_dtoh(&mult.slice(a + x..a + y), &mut *h)?;
+                    parts.push((x, &*h));
                     rest = r;
                 }
+                window_parts.push((b - a, parts));
             }
-            s.synchronize()?;
-            e.add_seconds(t.elapsed().as_secs_f64());
+            for (a, b) in ranges {
+                let (h, r) = rest.split_at_mut(b - a);
+                copy.memcpy_dtoh(&mult.slice(a..b), &mut *h)?;
+                leaf_parts.push(&*h);
+                rest = r;
+            }
+            copies_done = Some(copy.record_event(None)?);
         }
         tm.upward = t.elapsed().as_secs_f64();
 
@@ -780,6 +811,18 @@ impl UniformFmm {
         }
         let mut halo = None;
         if let Some(e) = ex {
+            let t_copy = Instant::now();
+            if let Some(ev) = copies_done {
+                ev.synchronize()?;
+            }
+            for (len, parts) in window_parts {
+                let mut w = vec![0.0f32; len];
+                for (x, h) in parts {
+                    w[x..x + h.len()].copy_from_slice(h);
+                }
+                windows.push(w);
+            }
+            e.add_seconds(t_copy.elapsed().as_secs_f64());
             let nh = e.halo_count()?;
             let leaf_up = e.leaf_multipoles(&leaf_parts)?;
             e.coarse(&mut windows)?;
