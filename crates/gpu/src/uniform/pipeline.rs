@@ -10,7 +10,9 @@
 //! 3. sort: cell index + histogram (atomics), exclusive scan, scatter, in-cell ordering by
 //!    input index, gather into sorted buffers, leaf tasks (P2M, P2P slices of 32 targets with 9
 //!    source runs, L2P); the slice offsets are the only mid-way download;
-//! 4. upward: cell centres, P2M per leaf, M2M level by level;
+//! 4. upward: cell centres, P2M per leaf, M2M level by level (on a rank, the multipoles other
+//!    ranks need are then copied on a second stream into page-locked memory, overlapping the
+//!    P2P);
 //! 5. P2P: `p2p_near` over the 9 runs of each leaf (on a rank: among the own particles, while
 //!    the host exchanges the halo particles, leaf and coarse multipoles; then the halo particles
 //!    are sorted apart, their leaves get P2M, and a second `p2p_near` adds the halo sources
