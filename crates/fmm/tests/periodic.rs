@@ -85,28 +85,9 @@ fn nonzero_total_strength_is_refused() {
     assert!(e.contains("total strength"), "{e}");
 }
 
-/// Quadruples `(x, a), (-x, a), (x + e, -a), (-x - e, -a)`: total strength and all first
-/// moments `sum a_c x_l` vanish, so the plain image sum converges absolutely.
+/// The moment-free set of `fmm::testsets::moment_free` (cores 0.4, in `[-2, 2)^3`).
 fn moment_free_set(quads: usize, seed: u64) -> fmm::Sources {
-    use rand::{Rng, SeedableRng};
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let mut s = fmm::Sources::default();
-    for _ in 0..quads {
-        let x: [f64; 3] = std::array::from_fn(|_| rng.gen_range(-2.0..2.0));
-        let e: [f64; 3] = std::array::from_fn(|_| rng.gen_range(-0.3..0.3));
-        let a: [f64; 3] = std::array::from_fn(|_| rng.gen_range(-1.0..1.0));
-        for (p, sign) in [
-            (x, 1.0),
-            (x.map(|c| -c), 1.0),
-            (std::array::from_fn(|c| x[c] + e[c]), -1.0),
-            (std::array::from_fn(|c| -x[c] - e[c]), -1.0),
-        ] {
-            s.position.push(p);
-            s.strength.push(a.map(|c| sign * c));
-            s.sigma.push(0.4);
-        }
-    }
-    s
+    fmm::testsets::moment_free(quads, seed, 2.0, 0.4)
 }
 
 #[test]

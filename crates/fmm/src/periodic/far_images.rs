@@ -220,27 +220,9 @@ mod tests {
         }
     }
 
-    /// Quadruples `(x, a), (-x, a), (x + e, -a), (-x - e, -a)` in the box: the total strength
-    /// and all first moments vanish, so the image sum converges absolutely.
+    /// The moment-free set of `crate::testsets::moment_free` filling the box (cores 0.05).
     fn moment_free_set(quads: usize, seed: u64) -> Sources {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let mut s = Sources::default();
-        for _ in 0..quads {
-            let x: [f64; 3] = std::array::from_fn(|_| rng.gen_range(-2.8..2.8));
-            let e: [f64; 3] = std::array::from_fn(|_| rng.gen_range(-0.3..0.3));
-            let a: [f64; 3] = std::array::from_fn(|_| rng.gen_range(-1.0..1.0));
-            for (p, sign) in [
-                (x, 1.0),
-                (x.map(|c| -c), 1.0),
-                (std::array::from_fn(|c| x[c] + e[c]), -1.0),
-                (std::array::from_fn(|c| -x[c] - e[c]), -1.0),
-            ] {
-                s.position.push(p);
-                s.strength.push(a.map(|c| sign * c));
-                s.sigma.push(0.05);
-            }
-        }
-        s
+        crate::testsets::moment_free(quads, seed, 2.8, 0.05)
     }
 
     /// Centres of the `n^3` cells of width `L / n`.
