@@ -297,7 +297,8 @@ pub fn fourier_reference(
 /// acts on cells small enough for its M2L to converge fast: the images at `|j|_inf = 2` on the
 /// level-2 cells, those at `|j|_inf = 3` on the level-1 cells, the rest (and every coarser level)
 /// on the root; the coarser locals are carried down by L2L, which is exact. The ratio
-/// `(r_s + r_t) / d` then stays below 0.55 for every M2L.
+/// `(r_s + r_t) / d` then stays below 0.67 for every M2L (the `|j| = 2` shell on the level-2
+/// cells; the coarser shells are further).
 ///
 /// All images of one shell carry the same multipole, so their M2L are summed in one
 /// translation with the lattice-summed transfer harmonics ([`m2l_lattice`]): `O(p^2)` per image
