@@ -97,6 +97,11 @@ impl FarImages {
         self.order
     }
 
+    /// The operators of the order (for the caller's M2M to the root multipole).
+    pub fn operators(&self) -> &Operators {
+        &self.ops
+    }
+
     /// The receiver centres, in the order of the locals of [`FarImages::add_locals`].
     pub fn receivers(&self) -> &[[f64; 3]] {
         &self.receivers
@@ -454,7 +459,7 @@ mod tests {
     /// Times `new` (K = 4, p = 10, the 64 level-2 cells) and `add_locals`
     /// (`cargo test --release -p vortex-fmm far_images_timing -- --ignored --nocapture`).
     #[test]
-    #[ignore]
+    #[ignore = "measurement: cargo test --release -p vortex-fmm --lib far_images_timing -- --ignored --nocapture"]
     fn far_images_timing() {
         use std::time::Instant;
         let p = 10;

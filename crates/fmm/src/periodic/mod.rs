@@ -117,12 +117,18 @@ pub fn total_strength(s: &Sources) -> [f64; 3] {
 /// Refuses a set whose total strength is not zero to round-off (relative to the sum of
 /// magnitudes), naming the value.
 pub fn check_total_strength(s: &Sources) -> Result<(), FmmError> {
-    let t = total_strength(s);
     let scale: f64 = s
         .strength
         .iter()
         .map(|a| a.iter().map(|x| x.abs()).sum::<f64>())
         .sum();
+    check_total(total_strength(s), scale)
+}
+
+/// The total-strength criterion of [`check_total_strength`] on precomputed sums: `total`
+/// (`sum alpha`) must vanish relative to `scale` (`sum |alpha_c|`).
+pub fn check_total(total: [f64; 3], scale: f64) -> Result<(), FmmError> {
+    let t = total;
     let norm = (t[0] * t[0] + t[1] * t[1] + t[2] * t[2]).sqrt();
     if norm > 1e-10 * scale.max(f64::MIN_POSITIVE) {
         return Err(FmmError::BadParameter {
@@ -176,15 +182,22 @@ pub fn check_input(
 ) -> Result<WrapCounts, FmmError> {
     periodic.validate()?;
     check_total_strength(sources)?;
-    let smax = sources.max_sigma();
-    if periodic.box_length < 4.0 * smax {
+    let counts = wrap_counts(periodic, sources.position.iter().chain(other_positions));
+    check_box(periodic, sources.max_sigma(), counts)?;
+    Ok(counts)
+}
+
+/// The rest of [`check_input`] on precomputed values (a caller that sums in its own pass over
+/// the particles): a box at least 4 core radii wide (`sigma_max` the largest core radius),
+/// and the log of the positions that were outside the box.
+pub fn check_box(periodic: &Periodic, sigma_max: f64, counts: WrapCounts) -> Result<(), FmmError> {
+    if periodic.box_length < 4.0 * sigma_max {
         return Err(FmmError::BadParameter {
             name: "box_length",
-            value: format!("{} (largest core radius {smax})", periodic.box_length),
+            value: format!("{} (largest core radius {sigma_max})", periodic.box_length),
             reason: "the periodic box must be at least 4 core radii wide",
         });
     }
-    let counts = wrap_counts(periodic, sources.position.iter().chain(other_positions));
     let half = 0.5 * periodic.box_length;
     if counts.far > 0 {
         log::warn!(
@@ -199,7 +212,7 @@ pub fn check_input(
             counts.outside
         );
     }
-    Ok(counts)
+    Ok(())
 }
 
 /// The constant velocity by which cubic summation differs from the zero-mean periodic

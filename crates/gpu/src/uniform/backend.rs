@@ -167,3 +167,61 @@ impl Backend for UniformBackend {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::uniform::reference::{evaluate_reference, evaluate_reference_periodic};
+    use fmm::periodic::Periodic;
+    use fmm::relative_l2_error;
+
+    /// On a GPU: `fmm::evaluate_at_sources` through this backend gives the uniform grid's
+    /// result (against its f64 twin with the same grid parameters, free space and periodic),
+    /// and a treecode evaluation goes through the adaptive plan (the same numbers as the
+    /// wrapped `CudaBackend`). Skipped without a GPU.
+    #[test]
+    fn evaluations_at_the_sources_take_the_uniform_grid() {
+        if !crate::available() {
+            println!("no usable CUDA device: UniformBackend test SKIPPED");
+            return;
+        }
+        let be = UniformBackend::new(0).unwrap();
+        let s = fmm::testsets::generate(fmm::testsets::Distribution::Uniform, 20_000, 9, true);
+        let twin = UniformParams {
+            order: 8,
+            core_cutoff: be.core_cutoff.max(EvalParams::default().core_cutoff),
+            ..Default::default()
+        };
+        for periodic in [None, Some(Periodic::default())] {
+            let params = EvalParams {
+                method: Method::Fmm,
+                order: 8,
+                periodic,
+                ..Default::default()
+            };
+            let got = fmm::evaluate_at_sources(&be, &params, &s).unwrap();
+            let want = match &periodic {
+                None => evaluate_reference(&s, &twin).unwrap(),
+                Some(q) => evaluate_reference_periodic(&s, &twin, q).unwrap(),
+            };
+            let eu = relative_l2_error(&got.fields.velocity, &want.velocity);
+            let es = relative_l2_error(&got.fields.stretching, &want.stretching);
+            println!(
+                "UniformBackend periodic {}: vs f64 twin {eu:.2e} / {es:.2e}",
+                periodic.is_some()
+            );
+            assert!(eu < 2e-5 && es < 2e-4, "{eu:.2e} {es:.2e}");
+            assert!(got.stats.far_pairs > 0 && got.times.total > 0.0);
+        }
+        let tree = EvalParams {
+            method: Method::Treecode,
+            order: 8,
+            ..Default::default()
+        };
+        let got = fmm::evaluate_at_sources(&be, &tree, &s).unwrap();
+        let want = fmm::evaluate(&be.adaptive, &tree, &s, &s.as_targets()).unwrap();
+        let eu = relative_l2_error(&got.fields.velocity, &want.fields.velocity);
+        println!("UniformBackend treecode vs the adaptive CUDA backend {eu:.2e}");
+        assert!(eu < 1e-6, "{eu:.2e}");
+    }
+}

@@ -123,42 +123,18 @@ impl PeriodicSums {
     /// the criterion of `fmm::periodic::check_total_strength`), a box under 4 core radii.
     /// Logs positions outside the box (they are wrapped).
     pub fn check(&self, periodic: &Periodic) -> GpuResult<()> {
-        let bad = |m: String| Err(GpuError::Unsupported(m));
         if !self.valid {
-            return bad("sources with a non-finite value or a non-positive core radius".into());
-        }
-        let t = self.total_strength;
-        let norm = (t[0] * t[0] + t[1] * t[1] + t[2] * t[2]).sqrt();
-        if norm > 1e-10 * self.abs_strength.max(f64::MIN_POSITIVE) {
-            return bad(format!(
-                "total strength ({:e}, {:e}, {:e}): a periodic velocity exists only for zero \
-                 total strength (subtract the mean, e.g. `vortex particles --periodic`)",
-                t[0], t[1], t[2]
+            return Err(GpuError::Unsupported(
+                "sources with a non-finite value or a non-positive core radius".into(),
             ));
         }
-        let l = periodic.box_length;
-        if l < 4.0 * self.sigma_max {
-            return bad(format!(
-                "periodic box length {l} (largest core radius {}): the periodic box must be \
-                 at least 4 core radii wide",
-                self.sigma_max
-            ));
-        }
-        if self.far > 0 {
-            log::warn!(
-                "{} positions lie more than one box length outside the periodic box \
-                 [-{h}, {h})^3 ({} outside in all); all are wrapped",
-                self.far,
-                self.outside,
-                h = 0.5 * l
-            );
-        } else if self.outside > 0 {
-            log::info!(
-                "{} positions outside the periodic box were wrapped",
-                self.outside
-            );
-        }
-        Ok(())
+        let counts = fmm::periodic::WrapCounts {
+            outside: self.outside,
+            far: self.far,
+        };
+        fmm::periodic::check_total(self.total_strength, self.abs_strength)
+            .and_then(|()| fmm::periodic::check_box(periodic, self.sigma_max, counts))
+            .map_err(|e| GpuError::Unsupported(e.to_string()))
     }
 }
 

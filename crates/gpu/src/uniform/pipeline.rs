@@ -40,7 +40,6 @@ use cudarc::driver::{
 use fmm::expansions::ncoef;
 use fmm::expansions::{expansion_len, Complex64};
 use fmm::kernel::INV_4PI;
-use fmm::operators::Operators;
 use fmm::periodic::{FarImages, Periodic};
 use fmm::{Fields, Sources};
 use rayon::prelude::*;
@@ -114,14 +113,14 @@ impl PeriodicRun {
     /// The far-image locals of the receiver level (f32 pairs, grid order) from the top
     /// cells' multipoles `top` (f32 pairs, as downloaded).
     fn far_locals_f32(&self, g: &UniformGrid, top: &[f32]) -> Vec<f32> {
-        let ops = Operators::new(self.far.order());
+        let ops = self.far.operators();
         let top64: Vec<Complex64> = top
             .chunks_exact(2)
             .map(|c| Complex64::new(c[0] as f64, c[1] as f64))
             .collect();
         let nl = g.n_at(self.receiver_level);
         let mut locals = vec![Complex64::new(0.0, 0.0); nl.pow(3) * expansion_len(ops.order())];
-        far_image_locals(&self.far, &ops, g, &top64, &mut locals);
+        far_image_locals(&self.far, ops, g, &top64, &mut locals);
         locals
             .iter()
             .flat_map(|c| [c.re as f32, c.im as f32])
