@@ -31,13 +31,17 @@
 //! every = 0            # ... or every this many steps (0: never by count)
 //! solver = "direct"    # direct (separable, exact) | cg (conjugate gradients)
 //! tolerance = 1e-8     # relative residual the solve must reach
+//! strain = 0.5         # ... or when (t - t_reset) max|omega| exceeds this (0: off)
 //!
 //! [output]             # optional
 //! diagnostics_every = 10
 //! checkpoint_every = 100
 //! snapshot_every = 0
+//! energy_rise_warn = 1e-3   # decaying flow: warn when E rises above its lowest value by this
+//! energy_rise_limit = 0.02  # ... and stop with an error above this
 //! ```
 
+use crate::energy_check::EnergyTolerance;
 use crate::error::{Error, Result};
 use crate::reinterpolation::{LatticeSpec, RbfSettings, RbfSolver};
 use fmm::periodic::Periodic;
@@ -202,6 +206,10 @@ pub struct ReinterpolationConfig {
     pub ratio: f64,
     /// Also re-interpolate every this many steps (0: never by count).
     pub every: u64,
+    /// Also re-interpolate when the Lagrangian strain since the last reset,
+    /// `(t - t_reset) max_p |omega_p|` (dimensionless), exceeds this (0: off). See
+    /// [`crate::stepping::Stepper::strain`].
+    pub strain: f64,
     /// `"direct"` (default: exact separable solve) or `"cg"` (conjugate gradients).
     pub solver: RbfSolver,
     /// Relative residual the solve must reach (where CG stops).
@@ -223,6 +231,7 @@ impl Default for ReinterpolationConfig {
         Self {
             ratio: 1.2,
             every: 0,
+            strain: 0.0,
             solver: r.solver,
             tolerance: r.tolerance,
             max_iterations: r.max_iterations,
@@ -251,6 +260,11 @@ pub struct OutputConfig {
     pub checkpoint_every: u64,
     /// Stop when the energy exceeds this factor times its initial value.
     pub energy_growth_limit: f64,
+    /// Decaying flow (no forcing): a rise of the energy above its lowest value so far by more
+    /// than this fraction is a warning ([`crate::energy_check`]).
+    pub energy_rise_warn: f64,
+    /// ... and by more than this fraction an error that stops the run.
+    pub energy_rise_limit: f64,
     /// Progress bar on stderr.
     pub progress: bool,
     /// PNG plots of energy and spectra at the end.
@@ -266,6 +280,8 @@ impl Default for OutputConfig {
             snapshot_every: 0,
             checkpoint_every: 0,
             energy_growth_limit: 10.0,
+            energy_rise_warn: EnergyTolerance::default().warn,
+            energy_rise_limit: EnergyTolerance::default().limit,
             progress: true,
             plots: true,
         }
@@ -371,6 +387,13 @@ impl Config {
                 h: self.lattice_h(),
                 margin: 4.0,
             }
+        }
+    }
+
+    pub fn energy_tolerance(&self) -> EnergyTolerance {
+        EnergyTolerance {
+            warn: self.output.energy_rise_warn,
+            limit: self.output.energy_rise_limit,
         }
     }
 
@@ -650,6 +673,24 @@ impl Config {
                     ));
                 }
             }
+        }
+        let o = &self.output;
+        if !(o.energy_rise_warn > 0.0 && o.energy_rise_limit >= o.energy_rise_warn) {
+            return Err(bad(
+                file,
+                "output.energy_rise_limit",
+                format!(
+                    "need 0 < energy_rise_warn <= energy_rise_limit, got {} and {}",
+                    o.energy_rise_warn, o.energy_rise_limit
+                ),
+            ));
+        }
+        if !(r.strain >= 0.0 && r.strain.is_finite()) {
+            return Err(bad(
+                file,
+                "reinterpolation.strain",
+                format!("must be >= 0 (0: off), got {}", r.strain),
+            ));
         }
         if !(self.output.energy_growth_limit > 1.0) {
             return Err(bad(

@@ -8,10 +8,12 @@
 //! * [`particles`]: the particle state and its invariants (total strength, impulse, centroid);
 //! * [`initial`]: initial particles (spectral fields, vortex rings, a blob);
 //! * [`rhs`]: velocity and stretching through `fmm::evaluate` (generic over `fmm::Backend`);
-//! * [`stepping`]: AB2 with a Heun start, [`stepping::Simulation`];
+//! * [`stepping`]: AB2 with a Heun start, [`stepping::Simulation`]; the re-interpolation
+//!   criteria (core growth, step count, Lagrangian strain);
 //! * [`core_spreading`]: `sigma^2 = sigma0^2 + 2 nu (t - t_reset)`;
 //! * [`reinterpolation`]: the Gaussian interpolation system solved by CG; [`cells`]: cell lists;
 //! * [`diagnostics`]: energy, enstrophy, spectra, impulse, VTK and CSV outputs;
+//! * [`energy_check`]: a decaying flow's energy must not rise (warning, then an error);
 //! * [`checkpoint`]: atomic, versioned bincode checkpoints;
 //! * [`parallel`]: the same step over ranks (MPI, simulated ranks, or one process): owned
 //!   particles with global ids, the distributed FMM, redistribution, gathers on rank 0 for the
@@ -27,6 +29,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod core_spreading;
 pub mod diagnostics;
+pub mod energy_check;
 pub mod error;
 pub mod exact;
 pub mod initial;

@@ -747,7 +747,8 @@ impl<'c, B: Backend> DistSimulation<'c, B> {
             .stepper
             .update(&mut self.state, f_n, &mut self.rhs, &total)?;
         self.owned = None;
-        let mut ratio = [self.state.particles.max_core_ratio()];
+        let p = &self.state.particles;
+        let mut ratio = [p.max_core_ratio(), p.max_strength()];
         comm.allreduce_f64(&mut ratio, ReduceOp::Max);
         let fmm = self.rhs.seconds - s0;
         self.phases.fmm += fmm;
@@ -756,10 +757,9 @@ impl<'c, B: Backend> DistSimulation<'c, B> {
         self.phases.steps += 1;
         let st = &self.state;
         let mut reinterpolation = None;
-        if self
-            .stepper
-            .reinterpolation_due(st.step - st.step_reset, ratio[0])
-        {
+        let since = st.step - st.step_reset;
+        let strain = self.stepper.strain(since, ratio[1]);
+        if self.stepper.reinterpolation_due(since, ratio[0], strain) {
             let t1 = Instant::now();
             reinterpolation = Some(self.reinterpolate()?);
             self.phases.rbf += t1.elapsed().as_secs_f64();

@@ -120,6 +120,11 @@ impl Particles {
             .map(|(s, s0)| s / s0)
             .fold(1.0, f64::max)
     }
+
+    /// Largest strength magnitude `|alpha_p|`.
+    pub fn max_strength(&self) -> f64 {
+        self.strength.iter().map(|a| norm(*a)).fold(0.0, f64::max)
+    }
 }
 
 #[inline]

@@ -15,13 +15,16 @@
 //! [`crate::parallel`]) and rank 0 writes every file; the outputs do not depend on the number of
 //! ranks beyond round-off, and a checkpoint written with `R` ranks continues with any other
 //! number. A restart continues from a checkpoint bit for bit (same number of ranks); rows of
-//! `diagnostics.csv` and `timing.csv` from the checkpoint's step on are replaced. A blow-up (non-finite state, energy above
-//! `output.energy_growth_limit` times its initial value) stops the run with an error naming the
-//! step; the last checkpoint, written before, is kept.
+//! `diagnostics.csv` and `timing.csv` from the checkpoint's step on are replaced. A blow-up
+//! (non-finite state, energy above `output.energy_growth_limit` times its initial value, or an
+//! energy that rises in the decaying flow by more than `output.energy_rise_limit`,
+//! [`crate::energy_check`]) stops the run with an error naming the step; the last checkpoint,
+//! written before, is kept. A smaller rise (`output.energy_rise_warn`) is logged as a warning.
 
 use crate::checkpoint::{self, Checkpoint};
 use crate::config::Config;
 use crate::diagnostics::{self, Diagnostics, RowTimes, CSV_HEADER};
+use crate::energy_check::{EnergyMonitor, Verdict};
 use crate::error::{Error, Result};
 use crate::parallel::{agree, check_same, DistSimulation};
 use domain::{Comm, ReduceOp, SelfComm};
@@ -253,6 +256,29 @@ fn csv_rows_before(path: &Path, step: u64) -> Result<Vec<String>> {
         .collect())
 }
 
+/// `(step, t, energy)` of every row of a `diagnostics.csv` (none if it cannot be read).
+fn energy_rows(path: &Path) -> Vec<(u64, f64, f64)> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return vec![];
+    };
+    let mut lines = text.lines();
+    let head: Vec<&str> = lines.next().unwrap_or("").split(',').collect();
+    let col = |name: &str| head.iter().position(|h| *h == name);
+    let (Some(cs), Some(ct), Some(ce)) = (col("step"), col("t"), col("energy")) else {
+        return vec![];
+    };
+    lines
+        .filter_map(|l| {
+            let v: Vec<&str> = l.split(',').collect();
+            Some((
+                v.get(cs)?.parse().ok()?,
+                v.get(ct)?.parse().ok()?,
+                v.get(ce)?.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
 /// Runs a configuration with any backend in one process, writing into `out`.
 pub fn run_config<B: Backend>(
     config: Config,
@@ -388,6 +414,16 @@ pub fn run_on<B: Backend>(
     };
     let mut outputs = agree(comm, outputs)?;
 
+    let mut monitor = EnergyMonitor::new(cfg.energy_tolerance());
+    if root && restart.is_some() {
+        // the rows kept from before the restart continue the energy history
+        for (step, t, e) in energy_rows(&out.join("diagnostics.csv")) {
+            if let Verdict::Unstable { message } = monitor.observe(step, t, e) {
+                log::warn!("kept row of diagnostics.csv: {message}");
+            }
+        }
+    }
+
     let ck_path = out.join("checkpoint.bin");
     let mut last_ck = String::from("(none written yet)");
     let bar = if cfg.output.progress && root {
@@ -433,9 +469,19 @@ pub fn run_on<B: Backend>(
                 let r = match (d, outputs.as_mut()) {
                     (Some(d), Some(o)) => {
                         let e_ref = *e0.get_or_insert(d.energy);
-                        if !d.energy.is_finite()
-                            || d.energy.abs() > cfg.output.energy_growth_limit * e_ref.abs()
-                        {
+                        let verdict = monitor.observe(step, d.t, d.energy);
+                        if let Verdict::Rising { message, .. } = &verdict {
+                            log::warn!("{message}");
+                        }
+                        if let Verdict::Unstable { message } = verdict {
+                            bar.abandon();
+                            Err(Error::BlowUp {
+                                step,
+                                t: d.t,
+                                what: message,
+                                last_checkpoint: last_ck.clone(),
+                            })
+                        } else if d.energy.abs() > cfg.output.energy_growth_limit * e_ref.abs() {
                             bar.abandon();
                             Err(Error::BlowUp {
                                 step,

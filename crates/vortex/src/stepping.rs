@@ -65,6 +65,10 @@ pub struct Stepper {
     pub ratio: f64,
     /// Re-interpolate every this many steps (0: off).
     pub every: u64,
+    /// Re-interpolate when [`Stepper::strain`] exceeds this (0: off).
+    pub strain_limit: f64,
+    /// Volume of a lattice cell, `h^3` (vorticity of a particle = `|alpha| / h^3`).
+    pub cell_volume: f64,
 }
 
 fn axpy(y: &mut [[f64; 3]], a: f64, x: &[[f64; 3]]) {
@@ -94,7 +98,19 @@ impl Stepper {
             rbf: c.rbf_settings(),
             ratio: c.reinterpolation.ratio,
             every: c.reinterpolation.every,
+            strain_limit: c.reinterpolation.strain,
+            cell_volume: c.lattice_h().powi(3),
         }
+    }
+
+    /// The Lagrangian strain accumulated since the last reset, bounded by
+    /// `(t - t_reset) max_p |omega_p|` with `|omega_p| = |alpha_p| / h^3` and `max_alpha` the
+    /// largest `|alpha_p|` over all particles: the velocity gradient that distorts the particle
+    /// lattice is of the size of the vorticity where the particles carry strength (a shear
+    /// `u = (g y, 0, 0)` has `|omega| = g`), and a uniform translation has none. Particles that
+    /// carry no strength may distort freely: they induce nothing.
+    pub fn strain(&self, since_reset: u64, max_alpha: f64) -> f64 {
+        self.dt * since_reset as f64 * max_alpha / self.cell_volume
     }
 
     pub fn time(&self, step: u64) -> f64 {
@@ -134,7 +150,8 @@ impl Stepper {
         let (scheme, extra) = self.update(st, f_n, rhs, &local)?;
         let p = &mut st.particles;
         let mut reinterpolation = None;
-        if self.reinterpolation_due(st.step - st.step_reset, p.max_core_ratio()) {
+        let strain = self.strain(st.step - st.step_reset, p.max_strength());
+        if self.reinterpolation_due(st.step - st.step_reset, p.max_core_ratio(), strain) {
             let (fresh, report) = reinterpolate(p, &self.lattice, self.sigma0, &self.rbf)?;
             if fresh.is_empty() {
                 return Err(Error::Rbf(format!(
@@ -196,11 +213,13 @@ impl Stepper {
     }
 
     /// Whether the cores are reset now, `since_reset` steps after the last reset, with the
-    /// largest `sigma / sigma0` over all particles `max_ratio`.
-    pub fn reinterpolation_due(&self, since_reset: u64, max_ratio: f64) -> bool {
+    /// largest `sigma / sigma0` over all particles `max_ratio` and the strain `strain`
+    /// ([`Stepper::strain`]).
+    pub fn reinterpolation_due(&self, since_reset: u64, max_ratio: f64, strain: f64) -> bool {
         let due_ratio = self.ratio > 0.0 && max_ratio > self.ratio;
         let due_count = self.every > 0 && since_reset >= self.every;
-        due_ratio || due_count
+        let due_strain = self.strain_limit > 0.0 && strain > self.strain_limit;
+        due_ratio || due_count || due_strain
     }
 
     /// Book-keeping after the particles were replaced by re-interpolated ones: the next step is a

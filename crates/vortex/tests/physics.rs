@@ -172,6 +172,8 @@ fn inviscid_rings_conserve_impulse_and_total_strength() {
         rbf: RbfSettings::default(),
         ratio: 0.0,
         every: 0,
+        strain_limit: 0.0,
+        cell_volume: 1.0,
     };
     let mut st = method::State {
         step: 0,

@@ -31,6 +31,8 @@ fn stepper(dt: f64) -> Stepper {
         rbf: RbfSettings::default(),
         ratio: 0.0,
         every: 0,
+        strain_limit: 0.0,
+        cell_volume: 1.0,
     }
 }
 
