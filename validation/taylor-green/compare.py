@@ -389,17 +389,17 @@ method with `sigma = h` resolves only `k sigma <~ 1`, i.e. k <~ 2.5 here. The se
 the gaps closing as h (and sigma = h) falls, roughly in proportion to h.
 
 So: agreement to the expected level is reached at t = 0 and for t <~ 0.4 (E within 0.2 %, Z within
-1.1 %); beyond, the differences are those of an under-resolved blob method. They converge about
-**first order in h** (sigma = h): at t = 2, dE = -3.90, -2.74, -1.86 % and dZ = -23.0, -15.7, -10.9 %
-for n = 16, 24, 32 (ratio 2.1 from 16 to 32 in both). Extrapolating, E within 0.5 % and Z within
-3 % at t = 2 need n ~ 120 particles per direction (about 1.7 million particles), far beyond this
-2-core machine (32^3 took 7-16 s per step here, shared). This is a property of the method at
-overlap 1 with these cores (the core paper compares 256^3 particles with a 256^3 spectral run), not
-a defect found in the code: at equal grid and particle counts the vortex method is much more
-dissipative than the spectral method. The first-order rate (rather than the `sigma^2` of a Gaussian
-blob's smoothing error) is not explained here; a finer-overlap study (sigma / h = 1.5, 2) and a
-64^3 / 96^3 run on the GPU machine with the bounds above checked against spectral 64^3 are the
-next steps for the lead.
+1.1 %); beyond, the differences are those of an under-resolved blob method. At t = 2, dE = -3.90,
+-2.74, -1.86 and -0.60 % and dZ = -23.0, -15.7, -10.9 and -3.81 % for n = 16, 24, 32 and 64; at
+t = 0.8, n = 64 gives -0.103 % / -0.506 % and n = 128 -0.028 % / -0.148 % against spectral 64^3
+(GPU runs, `vortex run --backend cuda --grid uniform`). The apparent first order between n = 16
+and 32 was pre-asymptotic: once the cascade's wavenumbers satisfy `k sigma < 1` the gap closes at
+about **second order** in h (ratios 3.7 and 3.4 from 64 to 128), the order of the commutator error
+of the classical stretching (`validation/isotropic/README.md`: the classical rate misses the nodal
+stretching by `O((k sigma)^2)`, measured at order 1.7 on this field,
+`crates/vortex/tests/stretching_consistency.rs`). At equal grid and particle counts the vortex
+method is more dissipative than the spectral method; it needs about twice the points per
+direction for the same error here.
 """
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ spacing = 0.12
 [reinterpolation]
 ratio = 0.0
 every = 3
+strain = 0.0
 drop = 1e-4
 [output]
 diagnostics_every = 2
@@ -60,6 +61,7 @@ n = 8
 [reinterpolation]
 ratio = 0.0
 every = 2
+strain = 0.0
 [output]
 diagnostics_every = 1
 progress = false

@@ -20,6 +20,7 @@ n = 6
 [reinterpolation]
 ratio = 0.0
 every = 2
+strain = 0.0
 [output]
 diagnostics_every = 2
 checkpoint_every = 3
