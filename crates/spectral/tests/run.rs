@@ -30,6 +30,7 @@ fn opts(dir: &std::path::Path, restart: Option<std::path::PathBuf>) -> RunOption
         out: dir.to_path_buf(),
         restart,
         progress: false,
+        overwrite: false,
     }
 }
 

@@ -12,7 +12,9 @@
 //! * [`core_spreading`]: `sigma^2 = sigma0^2 + 2 nu (t - t_reset)`;
 //! * [`reinterpolation`]: the Gaussian interpolation system solved by CG; [`cells`]: cell lists;
 //! * [`diagnostics`]: energy, enstrophy, spectra, impulse, VTK and CSV outputs;
-//! * [`checkpoint`]: atomic, versioned bincode checkpoints;
+//! * [`checkpoint`]: atomic, versioned, checksummed bincode checkpoints (through
+//!   `spectral::durable`, shared with the spectral solver);
+//! * [`health`]: the per-step verdict (stability, non-finite fields, memory) that the run obeys;
 //! * [`parallel`]: the same step over ranks (MPI, simulated ranks, or one process): owned
 //!   particles with global ids, the distributed FMM, redistribution, gathers on rank 0 for the
 //!   rare global operations ([`parallel::DistSimulation`]);
@@ -29,6 +31,7 @@ pub mod core_spreading;
 pub mod diagnostics;
 pub mod error;
 pub mod exact;
+pub mod health;
 pub mod initial;
 pub mod parallel;
 pub mod particles;

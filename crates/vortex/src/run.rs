@@ -23,10 +23,12 @@ use crate::checkpoint::{self, Checkpoint};
 use crate::config::Config;
 use crate::diagnostics::{self, Diagnostics, RowTimes, CSV_HEADER};
 use crate::error::{Error, Result};
+use crate::health::{self, Verdict};
 use crate::parallel::{agree, check_same, DistSimulation};
 use domain::{Comm, ReduceOp, SelfComm};
 use fmm::Backend;
 use indicatif::{ProgressBar, ProgressStyle};
+use spectral::durable::{self, OutMode};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -46,6 +48,10 @@ pub struct RunSummary {
     /// the number of ranks.
     pub phases: PhaseTotals,
     pub ranks: usize,
+    /// The signal that stopped the run early (after its checkpoint), if any.
+    pub interrupted: Option<usize>,
+    /// [`Backend::name`] of the backend that ran (names the GPU).
+    pub backend: String,
 }
 
 /// Phase seconds summed over the steps of a run (each step: the largest over the ranks).
@@ -133,6 +139,40 @@ impl PhaseTotals {
 pub struct RunOptions {
     /// Stop after this many steps (from the start or the restart), checkpoint included.
     pub max_steps: Option<u64>,
+    /// Replace the files of an earlier run in the output directory (otherwise a non-empty one
+    /// is refused unless restarting into it).
+    pub overwrite: bool,
+}
+
+/// Bytes per particle of a run, all buffers counted (state, two derivative sets, the FMM's
+/// sources, tree and fields, the gathered copy for re-interpolation), rounded up.
+pub const BYTES_PER_PARTICLE: f64 = 800.0;
+
+/// Refuses a configuration whose particles cannot fit in the available memory, before any
+/// allocation: periodic kinds have `n^3` particles (plus the spectral initial field), free
+/// ones about the volume of their vorticity over `h^3`.
+fn check_run_memory(cfg: &Config) -> Result<()> {
+    let n_particles = if cfg.domain.periodic {
+        cfg.lattice_n().map(|n| (n as f64).powi(3))
+    } else {
+        let h = cfg.lattice_h();
+        let i = &cfg.initial;
+        match (i.radius, i.core) {
+            (Some(r), Some(c)) => Some(
+                2.0 * std::f64::consts::PI * r * std::f64::consts::PI * (5.0 * c).powi(2)
+                    / h.powi(3),
+            ),
+            _ => None,
+        }
+    };
+    match n_particles {
+        Some(n) => health::check_memory(
+            &format!("a run of about {n:.3e} particles ({BYTES_PER_PARTICLE} B each)"),
+            n * BYTES_PER_PARTICLE,
+        )
+        .map_err(Error::Memory),
+        None => Ok(()),
+    }
 }
 
 impl RunSummary {
@@ -306,8 +346,8 @@ fn open_outputs(out: &Path, restart: bool, start_step: u64) -> Result<Outputs> {
     })
 }
 
-fn setup_out(out: &Path, config: &Config) -> Result<()> {
-    std::fs::create_dir_all(out).map_err(Error::io(out))?;
+fn setup_out(out: &Path, config: &Config, mode: OutMode) -> Result<()> {
+    durable::prepare_out(out, mode).map_err(|e| Error::OutDir(e.to_string()))?;
     let cfg_path = out.join("config.toml");
     let cfg_text = toml::to_string(config).map_err(|e| Error::Other(format!("config: {e}")))?;
     std::fs::write(&cfg_path, cfg_text).map_err(Error::io(&cfg_path))
@@ -325,6 +365,7 @@ pub fn run_on<B: Backend>(
     opts: &RunOptions,
 ) -> Result<RunSummary> {
     let root = comm.rank() == 0;
+    let backend_name = backend.name();
     check_same(
         comm,
         "options",
@@ -337,8 +378,13 @@ pub fn run_on<B: Backend>(
         ),
     )?;
     let wall0 = Instant::now();
+    let mode = match (restart.is_some(), opts.overwrite) {
+        (true, _) => OutMode::Restart,
+        (false, true) => OutMode::Overwrite,
+        (false, false) => OutMode::Fresh,
+    };
     let r = if root {
-        setup_out(out, &config)
+        setup_out(out, &config, mode).and_then(|_| check_run_memory(&config))
     } else {
         Ok(())
     };
@@ -389,7 +435,23 @@ pub fn run_on<B: Backend>(
     let mut outputs = agree(comm, outputs)?;
 
     let ck_path = out.join("checkpoint.bin");
-    let mut last_ck = String::from("(none written yet)");
+    let mut last_ck = match restart {
+        Some(p) => format!("{} (step {start_step}, the restart)", p.display()),
+        None => String::from("(none written yet)"),
+    };
+    let mut last_ck_wall = Instant::now();
+    let mut interrupted: Option<usize>;
+    let mut warned = false;
+    let h = if cfg.lattice_h().is_finite() {
+        cfg.lattice_h()
+    } else {
+        sim.state
+            .particles
+            .sigma
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min)
+    };
     let bar = if cfg.output.progress && root {
         let b = ProgressBar::new(stop);
         b.set_style(
@@ -415,9 +477,46 @@ pub fn run_on<B: Backend>(
         // f_n may be evaluated for the diagnostics before the step: counted in this step's FMM
         let phases0 = sim.phases;
         let step = sim.state.step;
-        let last = step >= stop;
+        // the stability verdict of the step about to be taken (its f_n is the step's own)
+        let [max_speed, max_rate] = sim.step_measures().inspect_err(|_| bar.abandon())?;
+        let m = health::StepMeasures {
+            dt: cfg.dt,
+            h,
+            max_speed,
+            max_rate,
+        };
+        match health::check_step(&m, &cfg.health) {
+            Verdict::Refuse(what) => {
+                bar.abandon();
+                return Err(Error::Unstable {
+                    step,
+                    t: sim.t(),
+                    what,
+                    last_checkpoint: last_ck,
+                });
+            }
+            Verdict::Warn(what) if root && !warned => {
+                warned = true;
+                log::warn!("step {step}: {what} (warned once)");
+            }
+            _ => {}
+        }
+        // a signal or the wall-time interval, agreed over the ranks
+        let mut flags = [
+            spectral::durable::interrupted().unwrap_or(0) as f64,
+            (cfg.output.checkpoint_wall_minutes > 0.0
+                && last_ck_wall.elapsed().as_secs_f64()
+                    >= 60.0 * cfg.output.checkpoint_wall_minutes) as u8 as f64,
+        ];
+        comm.allreduce_f64(&mut flags, ReduceOp::Max);
+        let signal = (flags[0] > 0.0).then_some(flags[0] as usize);
+        let last = step >= stop || signal.is_some();
+        // a checkpoint is written only after the diagnostics of its state passed the checks
+        let ck_due = (step > start_step || restart.is_none())
+            && (last || every(cfg.output.checkpoint_every, step) || flags[1] > 0.0);
         let diag_due = (step == start_step && restart.is_none())
             || last
+            || ck_due
             || every(cfg.output.diagnostics_every, step);
         let snap_due =
             cfg.output.snapshot_every > 0 && (every(cfg.output.snapshot_every, step) || last);
@@ -513,6 +612,31 @@ pub fn run_on<B: Backend>(
                 t_io += tio.elapsed().as_secs_f64();
             }
         }
+        if ck_due {
+            let tio = Instant::now();
+            let state = sim.gather_state();
+            let r = match state {
+                Some(state) => checkpoint::write_kept(
+                    &ck_path,
+                    &Checkpoint::new(&cfg, e0.unwrap_or(f64::NAN), state),
+                    cfg.output.checkpoints_kept,
+                ),
+                None => Ok(()),
+            };
+            agree(comm, r)?;
+            last_ck = format!("{} (step {step})", ck_path.display());
+            last_ck_wall = Instant::now();
+            t_io += tio.elapsed().as_secs_f64();
+        }
+        if let (Some(sig), true) = (signal, root) {
+            log::warn!(
+                "signal {sig}: stopped at step {step} (t = {}) after writing {last_ck}; \
+                 continue with --restart {}",
+                sim.t(),
+                ck_path.display()
+            );
+        }
+        interrupted = signal;
         if last {
             let mut v = [t_diag, t_io];
             comm.allreduce_f64(&mut v, ReduceOp::Max);
@@ -528,24 +652,6 @@ pub fn run_on<B: Backend>(
         }
         sim.check_finite(&last_ck).inspect_err(|_| bar.abandon())?;
         let s = sim.state.step;
-        if every(cfg.output.checkpoint_every, s) || s == stop {
-            let tio = Instant::now();
-            let state = sim.gather_state();
-            let r = match state {
-                Some(state) => checkpoint::write(
-                    &ck_path,
-                    &Checkpoint {
-                        fingerprint: cfg.fingerprint(),
-                        initial_energy: e0.unwrap_or(f64::NAN),
-                        state,
-                    },
-                ),
-                None => Ok(()),
-            };
-            agree(comm, r)?;
-            last_ck = format!("{} (step {s})", ck_path.display());
-            t_io += tio.elapsed().as_secs_f64();
-        }
         // this step's phases, the largest over the ranks
         let ph = sim.phases;
         let d = |a: f64, b: f64| (a - b).max(0.0);
@@ -608,6 +714,8 @@ pub fn run_on<B: Backend>(
         reinterpolations: sim.state.reinterpolations,
         phases: totals,
         ranks: comm.size(),
+        interrupted,
+        backend: backend_name,
     })
 }
 

@@ -309,6 +309,7 @@ pub fn run_taylor_green(case: &CrossCase, out: &Path) -> Result<CrossReport> {
             out: sdir.clone(),
             restart: None,
             progress: false,
+            overwrite: false,
         },
     )
     .map_err(|e| Error::Other(format!("spectral run: {e}")))?;

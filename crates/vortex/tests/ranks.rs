@@ -217,7 +217,10 @@ fn vortex_ring_is_independent_of_the_rank_count() {
         RING,
         &out,
         None,
-        &RunOptions { max_steps: Some(2) },
+        &RunOptions {
+            max_steps: Some(2),
+            overwrite: false,
+        },
     ));
     assert_eq!(s.steps, 2);
     let ck = out.join("checkpoint.bin");
@@ -263,7 +266,10 @@ fn taylor_green_is_independent_of_the_rank_count_and_restarts_with_another() {
         TG,
         &out,
         None,
-        &RunOptions { max_steps: Some(3) },
+        &RunOptions {
+            max_steps: Some(3),
+            overwrite: false,
+        },
     ));
     assert_eq!(s.steps, 3);
     let ck = out.join("checkpoint.bin");
