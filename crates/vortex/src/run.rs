@@ -5,7 +5,11 @@
 //! * `config.toml`: the configuration as run;
 //! * `diagnostics.csv`: one row per diagnostics step ([`crate::diagnostics::CSV_HEADER`]);
 //! * `spectrum_STEP.csv` (periodic), `particles_STEP.vtk` and `grid_STEP.vtk` (snapshots);
-//! * `checkpoint.bin` (atomic; every `output.checkpoint_every` steps and at the end);
+//! * `checkpoint.bin` (checksummed, atomic, the last `output.checkpoints_kept` kept as
+//!   `checkpoint.bin.1` ...; every `output.checkpoint_every` steps, every
+//!   `output.checkpoint_wall_minutes`, at the end and when a signal stops the run; each after a
+//!   diagnostics row of its step that passed the checks);
+//! * `run.json` (written by the binary: what produced the directory);
 //! * `timing.csv`: one row per step, the wall seconds of its phases (FMM evaluation and its
 //!   communication, redistribution, update, RBF re-interpolation, diagnostics, I/O, the rest),
 //!   each the largest over the ranks ([`TIMING_HEADER`]); their shares are logged at the end;
@@ -15,9 +19,13 @@
 //! [`crate::parallel`]) and rank 0 writes every file; the outputs do not depend on the number of
 //! ranks beyond round-off, and a checkpoint written with `R` ranks continues with any other
 //! number. A restart continues from a checkpoint bit for bit (same number of ranks); rows of
-//! `diagnostics.csv` and `timing.csv` from the checkpoint's step on are replaced. A blow-up (non-finite state, energy above
-//! `output.energy_growth_limit` times its initial value) stops the run with an error naming the
-//! step; the last checkpoint, written before, is kept.
+//! `diagnostics.csv` and `timing.csv` after the checkpoint's step are replaced. A blow-up
+//! (non-finite state or field, energy above `output.energy_growth_limit` times its initial value,
+//! a step that fails the stability check of [`crate::health`]) stops the run with an error naming
+//! the step; the last checkpoint, written for a state that passed, is kept. A non-empty output
+//! directory is refused unless [`RunOptions::overwrite`] or a restart (`spectral::durable`).
+//! SIGINT/SIGTERM/SIGUSR1 (the flag of `spectral::durable`) end the run after the current step
+//! with a checkpoint ([`RunSummary::interrupted`]).
 
 use crate::checkpoint::{self, Checkpoint};
 use crate::config::Config;
@@ -319,7 +327,8 @@ struct Outputs {
 }
 
 fn open_outputs(out: &Path, restart: bool, start_step: u64) -> Result<Outputs> {
-    // diagnostics rows are taken at a step, timing rows after it (steps up to the restart's kept)
+    // diagnostics rows are taken at a step, timing rows after it; a checkpoint is written after
+    // the diagnostics of its step, so both keep the rows up to the restart's step
     let open = |name: &str, header: &str, before: u64| -> Result<(std::fs::File, PathBuf)> {
         let path = out.join(name);
         let keep = if restart {
@@ -336,7 +345,7 @@ fn open_outputs(out: &Path, restart: bool, start_step: u64) -> Result<Outputs> {
         f.write_all(head.as_bytes()).map_err(Error::io(&path))?;
         Ok((f, path))
     };
-    let (csv, csv_path) = open("diagnostics.csv", CSV_HEADER, start_step)?;
+    let (csv, csv_path) = open("diagnostics.csv", CSV_HEADER, start_step + 1)?;
     let (timing, timing_path) = open("timing.csv", TIMING_HEADER, start_step + 1)?;
     Ok(Outputs {
         csv,
