@@ -327,3 +327,75 @@ fn impossible_sizes_are_refused_before_allocating() {
         t.elapsed()
     );
 }
+
+fn help(args: &[&str]) -> String {
+    let o = run(args);
+    assert!(o.status.success());
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The long flags of a `--help` text (without --help and --version).
+fn flags(help: &str) -> Vec<String> {
+    let mut f: Vec<String> = help
+        .lines()
+        .filter_map(|l| {
+            let t = l.trim_start();
+            let t = t
+                .strip_prefix("-")
+                .filter(|_| t.len() > 3 && &t[2..4] == ", ")
+                .map_or(t, |_| &t[4..]);
+            t.strip_prefix("--")
+                .map(|r| format!("--{}", r.split([' ', '=', '<']).next().unwrap_or("")))
+        })
+        .filter(|f| f != "--help" && f != "--version")
+        .collect();
+    f.dedup();
+    f
+}
+
+#[test]
+fn readme_lists_every_command_and_flag() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let top = help(&["--help"]);
+    let commands: Vec<&str> = top
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    assert!(commands.len() >= 5, "{top}");
+    for c in &commands {
+        let row = readme
+            .lines()
+            .find(|l| l.starts_with(&format!("| `vortex {c}")))
+            .unwrap_or_else(|| panic!("README has no row for `vortex {c}`"));
+        if ["run", "spectral", "particles", "config"].contains(c) {
+            for f in flags(&help(&[c, "--help"])) {
+                assert!(row.contains(&f), "README row of `vortex {c}` lacks {f}");
+            }
+        }
+    }
+    // eval: every flag somewhere, and the default order and theta as the binary has them
+    let eval = help(&["eval", "--help"]);
+    for f in flags(&eval) {
+        assert!(readme.contains(&f), "README lacks eval's {f}");
+    }
+    let default_of = |flag: &str| -> String {
+        let block: String = eval
+            .split("\n\n")
+            .find(|b| b.trim_start().starts_with(flag))
+            .unwrap_or_else(|| panic!("{flag} not in eval --help"))
+            .to_string();
+        let d = block.split("[default: ").nth(1).expect("a default");
+        d[..d.find(']').unwrap()].to_string()
+    };
+    let (p, theta) = (default_of("--order"), default_of("--theta"));
+    assert!(
+        readme.contains(&format!("order {p}, theta {theta}")),
+        "README's eval defaults differ from the binary's (order {p}, theta {theta})"
+    );
+    assert!(eval.contains("ppm"), "eval --help does not list ppm");
+}

@@ -31,7 +31,7 @@ dt = 0.05              # time step (required)
 t_end = 2.0            # final time (required; steps = round(t_end / dt))
 
 [domain]
-periodic = false       # true: periodic box [-L/2, L/2)^3
+periodic = true        # periodic box [-L/2, L/2)^3 (default false: free space; true here for taylor-green)
 box_length = 6.283185307179586  # L
 image_levels = 4       # levels of periodic images above the root
 
@@ -175,7 +175,8 @@ mod tests {
     #[test]
     fn vortex_template_parses_and_holds_every_default() {
         method::Config::from_str_named(VORTEX, "defaults").unwrap();
-        let min = "nu = 0.01\ndt = 0.05\nt_end = 2.0\n[initial]\nkind = \"taylor-green\"\nn = 16\n";
+        let min = "nu = 0.01\ndt = 0.05\nt_end = 2.0\n[domain]\nperiodic = true\n\
+                   [initial]\nkind = \"taylor-green\"\nn = 16\n";
         let c = method::Config::from_str_named(min, "minimal").unwrap();
         check(VORTEX, spectral::durable::to_toml(&c).unwrap());
     }
