@@ -170,20 +170,20 @@ fn run_ranks(
                     comm,
                     b.map_err(|e| method::Error::Other(e.to_string())),
                 )?;
-                return Ok((
+                Ok((
                     method::run::run_loaded_on(comm, config, &args.config, out, restart, b, &opts)?,
                     config_json,
-                ));
+                ))
             } else {
                 let b = gpu::CudaBackend::new(device).map_err(what);
                 let b = method::parallel::agree(
                     comm,
                     b.map_err(|e| method::Error::Other(e.to_string())),
                 )?;
-                return Ok((
+                Ok((
                     method::run::run_loaded_on(comm, config, &args.config, out, restart, b, &opts)?,
                     config_json,
-                ));
+                ))
             }
         }
         #[cfg(not(feature = "cuda"))]
@@ -206,7 +206,7 @@ fn run_ranks(
             );
         }
         let _ = local_rank;
-        return Ok((
+        Ok((
             method::run::run_loaded_on(
                 comm,
                 config,
@@ -217,6 +217,6 @@ fn run_ranks(
                 &opts,
             )?,
             config_json,
-        ));
+        ))
     }
 }

@@ -206,10 +206,12 @@ mod tests {
 
     #[test]
     fn measures_and_non_finite() {
-        let mut p = Particles::default();
-        p.position = vec![[0.0; 3]; 2];
-        p.strength = vec![[2.0, 0.0, 0.0], [0.0; 3]];
-        p.sigma = vec![0.1; 2];
+        let p = Particles {
+            position: vec![[0.0; 3]; 2],
+            strength: vec![[2.0, 0.0, 0.0], [0.0; 3]],
+            sigma: vec![0.1; 2],
+            ..Default::default()
+        };
         let mut f = Derivatives {
             velocity: vec![[3.0, 4.0, 0.0], [0.0, 1.0, 0.0]],
             stretching: vec![[0.0, 1.0, 0.0], [9.0, 0.0, 0.0]],
