@@ -242,7 +242,7 @@ fn occupied_output_directory_is_refused_unless_overwrite() {
     let snap = write(dir.path(), "a.toml", &tiny(0.1, 0.2, "snapshot_every = 1"));
     let out = dir.path().join("o");
     assert!(run(&["run", s(&snap), "--out", s(&out)]).status.success());
-    assert!(out.join("particles_000001.vtk").exists());
+    assert!(out.join("particles_000001.vtp").exists());
     let before = std::fs::read(out.join("checkpoint.bin")).unwrap();
     let plain = write(dir.path(), "b.toml", &tiny(0.1, 0.2, ""));
     let o = run(&["run", s(&plain), "--out", s(&out)]);
@@ -251,7 +251,7 @@ fn occupied_output_directory_is_refused_unless_overwrite() {
     assert_eq!(std::fs::read(out.join("checkpoint.bin")).unwrap(), before);
     let o = run(&["run", s(&plain), "--out", s(&out), "--overwrite"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(!out.join("particles_000001.vtk").exists(), "stale snapshot");
+    assert!(!out.join("particles_000001.vtp").exists(), "stale snapshot");
     // the spectral solver follows the same rule
     let sp = write(
         dir.path(),

@@ -79,6 +79,7 @@ diagnostics_every = 10 # a row of diagnostics.csv every this many steps
 # grid = 16            # grid points per direction for energy and spectra (default: initial.n)
 spectra = true         # spectrum with each diagnostics row (periodic)
 snapshot_every = 0     # particle snapshots every this many steps (0: none)
+snapshot_format = "vtp"  # vtp (binary XML VTK + particles.pvd with the times) | vtk (legacy ASCII)
 checkpoint_every = 0   # checkpoints every this many steps (0: at the end and by wall time)
 checkpoint_wall_minutes = 30.0  # also a checkpoint this often by wall time (0: off)
 checkpoints_kept = 2   # checkpoint.bin, checkpoint.bin.1, ...

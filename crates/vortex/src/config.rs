@@ -36,6 +36,7 @@
 //! diagnostics_every = 10
 //! checkpoint_every = 100
 //! snapshot_every = 0
+//! snapshot_format = "vtp"  # vtp (binary, with particles.pvd) | vtk (legacy ASCII)
 //! checkpoint_wall_minutes = 30.0  # also a checkpoint this often by wall time (0: off)
 //! checkpoints_kept = 2  # checkpoint.bin (newest), checkpoint.bin.1, ...
 //!
@@ -258,6 +259,9 @@ pub struct OutputConfig {
     /// VTK particle snapshots every this many steps (0: none; the last step is always written
     /// when nonzero).
     pub snapshot_every: u64,
+    /// Format of the particle snapshots: `vtp` (binary XML PolyData plus `particles.pvd` with the
+    /// physical times; default) or `vtk` (legacy ASCII).
+    pub snapshot_format: SnapshotFormat,
     /// Checkpoints every this many steps (0: only at the end and by wall time).
     pub checkpoint_every: u64,
     /// A checkpoint also after this many wall-clock minutes since the last one (0: off).
@@ -279,6 +283,7 @@ impl Default for OutputConfig {
             grid: None,
             spectra: true,
             snapshot_every: 0,
+            snapshot_format: SnapshotFormat::Vtp,
             checkpoint_every: 0,
             checkpoint_wall_minutes: 30.0,
             checkpoints_kept: 2,
@@ -287,6 +292,17 @@ impl Default for OutputConfig {
             plots: true,
         }
     }
+}
+
+/// Format of the particle snapshots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SnapshotFormat {
+    /// XML VTK PolyData with appended raw binary data (`particles_STEP.vtp`) and the time series
+    /// `particles.pvd` (see [`crate::vtp`]).
+    Vtp,
+    /// Legacy ASCII VTK (`particles_STEP.vtk`).
+    Vtk,
 }
 
 fn bad(file: &str, key: &str, msg: impl Into<String>) -> Error {

@@ -19,6 +19,7 @@
 //!   particles with global ids, the distributed FMM, redistribution, gathers on rank 0 for the
 //!   rare global operations ([`parallel::DistSimulation`]);
 //! * [`run`]: the `vortex run` command ([`run::run`], [`run::run_on`] for any communicator);
+//! * [`vtp`]: binary particle snapshots (XML VTK PolyData) and their `.pvd` time series;
 //! * [`validate`]: cross-validation against the spectral solver (Taylor-Green, same initial field).
 
 // `!(x > 0.0)` style checks are deliberate: they reject NaN as well.
@@ -40,6 +41,7 @@ pub mod rhs;
 pub mod run;
 pub mod stepping;
 pub mod validate;
+pub mod vtp;
 
 pub use config::Config;
 pub use error::{Error, Result};

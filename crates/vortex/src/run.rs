@@ -4,7 +4,9 @@
 //! Output directory (default `runs/out/<config stem>`):
 //! * `config.toml`: the configuration as run;
 //! * `diagnostics.csv`: one row per diagnostics step ([`crate::diagnostics::CSV_HEADER`]);
-//! * `spectrum_STEP.csv` (periodic), `particles_STEP.vtk` and `grid_STEP.vtk` (snapshots);
+//! * `spectrum_STEP.csv` (periodic), `grid_STEP.vtk` and the particle snapshots
+//!   `particles_STEP.vtp` (binary XML VTK; `particles.pvd` lists them with their times for
+//!   ParaView) or `particles_STEP.vtk` (`output.snapshot_format = "vtk"`, legacy ASCII);
 //! * `checkpoint.bin` (checksummed, atomic, the last `output.checkpoints_kept` kept as
 //!   `checkpoint.bin.1` ...; every `output.checkpoint_every` steps, every
 //!   `output.checkpoint_wall_minutes`, at the end and when a signal stops the run; each after a
@@ -28,11 +30,12 @@
 //! with a checkpoint ([`RunSummary::interrupted`]).
 
 use crate::checkpoint::{self, Checkpoint};
-use crate::config::Config;
+use crate::config::{Config, SnapshotFormat};
 use crate::diagnostics::{self, Diagnostics, RowTimes, CSV_HEADER};
 use crate::error::{Error, Result};
 use crate::health::{self, Verdict};
 use crate::parallel::{agree, check_same, DistSimulation};
+use crate::vtp;
 use domain::{Comm, ReduceOp, SelfComm};
 use fmm::Backend;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -476,6 +479,11 @@ pub fn run_on<B: Backend>(
     };
 
     let every = |k: u64, s: u64| k > 0 && s % k == 0;
+    // the snapshots' time series: those of the earlier run up to the restart's step are kept
+    let mut pvd: Vec<(f64, String)> = vtp::read_pvd(&out.join(PVD_FILE))
+        .into_iter()
+        .filter(|(_, f)| snapshot_step(f).is_some_and(|s| s <= start_step && restart.is_some()))
+        .collect();
     let mut spectra: Vec<(f64, Vec<(f64, f64)>)> = vec![];
     let mut last_diag = Diagnostics::default();
     let mut totals = PhaseTotals::default();
@@ -523,10 +531,9 @@ pub fn run_on<B: Backend>(
         // a checkpoint is written only after the diagnostics of its state passed the checks
         let ck_due = (step > start_step || restart.is_none())
             && (last || every(cfg.output.checkpoint_every, step) || flags[1] > 0.0);
+        // a restart's own step has its row already (written before its checkpoint)
         let diag_due = (step == start_step && restart.is_none())
-            || last
-            || ck_due
-            || every(cfg.output.diagnostics_every, step);
+            || (step > start_step && (last || ck_due || every(cfg.output.diagnostics_every, step)));
         let snap_due =
             cfg.output.snapshot_every > 0 && (every(cfg.output.snapshot_every, step) || last);
         let (mut t_diag, mut t_io) = (0.0, 0.0);
@@ -609,12 +616,7 @@ pub fn run_on<B: Backend>(
                 let tio = Instant::now();
                 let g = sim.gather(&[&f.velocity]);
                 let r = match g {
-                    Some((p, v)) => diagnostics::write_vtk_particles(
-                        &out.join(format!("particles_{step:06}.vtk")),
-                        &p,
-                        Some(&v[0]),
-                        &format!("vortex method, step {step}, t = {}", sim.t()),
-                    ),
+                    Some((p, v)) => write_snapshot(out, &cfg, step, sim.t(), &p, &v[0], &mut pvd),
                     None => Ok(()),
                 };
                 agree(comm, r)?;
@@ -726,6 +728,44 @@ pub fn run_on<B: Backend>(
         interrupted,
         backend: backend_name,
     })
+}
+
+/// The time series of the `.vtp` particle snapshots.
+pub const PVD_FILE: &str = "particles.pvd";
+
+fn snapshot_step(file: &str) -> Option<u64> {
+    file.strip_prefix("particles_")?
+        .strip_suffix(".vtp")?
+        .parse()
+        .ok()
+}
+
+/// Writes the particle snapshot of `step` in the configured format (rank 0); a `.vtp` is added
+/// to `particles.pvd` with its time.
+fn write_snapshot(
+    out: &Path,
+    cfg: &Config,
+    step: u64,
+    t: f64,
+    p: &crate::Particles,
+    velocity: &[[f64; 3]],
+    pvd: &mut Vec<(f64, String)>,
+) -> Result<()> {
+    match cfg.output.snapshot_format {
+        SnapshotFormat::Vtk => diagnostics::write_vtk_particles(
+            &out.join(format!("particles_{step:06}.vtk")),
+            p,
+            Some(velocity),
+            &format!("vortex method, step {step}, t = {t}"),
+        ),
+        SnapshotFormat::Vtp => {
+            let name = format!("particles_{step:06}.vtp");
+            vtp::write_particles(&out.join(&name), p, Some(velocity))?;
+            pvd.retain(|(_, f)| *f != name);
+            pvd.push((t, name));
+            vtp::write_pvd(&out.join(PVD_FILE), pvd)
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
