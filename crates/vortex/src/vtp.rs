@@ -3,8 +3,8 @@
 //! gives each snapshot its physical time (`docs/CONVENTIONS.md`, "Files").
 //!
 //! Per particle: position, strength `alpha` (3 x f64), `|alpha|`, `sigma` (f64), optionally the
-//! velocity (3 x f64), one vertex cell (connectivity and offset, 2 x i64): 96 B with the velocity,
-//! against about 182 B of the legacy ASCII `.vtk`, and written without formatting numbers.
+//! velocity (3 x f64), one vertex cell (connectivity and offset, 2 x i64): 104 B with the velocity,
+//! against 186 B of the legacy ASCII `.vtk`, written 4x faster (`BENCHMARKS.md`, "Robustness").
 
 use crate::error::{Error, Result};
 use crate::particles::{norm, Particles};
