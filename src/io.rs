@@ -1,4 +1,4 @@
-//! Reading and writing the project's NumPy files (`CONVENTIONS.md`, "Files").
+//! Reading and writing the project's NumPy files (`docs/CONVENTIONS.md`, "Files").
 //!
 //! Every error names the file and what is wrong with it.
 

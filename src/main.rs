@@ -1,12 +1,19 @@
 //! `vortex`: vortex particle method with a fast multipole method, on CPUs and GPUs.
 //!
 //! Subcommands: `eval` (one velocity + stretching evaluation), `particles` (test sets),
-//! `bench` (timings and accuracy), `spectral` (the pseudo-spectral reference solver).
+//! `bench` (timings and accuracy), `spectral` (the pseudo-spectral reference solver), `run`
+//! (a vortex-method simulation).
+//!
+//! Exit status: 0 success; 1 error (the message says why); 75 (`EX_TEMPFAIL`) `run` or
+//! `spectral` stopped by SIGINT, SIGTERM or SIGUSR1 after finishing its step and writing a
+//! checkpoint (continue with `--restart OUT/checkpoint.bin`); 130 a second signal before the
+//! checkpoint was written.
 
 mod commands;
 mod io;
 mod planner;
 mod ranks;
+mod run_info;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -31,6 +38,8 @@ enum Command {
     Run(commands::run::RunArgs),
     /// Pseudo-spectral Navier-Stokes solver (the reference for decaying turbulence).
     Spectral(commands::spectral::SpectralArgs),
+    /// Print a complete, commented configuration: `vortex config --defaults [vortex|spectral]`.
+    Config(commands::config::ConfigArgs),
 }
 
 /// A rayon pool with `threads` threads (all cores when `None`).
@@ -60,20 +69,55 @@ pub fn set_global_threads(threads: Option<usize>) -> Result<()> {
     Ok(())
 }
 
+/// Points SIGINT, SIGTERM and SIGUSR1 at the run loops' interrupt flag (`spectral::durable`):
+/// the run finishes its step, writes a checkpoint, flushes its outputs and the process exits
+/// with [`spectral::durable::EXIT_INTERRUPTED`]. A second signal while one is pending ends the
+/// process at once (status 130).
+fn install_signal_handlers() -> Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
+    let flag = spectral::durable::interrupt_flag();
+    let pending = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [SIGINT, SIGTERM, SIGUSR1] {
+        signal_hook::flag::register_conditional_shutdown(sig, 130, pending.clone())?;
+        signal_hook::flag::register(sig, pending.clone())?;
+        signal_hook::flag::register_usize(sig, flag.clone(), sig as usize)?;
+    }
+    Ok(())
+}
+
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .format_timestamp_millis()
         .init();
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Run(_) | Command::Spectral(_)) {
+        if let Err(e) = install_signal_handlers() {
+            eprintln!("error: installing the signal handlers: {e:#}");
+            std::process::exit(1);
+        }
+    }
+    // Ok(Some(signal)): stopped by a signal after writing its checkpoint
     let result = match &cli.command {
-        Command::Eval(a) => commands::eval::run(a),
-        Command::Particles(a) => commands::particles::run(a),
-        Command::Bench(a) => commands::bench::run(a),
+        Command::Eval(a) => commands::eval::run(a).map(|_| None),
+        Command::Particles(a) => commands::particles::run(a).map(|_| None),
+        Command::Bench(a) => commands::bench::run(a).map(|_| None),
+        Command::Config(a) => commands::config::run(a).map(|_| None),
         Command::Spectral(a) => commands::spectral::run(a),
         Command::Run(a) => commands::run::run(a),
     };
-    if let Err(e) = result {
-        eprintln!("error: {e:#}");
-        std::process::exit(1);
+    match result {
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::exit(1);
+        }
+        Ok(Some(sig)) => {
+            eprintln!(
+                "stopped by signal {sig} after writing a checkpoint; exit status {} (continue \
+                 with --restart OUT/checkpoint.bin)",
+                spectral::durable::EXIT_INTERRUPTED
+            );
+            std::process::exit(spectral::durable::EXIT_INTERRUPTED);
+        }
+        Ok(None) => {}
     }
 }

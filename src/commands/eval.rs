@@ -15,21 +15,22 @@ pub struct EvalArgs {
     /// Output directory for velocity.npy, stretching.npy and timing.json.
     #[arg(long)]
     pub out: PathBuf,
-    /// direct (O(N^2) reference), treecode or fmm.
+    /// direct (O(N^2) reference), treecode, fmm or ppm (FMM tree with the pseudo-particle far
+    /// field).
     #[arg(long, default_value = "fmm")]
     pub method: Method,
     /// Expansion order p (1..=20).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = EvalParams::default().order)]
     pub order: usize,
     /// Opening angle of the multipole acceptance criterion, in (0, 1).
     #[arg(long, default_value_t = EvalParams::default().theta)]
     pub theta: f64,
     /// Largest number of particles in a leaf cell.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = EvalParams::default().leaf_size)]
     pub leaf_size: usize,
     /// Minimum gap of a far (multipole) interaction, in source core radii: the far field uses
-    /// the singular kernel, exact to 1 - q(rho) beyond it (default 6 on the adaptive octree,
-    /// 4.4 on the uniform grid).
+    /// the singular kernel, exact to 1 - q(rho) beyond it (default: 4 on the adaptive octree,
+    /// the uniform grid's own value on --grid uniform).
     #[arg(long)]
     pub core_cutoff: Option<f64>,
     /// Number of threads (default: all cores).
@@ -130,6 +131,21 @@ pub fn run(args: &EvalArgs) -> Result<()> {
             .map(|(k, v)| (k.to_string(), serde_json::json!(v)))
             .collect();
         timing.insert("ranks".into(), serde_json::json!(comm.size()));
+        timing.insert("n".into(), serde_json::json!(sources.len()));
+        timing.insert("m".into(), serde_json::json!(targets.len()));
+        timing.insert("order".into(), serde_json::json!(params.order));
+        timing.insert("theta".into(), serde_json::json!(params.theta));
+        timing.insert("leaf_size".into(), serde_json::json!(params.leaf_size));
+        timing.insert("core_cutoff".into(), serde_json::json!(params.core_cutoff));
+        timing.insert(
+            "method".into(),
+            serde_json::json!(params.method.to_string()),
+        );
+        timing.insert("backend".into(), serde_json::json!(backend.to_string()));
+        timing.insert(
+            "commit".into(),
+            serde_json::json!(env!("VORTEX_GIT_COMMIT")),
+        );
         timing.insert("bytes_p2pcomm".into(), serde_json::json!(ev.comm.bytes_p2p));
         timing.insert("bytes_m2lcomm".into(), serde_json::json!(ev.comm.bytes_m2l));
         let path = args.out.join("timing.json");

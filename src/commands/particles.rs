@@ -19,7 +19,7 @@ pub struct ParticlesArgs {
     /// Subtract the mean strength (zero total circulation, for periodic runs).
     #[arg(long)]
     pub periodic: bool,
-    /// uniform (the standard set of CONVENTIONS.md), ring or clumps.
+    /// uniform (the standard set of docs/CONVENTIONS.md), ring or clumps.
     #[arg(long, default_value = "uniform")]
     pub distribution: Distribution,
 }
@@ -39,6 +39,15 @@ pub fn run(args: &ParticlesArgs) -> Result<()> {
     if args.n == 0 {
         bail!("--n must be at least 1");
     }
+    // the set (7 f64) and the array written from it (7 f64), before anything is allocated
+    method::health::check_memory(
+        &format!(
+            "--n {} (particle set and its .npy array, 112 B each)",
+            args.n
+        ),
+        args.n as f64 * 112.0,
+    )
+    .map_err(anyhow::Error::msg)?;
     let s = generate(args.distribution, args.n, args.seed, args.periodic);
     crate::io::write_particles(&args.out, &s)?;
     log::info!(

@@ -24,6 +24,10 @@ pub struct RunArgs {
     /// Continue from this checkpoint (DIR/checkpoint.bin of an earlier run, any number of ranks).
     #[arg(long)]
     pub restart: Option<PathBuf>,
+    /// Replace the files of an earlier run in --out (a non-empty --out is otherwise refused
+    /// unless restarting into it).
+    #[arg(long)]
+    pub overwrite: bool,
     /// Stop after this many steps (a checkpoint is written there), e.g. to time a few steps.
     #[arg(long)]
     pub steps: Option<u64>,
@@ -43,11 +47,32 @@ pub struct RunArgs {
     pub threads: Option<usize>,
 }
 
-pub fn run(args: &RunArgs) -> Result<()> {
+/// Runs the command; returns the signal that stopped it early (after its checkpoint), if any.
+pub fn run(args: &RunArgs) -> Result<Option<usize>> {
     crate::set_global_threads(args.threads)?;
+    let start = std::time::SystemTime::now();
     let mut several = false;
     let r = crate::ranks::with_comm(|comm, local_rank| {
-        let r = run_ranks(args, comm, local_rank);
+        let r = run_ranks(args, comm, local_rank).and_then(|(s, config)| {
+            if comm.rank() == 0 {
+                crate::run_info::record(
+                    &s.out,
+                    &crate::run_info::Invocation {
+                        command: "run",
+                        start,
+                        config,
+                        backend: s.backend.clone(),
+                        ranks: s.ranks,
+                        threads: rayon::current_num_threads(),
+                        outcome: match s.interrupted {
+                            Some(sig) => format!("interrupted by signal {sig}"),
+                            None => "completed".into(),
+                        },
+                    },
+                )?;
+            }
+            Ok(s.interrupted)
+        });
         if let Err(e) = &r {
             if comm.size() > 1 {
                 // every rank has the same outcome: rank 0 prints it before any rank exits (mpirun
@@ -67,7 +92,11 @@ pub fn run(args: &RunArgs) -> Result<()> {
     r
 }
 
-fn run_ranks(args: &RunArgs, comm: &dyn Comm, local_rank: usize) -> Result<()> {
+fn run_ranks(
+    args: &RunArgs,
+    comm: &dyn Comm,
+    local_rank: usize,
+) -> Result<(method::run::RunSummary, serde_json::Value)> {
     let root = comm.rank() == 0;
     method::parallel::check_same(comm, "command-line options", &format!("{args:?}"))?;
     let text = if root {
@@ -112,8 +141,10 @@ fn run_ranks(args: &RunArgs, comm: &dyn Comm, local_rank: usize) -> Result<()> {
         log_choice(&req, &choice);
     }
     let device = fmm::planner::device(e.backend, &caps).map_err(|r| anyhow!("{r}"))?;
+    let config_json = serde_json::to_value(&config)?;
     let opts = method::run::RunOptions {
         max_steps: args.steps,
+        overwrite: args.overwrite,
     };
     let (out, restart) = (args.out.as_deref(), args.restart.as_deref());
     match device {
@@ -144,7 +175,7 @@ fn run_ranks(args: &RunArgs, comm: &dyn Comm, local_rank: usize) -> Result<()> {
                 } else {
                     None
                 };
-                method::run::run_loaded_on(
+                let summary = method::run::run_loaded_on(
                     comm,
                     config,
                     &args.config,
@@ -154,6 +185,7 @@ fn run_ranks(args: &RunArgs, comm: &dyn Comm, local_rank: usize) -> Result<()> {
                     at_sources,
                     &opts,
                 )?;
+                Ok((summary, config_json))
             }
             #[cfg(not(feature = "cuda"))]
             {
@@ -163,7 +195,7 @@ fn run_ranks(args: &RunArgs, comm: &dyn Comm, local_rank: usize) -> Result<()> {
         }
         Device::Cpu => {
             let _ = local_rank;
-            method::run::run_loaded_on(
+            let summary = method::run::run_loaded_on(
                 comm,
                 config,
                 &args.config,
@@ -173,7 +205,7 @@ fn run_ranks(args: &RunArgs, comm: &dyn Comm, local_rank: usize) -> Result<()> {
                 None,
                 &opts,
             )?;
+            Ok((summary, config_json))
         }
     }
-    Ok(())
 }

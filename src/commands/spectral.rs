@@ -15,6 +15,10 @@ pub struct SpectralArgs {
     /// Restart from this checkpoint (DIR/checkpoint.bin of an earlier run)
     #[arg(long)]
     pub restart: Option<PathBuf>,
+    /// Replace the files of an earlier run in --out (a non-empty --out is otherwise refused
+    /// unless restarting into it)
+    #[arg(long)]
+    pub overwrite: bool,
     /// Do not show the progress bar
     #[arg(long)]
     pub no_progress: bool,
@@ -28,8 +32,8 @@ fn parse_backend(s: &str) -> Result<spectral::Backend, String> {
     s.parse()
 }
 
-/// Run the command.
-pub fn run(args: &SpectralArgs) -> anyhow::Result<()> {
+/// Run the command; returns the signal that stopped it early, if any.
+pub fn run(args: &SpectralArgs) -> anyhow::Result<Option<usize>> {
     let out = args.out.clone().unwrap_or_else(|| {
         let stem = args
             .config
@@ -42,12 +46,33 @@ pub fn run(args: &SpectralArgs) -> anyhow::Result<()> {
         out,
         restart: args.restart.clone(),
         progress: !args.no_progress,
+        overwrite: args.overwrite,
     };
     let mut cfg = spectral::Config::from_file(&args.config)?;
     if let Some(b) = args.backend {
         cfg.backend = b;
     }
+    let start = std::time::SystemTime::now();
     let s = spectral::run::run_config(&cfg, &opts)?;
+    crate::run_info::record(
+        &s.out,
+        &crate::run_info::Invocation {
+            command: "spectral",
+            start,
+            config: serde_json::to_value(&cfg)?,
+            backend: s.backend.clone(),
+            ranks: 1,
+            threads: if cfg.threads == 0 {
+                rayon::current_num_threads()
+            } else {
+                cfg.threads
+            },
+            outcome: match s.interrupted {
+                Some(sig) => format!("interrupted by signal {sig}"),
+                None => "completed".into(),
+            },
+        },
+    )?;
     println!("{}", s.report());
-    Ok(())
+    Ok(s.interrupted)
 }

@@ -1,5 +1,5 @@
 //! Accuracy and cost of the periodic FMM / PPM against the Ewald-split reference
-//! (`fmm::periodic::ewald`) on the zero-mean standard set (`CONVENTIONS.md`).
+//! (`fmm::periodic::ewald`) on the zero-mean standard set (`docs/CONVENTIONS.md`).
 //!
 //! ```text
 //! cargo run --release -p vortex-fmm --example periodic_accuracy -- \

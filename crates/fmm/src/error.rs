@@ -29,6 +29,23 @@ pub enum FmmError {
         value: String,
         reason: &'static str,
     },
+    /// The coordinates span so much that the expansions of order `order` would overflow f64.
+    #[error(
+        "coordinates span {extent:e} (bounding box edge): the expansions of order {order} would \
+         overflow double precision (extent^(2p+2) > 1e300); rescale the problem or use method \
+         \"direct\""
+    )]
+    ExpansionOverflow { extent: f64, order: usize },
+    /// The evaluation produced NaN or Inf (a bug or an overflow that the input check missed).
+    #[error(
+        "the {method} evaluation gave a non-finite {field} at element {index} (position {position:?})"
+    )]
+    NonFiniteResult {
+        method: String,
+        field: &'static str,
+        index: usize,
+        position: [f64; 3],
+    },
     #[error("backend error: {0}")]
     Backend(String),
 }

@@ -1,7 +1,7 @@
 //! The regularized Biot-Savart kernel of the vortex method.
 //!
 //! Core paper (Yokota et al., CPC 180, 2009), Eq. 3-6 and 9, with the conventions of
-//! `CONVENTIONS.md`: a vortex element `j` at `x_j` with strength `alpha_j` (vorticity times
+//! `docs/CONVENTIONS.md`: a vortex element `j` at `x_j` with strength `alpha_j` (vorticity times
 //! volume) and Gaussian core radius `sigma_j` induces at `x_i`, with `d = x_i - x_j`, `r = |d|`,
 //! `rho = r / sigma_j`,
 //!

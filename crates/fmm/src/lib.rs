@@ -1,7 +1,7 @@
 //! CPU reference fast multipole engine for the regularized Biot-Savart law.
 //!
 //! Given vortex elements (position, vector strength, Gaussian core radius) and targets, computes
-//! velocity and classical vortex stretching (`CONVENTIONS.md`, core paper Eq. 3-9) by direct
+//! velocity and classical vortex stretching (`docs/CONVENTIONS.md`, core paper Eq. 3-9) by direct
 //! summation, a Barnes-Hut treecode (M2P) or the fast multipole method (M2L), all in f64.
 //!
 //! Module tree, in the order of the algorithm:

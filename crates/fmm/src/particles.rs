@@ -1,6 +1,6 @@
 //! Vortex elements (sources) and evaluation points (targets), with input validation.
 //!
-//! Units and conventions follow `CONVENTIONS.md`: `strength` is the vector strength
+//! Units and conventions follow `docs/CONVENTIONS.md`: `strength` is the vector strength
 //! `alpha = omega * volume`, `sigma` the Gaussian core radius of the source.
 
 use crate::error::FmmError;
@@ -141,7 +141,7 @@ fn check_finite(field: &'static str, index: usize, v: &[f64; 3]) -> Result<(), F
     Ok(())
 }
 
-/// Relative L2 error `sqrt(sum |v - v_ref|^2 / sum |v_ref|^2)` (CONVENTIONS.md).
+/// Relative L2 error `sqrt(sum |v - v_ref|^2 / sum |v_ref|^2)` (docs/CONVENTIONS.md).
 pub fn relative_l2_error(value: &[[f64; 3]], reference: &[[f64; 3]]) -> f64 {
     assert_eq!(value.len(), reference.len());
     let (mut num, mut den) = (0.0, 0.0);

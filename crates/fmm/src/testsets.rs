@@ -1,6 +1,6 @@
 //! Reproducible particle sets for tests and benchmarks.
 //!
-//! * [`standard`]: the standard set of `CONVENTIONS.md` (core paper Section 4.2): `N` points
+//! * [`standard`]: the standard set of `docs/CONVENTIONS.md` (core paper Section 4.2): `N` points
 //!   uniform in `[-pi, pi]^3`, strength components uniform in `[0, 1/N)`,
 //!   `sigma = 2 pi / N^(1/3)`; `zero_mean` subtracts the mean strength (periodic tests).
 //! * [`vortex_ring`]: a strongly clustered set, points in the Gaussian core of a thin ring.

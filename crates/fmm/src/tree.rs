@@ -162,6 +162,16 @@ impl Tree {
             for ci in this {
                 let cell = &cells[ci];
                 if cell.len() <= leaf_size || level >= MAX_LEVEL {
+                    if cell.len() > 8 * leaf_size.max(1) {
+                        // coincident points: the near field of this leaf is O(count^2)
+                        log::warn!(
+                            "degenerate near field: a leaf at the deepest level ({MAX_LEVEL}) \
+                             holds {} points (leaf_size {leaf_size}); its direct sum costs \
+                             {:.2e} pair interactions (coincident or nearly coincident points)",
+                            cell.len(),
+                            (cell.len() as f64).powi(2)
+                        );
+                    }
                     continue;
                 }
                 let shift = 3 * (MAX_LEVEL - level - 1);

@@ -6,7 +6,7 @@
 //! #                                                    N list ^   p ^  K ^  ^ sampled targets
 //! ```
 //!
-//! Zero-mean standard set (`CONVENTIONS.md`), every particle a target, errors (relative L2) on
+//! Zero-mean standard set (`docs/CONVENTIONS.md`), every particle a target, errors (relative L2) on
 //! targets sampled evenly from the set; the Ewald reference runs on the CPU (all cores). Each
 //! method is evaluated twice and the second (compiled kernels) is timed. Exits 1 if a velocity
 //! error exceeds 1e-4, 2 without a usable GPU.

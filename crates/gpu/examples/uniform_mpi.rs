@@ -8,7 +8,7 @@
 //! ```
 //! Without the `mpi` feature of vortex-domain it runs on one rank (`SelfComm`).
 //!
-//! Each rank generates its share of the standard set (CONVENTIONS.md, N = the global count:
+//! Each rank generates its share of the standard set (docs/CONVENTIONS.md, N = the global count:
 //! strengths in [0, 1/N), sigma = 2 pi / N^(1/3)) uniformly in the slab z in
 //! [-pi + 2 pi r / R, -pi + 2 pi (r + 1) / R), so the union is the standard set of N
 //! particles; particles outside the rank's slab of leaf planes are redistributed (timed

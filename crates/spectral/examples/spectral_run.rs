@@ -15,6 +15,7 @@ fn main() {
         out,
         restart: args.get(3).map(Into::into),
         progress: true,
+        overwrite: false,
     };
     match spectral::run::run_file(&cfg, &opts) {
         Ok(s) => println!("{}", s.report()),

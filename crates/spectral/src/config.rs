@@ -100,8 +100,8 @@ pub enum InitialKind {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InitialConfig {
-    /// Kind of initial field.
-    #[serde(rename = "type")]
+    /// Kind of initial field (`kind`, the vortex method's key; `type` is accepted as an alias).
+    #[serde(rename = "kind", alias = "type")]
     pub kind: InitialKind,
     /// Amplitude of the Taylor-Green fields (default 1).
     #[serde(default)]
@@ -163,6 +163,17 @@ pub struct Config {
     /// Time between checkpoints.
     #[serde(default)]
     pub checkpoint_every: Option<f64>,
+    /// Wall-clock minutes between checkpoints besides `checkpoint_every` (default 30; 0: off).
+    #[serde(default = "default_wall_minutes")]
+    pub checkpoint_wall_minutes: f64,
+    /// How many checkpoints are kept (`checkpoint.bin` the newest, `checkpoint.bin.1` ...;
+    /// default 2).
+    #[serde(default = "default_kept")]
+    pub checkpoints_kept: usize,
+    /// Stop (keeping the last checkpoint that passed) when the energy exceeds this factor
+    /// times its initial value (default 2; decaying flows only lose energy).
+    #[serde(default = "default_growth")]
+    pub energy_growth_limit: f64,
     /// Rayon threads (0 = all).
     #[serde(default)]
     pub threads: usize,
@@ -171,6 +182,18 @@ pub struct Config {
     pub backend: Backend,
     /// Initial condition.
     pub initial: InitialConfig,
+}
+
+fn default_wall_minutes() -> f64 {
+    30.0
+}
+
+fn default_kept() -> usize {
+    2
+}
+
+fn default_growth() -> f64 {
+    2.0
 }
 
 fn default_formats() -> Vec<String> {
@@ -290,6 +313,21 @@ impl Config {
                 }
             }
         }
+        if !(self.checkpoint_wall_minutes.is_finite() && self.checkpoint_wall_minutes >= 0.0) {
+            return Err(bad(
+                "checkpoint_wall_minutes",
+                format!("must be >= 0, got {}", self.checkpoint_wall_minutes),
+            ));
+        }
+        if self.checkpoints_kept == 0 {
+            return Err(bad("checkpoints_kept", "must be at least 1, got 0".into()));
+        }
+        if self.energy_growth_limit.is_nan() || self.energy_growth_limit <= 1.0 {
+            return Err(bad(
+                "energy_growth_limit",
+                format!("must be > 1, got {}", self.energy_growth_limit),
+            ));
+        }
         for f in &self.field_formats {
             if f != "npy" && f != "vtk" {
                 return Err(bad(
@@ -308,7 +346,7 @@ impl Config {
                     ("initial.seed", ini.seed.is_some()),
                 ] {
                     if present {
-                        return Err(bad(key, "only for type = \"isotropic\"".into()));
+                        return Err(bad(key, "only for kind = \"isotropic\"".into()));
                     }
                 }
             }

@@ -1,4 +1,4 @@
-//! Turbulence statistics with the definitions of `shared/CONVENTIONS.md`.
+//! Turbulence statistics with the definitions of `docs/CONVENTIONS.md`.
 //!
 //! - energy `E = (1/2) <|u|^2>` (mean over the box);
 //! - enstrophy `Z = (1/2) <|omega|^2>`, so that the dissipation of a periodic incompressible flow is

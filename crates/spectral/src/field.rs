@@ -1,7 +1,7 @@
 //! Physical-space fields on the `n^3` grid and their spectral counterparts.
 //!
 //! Grid point `(i, j, k)` sits at `(-pi + 2 pi i / n, -pi + 2 pi j / n, -pi + 2 pi k / n)`
-//! (see `shared/CONVENTIONS.md`), and is stored at index `(i*n + j)*n + k`: `i` along x, `j` along y,
+//! (see `docs/CONVENTIONS.md`), and is stored at index `(i*n + j)*n + k`: `i` along x, `j` along y,
 //! `k` along z, **z fastest** (C order of an array of shape `(n, n, n)` indexed `[i][j][k]`).
 
 use crate::fft::{wavenumber, Fft3};

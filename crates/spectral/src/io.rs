@@ -2,10 +2,11 @@
 //! fields, spectra CSV.
 
 use crate::config::Dealias;
+use crate::durable;
 use crate::field::{SpectralField, VelocityField};
 use num_complex::Complex64;
 use serde::{Deserialize, Serialize};
-use std::io::{BufWriter, Read, Write};
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 /// Errors of the file layer.
@@ -47,7 +48,7 @@ pub(crate) fn os(path: &Path) -> impl FnOnce(std::io::Error) -> IoError + '_ {
 /// Magic bytes at the start of a checkpoint.
 pub const CHECKPOINT_MAGIC: &[u8; 8] = b"VXSPECCK";
 /// Checkpoint format version.
-pub const CHECKPOINT_VERSION: u32 = 1;
+pub const CHECKPOINT_VERSION: u32 = 2;
 
 /// The content of a checkpoint.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -62,13 +63,25 @@ pub struct Checkpoint {
     pub t: f64,
     /// Steps taken.
     pub steps: u64,
+    /// Energy at the start of the run (reference of the blow-up check).
+    pub initial_energy: f64,
+    /// The configuration keys a restart must not change (flattened TOML, `key = value` lines;
+    /// see `run::restart_keys`).
+    pub config: String,
     /// Fourier coefficients, components one after the other, each as (re, im) pairs.
     pub data: Vec<f64>,
 }
 
 impl Checkpoint {
     /// Capture a spectral state.
-    pub fn from_state(s: &SpectralField, nu: f64, dealias: Dealias, t: f64, steps: u64) -> Self {
+    pub fn from_state(
+        s: &SpectralField,
+        nu: f64,
+        dealias: Dealias,
+        t: f64,
+        steps: u64,
+        config: String,
+    ) -> Self {
         let mut data = Vec::with_capacity(6 * s.c[0].len());
         for c in &s.c {
             for v in c {
@@ -82,6 +95,8 @@ impl Checkpoint {
             dealias,
             t,
             steps,
+            initial_energy: f64::NAN,
+            config,
             data,
         }
     }
@@ -100,44 +115,25 @@ impl Checkpoint {
     }
 }
 
-fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf29ce484222325;
-    for &b in bytes {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x100000001b3);
-    }
-    h
-}
-
-/// Write a checkpoint: magic, version (u32 LE), payload length (u64 LE), FNV-1a checksum (u64 LE),
-/// bincode payload; to `path.tmp`, then renamed over `path`.
-pub fn write_checkpoint(path: &Path, ck: &Checkpoint) -> Result<(), IoError> {
+/// Write a checkpoint through [`crate::durable::write_container`] (magic, version, length,
+/// FNV-1a checksum, bincode payload; atomic, the last `keep` kept).
+pub fn write_checkpoint(path: &Path, ck: &Checkpoint, keep: usize) -> Result<(), IoError> {
     let payload = bincode::serde::encode_to_vec(ck, bincode::config::standard()).map_err(|e| {
         IoError::Checkpoint {
             path: path.to_path_buf(),
             msg: format!("encode: {e}"),
         }
     })?;
-    let tmp = path.with_extension("tmp");
-    {
-        let f = std::fs::File::create(&tmp).map_err(os(&tmp))?;
-        let mut w = BufWriter::new(f);
-        w.write_all(CHECKPOINT_MAGIC).map_err(os(&tmp))?;
-        w.write_all(&CHECKPOINT_VERSION.to_le_bytes())
-            .map_err(os(&tmp))?;
-        w.write_all(&(payload.len() as u64).to_le_bytes())
-            .map_err(os(&tmp))?;
-        w.write_all(&fnv1a(&payload).to_le_bytes())
-            .map_err(os(&tmp))?;
-        w.write_all(&payload).map_err(os(&tmp))?;
-        let f = w.into_inner().map_err(|e| IoError::Os {
-            path: tmp.clone(),
-            source: e.into_error(),
-        })?;
-        f.sync_all().map_err(os(&tmp))?;
+    durable::write_container(path, CHECKPOINT_MAGIC, CHECKPOINT_VERSION, &payload, keep)
+        .map_err(durable_err)
+}
+
+fn durable_err(e: durable::DurableError) -> IoError {
+    match e {
+        durable::DurableError::Os { path, source } => IoError::Os { path, source },
+        durable::DurableError::Corrupt { path, msg }
+        | durable::DurableError::OutDir { path, msg } => IoError::Checkpoint { path, msg },
     }
-    std::fs::rename(&tmp, path).map_err(os(path))?;
-    Ok(())
 }
 
 /// Read and check a checkpoint (magic, version, length, checksum, consistency of the sizes).
@@ -146,35 +142,19 @@ pub fn read_checkpoint(path: &Path) -> Result<Checkpoint, IoError> {
         path: path.to_path_buf(),
         msg,
     };
-    let mut f = std::fs::File::open(path).map_err(os(path))?;
-    let mut bytes = Vec::new();
-    f.read_to_end(&mut bytes).map_err(os(path))?;
-    if bytes.len() < 28 || &bytes[..8] != CHECKPOINT_MAGIC {
-        return Err(bad(
-            "not a vortex spectral checkpoint (wrong magic bytes)".into()
-        ));
-    }
-    let version = u32::from_le_bytes(bytes[8..12].try_into().unwrap());
-    if version != CHECKPOINT_VERSION {
-        return Err(bad(format!(
-            "format version {version}, this build reads version {CHECKPOINT_VERSION}"
-        )));
-    }
-    let len = u64::from_le_bytes(bytes[12..20].try_into().unwrap()) as usize;
-    let sum = u64::from_le_bytes(bytes[20..28].try_into().unwrap());
-    let payload = &bytes[28..];
-    if payload.len() != len {
-        return Err(bad(format!(
-            "truncated or padded: payload {} bytes, header says {len}",
-            payload.len()
-        )));
-    }
-    if fnv1a(payload) != sum {
-        return Err(bad("checksum mismatch (corrupt file)".into()));
-    }
-    let (ck, _): (Checkpoint, usize) =
-        bincode::serde::decode_from_slice(payload, bincode::config::standard())
+    let payload = durable::read_container(
+        path,
+        CHECKPOINT_MAGIC,
+        CHECKPOINT_VERSION,
+        "vortex spectral checkpoint",
+    )
+    .map_err(durable_err)?;
+    let (ck, used): (Checkpoint, usize) =
+        bincode::serde::decode_from_slice(&payload, bincode::config::standard())
             .map_err(|e| bad(format!("decode: {e}")))?;
+    if used != payload.len() {
+        return Err(bad("trailing bytes after the state".into()));
+    }
     if ck.data.len() != 6 * ck.n * ck.n * (ck.n / 2 + 1) {
         return Err(bad("data length does not match the grid size".into()));
     }

@@ -4,17 +4,20 @@
 //! - [`field`]: [`VelocityField`] (physical, index `(i*n + j)*n + k`, z fastest) and
 //!   [`field::SpectralField`];
 //! - [`initial`]: Taylor-Green and isotropic random initial fields;
-//! - [`diagnostics`]: energy, enstrophy, spectrum and the scales of `shared/CONVENTIONS.md`;
+//! - [`diagnostics`]: energy, enstrophy, spectrum and the scales of `docs/CONVENTIONS.md`;
 //! - [`solver`]: RK4 with an integrating factor, 3/2-rule (or 2/3-rule) dealiasing;
 //! - [`gpu`]: the same solver on a CUDA GPU (feature `cuda`: cuFFT and the kernels of
 //!   `kernels/spectral.cu`, double precision, agreeing with the CPU to round-off);
 //! - [`backend`]: [`backend::Stepper`], one interface over both, chosen by the configuration key
 //!   `backend = "auto" | "cpu" | "cuda"` (`auto`, the default, takes the GPU when one is usable);
-//! - [`config`], [`run`], [`io`], [`plot`]: the `vortex spectral` command.
+//! - [`config`], [`run`], [`io`], [`plot`]: the `vortex spectral` command;
+//! - [`durable`]: checksummed atomic checkpoints, the interrupt flag and the output-directory
+//!   policy, shared with the vortex method.
 
 pub mod backend;
 pub mod config;
 pub mod diagnostics;
+pub mod durable;
 pub mod fft;
 pub mod field;
 pub mod gpu;

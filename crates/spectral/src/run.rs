@@ -7,9 +7,12 @@
 use crate::backend::{new_stepper, Stepper};
 use crate::config::{Config, ConfigError};
 use crate::diagnostics::Stats;
+use crate::durable::{self, OutMode};
 use crate::io::{self, os, Checkpoint, IoError};
 use crate::solver::SolverError;
 use indicatif::{ProgressBar, ProgressStyle};
+use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -34,16 +37,64 @@ pub enum RunError {
         checkpoint: String,
     },
     /// The restart file does not match the configuration.
-    #[error("{path}: checkpoint does not match the configuration: {msg}")]
+    #[error("{path}: checkpoint does not match the configuration:\n{msg}")]
     Mismatch {
         /// Checkpoint file.
         path: PathBuf,
         /// What differs.
         msg: String,
     },
+    /// The energy failed the check at a checkpoint time; the last good checkpoint is kept.
+    #[error(
+        "energy {energy:.4e} at t = {t} against {e0:.4e} initially (limit {limit} times): \
+         the flow blew up; no checkpoint written for it; last good checkpoint: {checkpoint}"
+    )]
+    Unhealthy {
+        /// Time.
+        t: f64,
+        /// Energy then.
+        energy: f64,
+        /// Initial energy.
+        e0: f64,
+        /// `energy_growth_limit`.
+        limit: f64,
+        /// Last good checkpoint.
+        checkpoint: String,
+    },
     /// Thread pool.
     #[error("thread pool: {0}")]
     Threads(String),
+    /// The output directory would lose or mix an earlier run's files.
+    #[error(transparent)]
+    Durable(#[from] crate::durable::DurableError),
+}
+
+/// The configuration keys a restart must keep, flattened (`key -> value`): everything except the
+/// end time, the output schedule, the backend and the threads.
+pub fn restart_keys(cfg: &Config) -> BTreeMap<String, String> {
+    let text = toml::to_string(cfg).unwrap_or_default();
+    let mut m = durable::flatten_toml(&text).unwrap_or_default();
+    for k in [
+        "t_end",
+        "stats_every",
+        "spectrum_times",
+        "field_times",
+        "field_formats",
+        "vorticity",
+        "checkpoint_every",
+        "checkpoint_wall_minutes",
+        "checkpoints_kept",
+        "energy_growth_limit",
+        "threads",
+        "backend",
+    ] {
+        m.remove(k);
+    }
+    m
+}
+
+fn keys_text(m: &BTreeMap<String, String>) -> String {
+    m.iter().map(|(k, v)| format!("{k} = {v}\n")).collect()
 }
 
 /// Options of a run besides the configuration.
@@ -55,6 +106,9 @@ pub struct RunOptions {
     pub restart: Option<PathBuf>,
     /// Show a progress bar (on stderr; hidden anyway when it is not a terminal).
     pub progress: bool,
+    /// Replace the files of an earlier run in `out` (otherwise a non-empty `out` is refused
+    /// unless restarting).
+    pub overwrite: bool,
 }
 
 /// What a run did.
@@ -72,6 +126,10 @@ pub struct RunSummary {
     pub s_per_step: f64,
     /// The output directory.
     pub out: PathBuf,
+    /// The backend that ran (`cpu` or `cuda`).
+    pub backend: String,
+    /// The signal that stopped the run early (after its checkpoint), if any.
+    pub interrupted: Option<usize>,
 }
 
 impl RunSummary {
@@ -128,56 +186,43 @@ fn periodic_hit(t: f64, every: f64) -> bool {
     hit(t, r)
 }
 
-fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
-    // Everything that can fail on input is checked before anything is written.
-    let (mut solver, restarted) = match &opts.restart {
-        Some(path) => {
-            let ck = io::read_checkpoint(path)?;
-            let mism = |msg: String| RunError::Mismatch {
-                path: path.clone(),
-                msg,
-            };
-            if ck.n != cfg.n {
-                return Err(mism(format!("grid {} vs n = {}", ck.n, cfg.n)));
-            }
-            if ck.dealias != cfg.dealias {
-                return Err(mism(format!(
-                    "dealias {:?} vs {:?}",
-                    ck.dealias, cfg.dealias
-                )));
-            }
-            if ck.nu.to_bits() != cfg.nu.to_bits() {
-                return Err(mism(format!("nu {} vs {}", ck.nu, cfg.nu)));
-            }
-            let mut s = new_stepper(cfg, cfg.backend)?;
-            s.set_state(ck.state(), ck.t, ck.steps)?;
-            log::info!(
-                "restarting from {} at t = {} (step {})",
-                path.display(),
-                ck.t,
-                ck.steps
-            );
-            (s, true)
-        }
-        None => (new_stepper(cfg, cfg.backend)?, false),
+/// Reads the restart checkpoint and refuses it, key by key, when the configuration changed.
+fn resume(cfg: &Config, path: &Path) -> Result<(Box<dyn Stepper>, f64), RunError> {
+    let ck = io::read_checkpoint(path)?;
+    let mism = |msg: String| RunError::Mismatch {
+        path: path.to_path_buf(),
+        msg,
     };
+    let old = durable::flatten_toml(&ck.config)
+        .map_err(|e| mism(format!("its configuration record is unreadable: {e}")))?;
+    let diff = durable::config_diff(&old, &restart_keys(cfg));
+    if !diff.is_empty() {
+        return Err(mism(format!(
+            "  {}\n(only t_end, the output schedule, the backend and the threads may change)",
+            diff.join("\n  ")
+        )));
+    }
+    if ck.n != cfg.n {
+        return Err(mism(format!("grid {} vs n = {}", ck.n, cfg.n)));
+    }
+    let mut s = new_stepper(cfg, cfg.backend)?;
+    s.set_state(ck.state(), ck.t, ck.steps)?;
     log::info!(
-        "spectral solver: {}^3, {:?}, backend {}",
-        cfg.n,
-        cfg.dealias,
-        solver.backend_name()
+        "restarting from {} at t = {} (step {})",
+        path.display(),
+        ck.t,
+        ck.steps
     );
-    let out = &opts.out;
-    std::fs::create_dir_all(out).map_err(os(out))?;
-    let ck_path = out.join(CHECKPOINT_FILE);
-    let energy_path = out.join("energy.csv");
-    let t0 = solver.time();
+    Ok((s, ck.initial_energy))
+}
 
-    // energy.csv: new, or on restart the rows up to the restart time.
+/// Opens `energy.csv` for appending: new, or on restart the rows up to the restart time `t0`
+/// (rewritten atomically first). Rows are written and flushed one at a time.
+fn open_energy_csv(path: &Path, restarted: bool, t0: f64) -> Result<std::fs::File, RunError> {
     let mut csv = String::from(Stats::CSV_HEADER);
     csv.push('\n');
-    if restarted && energy_path.exists() {
-        for row in io::read_csv(&energy_path)? {
+    if restarted && path.exists() {
+        for row in io::read_csv(path)? {
             if row
                 .first()
                 .is_some_and(|&t| t <= t0 + TOL * t0.abs().max(1.0))
@@ -188,11 +233,47 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
             }
         }
     }
-    let write_csv = |csv: &str| -> Result<(), IoError> {
-        let tmp = energy_path.with_extension("csv.tmp");
-        std::fs::write(&tmp, csv).map_err(os(&tmp))?;
-        std::fs::rename(&tmp, &energy_path).map_err(os(&energy_path))
+    durable::write_atomic(path, &[csv.as_bytes()], 1)?;
+    Ok(std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .map_err(os(path))?)
+}
+
+fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
+    // Everything that can fail on input is checked before anything is written.
+    let (mut solver, restarted, e0) = match &opts.restart {
+        Some(path) => {
+            let (s, e0) = resume(cfg, path)?;
+            (s, true, Some(e0))
+        }
+        None => (new_stepper(cfg, cfg.backend)?, false, None),
     };
+    log::info!(
+        "spectral solver: {}^3, {:?}, backend {}",
+        cfg.n,
+        cfg.dealias,
+        solver.backend_name()
+    );
+    let out = &opts.out;
+    let mode = match (restarted, opts.overwrite) {
+        (true, _) => OutMode::Restart,
+        (false, true) => OutMode::Overwrite,
+        (false, false) => OutMode::Fresh,
+    };
+    durable::prepare_out(out, mode)?;
+    let cfg_text = toml::to_string(cfg).map_err(|e| {
+        RunError::Config(ConfigError::Invalid {
+            file: out.join("config.toml").display().to_string(),
+            key: "(all)".into(),
+            msg: e.to_string(),
+        })
+    })?;
+    durable::write_atomic(&out.join("config.toml"), &[cfg_text.as_bytes()], 1)?;
+    let ck_path = out.join(CHECKPOINT_FILE);
+    let energy_path = out.join("energy.csv");
+    let t0 = solver.time();
+    let mut csv = open_energy_csv(&energy_path, restarted, t0)?;
 
     let t_end = cfg.t_end;
     let mut peak = (0.0f64, t0);
@@ -202,7 +283,7 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
     // the GPU backend they need the state on the host. The peak dissipation is the largest of
     // those rows.
     let do_outputs = |solver: &mut dyn Stepper,
-                      csv: &mut String,
+                      csv: &mut std::fs::File,
                       peak: &mut (f64, f64),
                       first: bool,
                       last: Option<Stats>|
@@ -217,8 +298,9 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
             _ => solver.stats()?,
         };
         if stats_due && !(first && restarted) {
-            csv.push_str(&st.csv_row());
-            csv.push('\n');
+            writeln!(csv, "{}", st.csv_row())
+                .and_then(|_| csv.flush())
+                .map_err(os(&energy_path))?;
         }
         if st.dissipation > peak.0 {
             *peak = (st.dissipation, t);
@@ -257,7 +339,10 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
     };
 
     let mut last = do_outputs(solver.as_mut(), &mut csv, &mut peak, true, None)?;
-    write_csv(&csv)?;
+    let e0 = e0.unwrap_or(last.energy);
+    let keys = keys_text(&restart_keys(cfg));
+    let mut last_ck_wall = Instant::now();
+    let mut interrupted = None;
 
     let bar = if opts.progress && t_end > t0 {
         let b = ProgressBar::new(1000);
@@ -296,7 +381,6 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
                     Some(tc) => format!("{} (t = {tc})", ck_path.display()),
                     None => "none written yet".into(),
                 };
-                write_csv(&csv)?;
                 log::error!("{e}; last good checkpoint: {checkpoint}");
                 return Err(RunError::BlewUp {
                     source: e,
@@ -308,16 +392,56 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
         steps += 1;
         let t = solver.time();
         last = do_outputs(solver.as_mut(), &mut csv, &mut peak, false, Some(last))?;
-        let ck_due = cfg.checkpoint_every.is_some_and(|e| periodic_hit(t, e)) || hit(t, t_end);
+        let wall_due = cfg.checkpoint_wall_minutes > 0.0
+            && last_ck_wall.elapsed().as_secs_f64() >= 60.0 * cfg.checkpoint_wall_minutes;
+        let stop = durable::interrupted();
+        let ck_due = cfg.checkpoint_every.is_some_and(|e| periodic_hit(t, e))
+            || hit(t, t_end)
+            || wall_due
+            || stop.is_some();
         if ck_due {
-            write_csv(&csv)?;
+            // a checkpoint is written only for a state whose energy passes the check, so the
+            // one kept after a blow-up is the last good one
+            let st = if hit(last.t, t) {
+                last
+            } else {
+                solver.stats()?
+            };
+            if !st.energy.is_finite() || st.energy > cfg.energy_growth_limit * e0 {
+                bar.abandon();
+                return Err(RunError::Unhealthy {
+                    t,
+                    energy: st.energy,
+                    e0,
+                    limit: cfg.energy_growth_limit,
+                    checkpoint: match last_good_ck {
+                        Some(tc) => format!("{} (t = {tc})", ck_path.display()),
+                        None => "none written yet".into(),
+                    },
+                });
+            }
             let steps_done = solver.steps();
-            io::write_checkpoint(
-                &ck_path,
-                &Checkpoint::from_state(solver.state()?, cfg.nu, cfg.dealias, t, steps_done),
-            )?;
+            let mut ck = Checkpoint::from_state(
+                solver.state()?,
+                cfg.nu,
+                cfg.dealias,
+                t,
+                steps_done,
+                keys.clone(),
+            );
+            ck.initial_energy = e0;
+            io::write_checkpoint(&ck_path, &ck, cfg.checkpoints_kept)?;
             last_good_ck = Some(t);
+            last_ck_wall = Instant::now();
             log::debug!("t = {t:.4}: checkpoint");
+            if let Some(sig) = stop {
+                log::warn!(
+                    "signal {sig}: stopped at t = {t} (step {steps_done}) after writing {}",
+                    ck_path.display()
+                );
+                interrupted = Some(sig);
+                break;
+            }
         }
         let el = start.elapsed().as_secs_f64();
         bar.set_position(((t - t0) / (t_end - t0) * 1000.0) as u64);
@@ -331,7 +455,7 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
     }
     bar.finish_and_clear();
     let wall_s = start.elapsed().as_secs_f64();
-    write_csv(&csv)?;
+    csv.sync_all().map_err(os(&energy_path))?;
 
     // Figures from the files (so a restarted run plots its whole history).
     let rows: Vec<(f64, f64, f64)> = io::read_csv(&energy_path)?
@@ -382,5 +506,7 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
             0.0
         },
         out: out.clone(),
+        backend: solver.backend_name(),
+        interrupted,
     })
 }

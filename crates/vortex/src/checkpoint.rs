@@ -1,25 +1,43 @@
-//! Checkpoints: a header (magic, format version) followed by the bincode 2 (serde) encoding of the
-//! configuration fingerprint and the [`State`]. Written to `PATH.tmp`, synced, then renamed, so a
-//! crash never leaves a half-written checkpoint under the real name. f64 values are stored bit for
-//! bit, so a restart continues exactly as the uninterrupted run would.
+//! Checkpoints: the container of `spectral::durable` (magic `VXMETHOD`, format version, payload
+//! length, FNV-1a checksum; written to `PATH.tmp`, synced, renamed, the directory synced; the
+//! last `output.checkpoints_kept` kept as `PATH`, `PATH.1`, ...) around the bincode 2 (serde)
+//! encoding of the configuration keys a restart must keep and the [`State`]. A flipped bit is
+//! refused with the reason; a restart with a changed configuration is refused with the changed
+//! keys listed. f64 values are stored bit for bit, so a restart continues exactly as the
+//! uninterrupted run would. See `docs/CONVENTIONS.md`, "Checkpoints".
 
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::stepping::State;
 use serde::{Deserialize, Serialize};
-use std::io::Write;
+use spectral::durable::{self, DurableError};
 use std::path::Path;
 
 pub const MAGIC: &[u8; 8] = b"VXMETHOD";
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Checkpoint {
-    /// [`Config::fingerprint`] of the run that wrote it.
-    pub fingerprint: String,
+    /// [`Config::restart_keys`] of the run that wrote it, as `key = value` lines.
+    pub config: String,
     /// Energy of the first diagnostics (reference of the blow-up test).
     pub initial_energy: f64,
     pub state: State,
+}
+
+impl Checkpoint {
+    /// A checkpoint of `state` for a run of `config`.
+    pub fn new(config: &Config, initial_energy: f64, state: State) -> Self {
+        Self {
+            config: config
+                .restart_keys()
+                .iter()
+                .map(|(k, v)| format!("{k} = {v}\n"))
+                .collect(),
+            initial_energy,
+            state,
+        }
+    }
 }
 
 fn ck_err(path: &Path, msg: impl Into<String>) -> Error {
@@ -29,60 +47,55 @@ fn ck_err(path: &Path, msg: impl Into<String>) -> Error {
     }
 }
 
-/// Writes atomically (temporary file, then rename).
-pub fn write(path: &Path, ck: &Checkpoint) -> Result<()> {
-    let payload = bincode::serde::encode_to_vec(ck, bincode::config::standard())
-        .map_err(|e| ck_err(path, format!("encoding failed: {e}")))?;
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = std::path::PathBuf::from(tmp);
-    {
-        let mut f = std::fs::File::create(&tmp).map_err(Error::io(&tmp))?;
-        f.write_all(MAGIC).map_err(Error::io(&tmp))?;
-        f.write_all(&VERSION.to_le_bytes())
-            .map_err(Error::io(&tmp))?;
-        f.write_all(&payload).map_err(Error::io(&tmp))?;
-        f.sync_all().map_err(Error::io(&tmp))?;
+fn from_durable(e: DurableError) -> Error {
+    match e {
+        DurableError::Os { path, source } => Error::Io { path, source },
+        DurableError::Corrupt { path, msg } | DurableError::OutDir { path, msg } => {
+            Error::Checkpoint { path, msg }
+        }
     }
-    std::fs::rename(&tmp, path).map_err(Error::io(path))
 }
 
-/// Reads a checkpoint, refusing other formats and versions.
+/// Writes atomically (temporary file, then rename), keeping the last `keep` checkpoints.
+pub fn write_kept(path: &Path, ck: &Checkpoint, keep: usize) -> Result<()> {
+    let payload = bincode::serde::encode_to_vec(ck, bincode::config::standard())
+        .map_err(|e| ck_err(path, format!("encoding failed: {e}")))?;
+    durable::write_container(path, MAGIC, VERSION, &payload, keep).map_err(from_durable)
+}
+
+/// Writes atomically, keeping only this one.
+pub fn write(path: &Path, ck: &Checkpoint) -> Result<()> {
+    write_kept(path, ck, 1)
+}
+
+/// Reads a checkpoint, refusing other formats and versions, and a corrupt payload.
 pub fn read(path: &Path) -> Result<Checkpoint> {
-    let bytes = std::fs::read(path).map_err(Error::io(path))?;
-    if bytes.len() < 12 || &bytes[..8] != MAGIC {
-        return Err(ck_err(
-            path,
-            "not a vortex-method checkpoint (bad magic bytes)",
-        ));
-    }
-    let v = u32::from_le_bytes(bytes[8..12].try_into().unwrap());
-    if v != VERSION {
-        return Err(ck_err(
-            path,
-            format!("format version {v}, this build reads version {VERSION}"),
-        ));
-    }
+    let payload = durable::read_container(path, MAGIC, VERSION, "vortex-method checkpoint")
+        .map_err(from_durable)?;
     let (ck, used): (Checkpoint, usize) =
-        bincode::serde::decode_from_slice(&bytes[12..], bincode::config::standard())
+        bincode::serde::decode_from_slice(&payload, bincode::config::standard())
             .map_err(|e| ck_err(path, format!("corrupt or truncated: {e}")))?;
-    if used != bytes.len() - 12 {
+    if used != payload.len() {
         return Err(ck_err(path, "trailing bytes after the state"));
     }
     Ok(ck)
 }
 
 /// Reads a checkpoint and checks that it was written by a run of the same configuration
-/// (everything except `t_end` and the outputs).
+/// (everything except `t_end`, the outputs, the health thresholds and where it runs); a
+/// difference is refused with every changed key listed.
 pub fn read_for(path: &Path, config: &Config) -> Result<Checkpoint> {
     let ck = read(path)?;
-    let fp = config.fingerprint();
-    if ck.fingerprint != fp {
+    let old = durable::flatten_toml(&ck.config)
+        .map_err(|e| ck_err(path, format!("its configuration record is unreadable: {e}")))?;
+    let diff = durable::config_diff(&old, &config.restart_keys());
+    if !diff.is_empty() {
         return Err(ck_err(
             path,
             format!(
-                "written by another configuration:\n  checkpoint: {}\n  this run:   {fp}",
-                ck.fingerprint
+                "written by another configuration; changed keys:\n  {}\n(only t_end, [output], \
+                 [health] and evaluation.backend/device/grid may change at a restart)",
+                diff.join("\n  ")
             ),
         ));
     }

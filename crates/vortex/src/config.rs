@@ -39,6 +39,15 @@
 //! snapshot_every = 0
 //! energy_rise_warn = 1e-3   # decaying flow: warn when E rises above its lowest value by this
 //! energy_rise_limit = 0.02  # ... and stop with an error above this
+//! snapshot_format = "vtp"  # vtp (binary, with particles.pvd) | vtk (legacy ASCII)
+//! checkpoint_wall_minutes = 30.0  # also a checkpoint this often by wall time (0: off)
+//! checkpoints_kept = 2  # checkpoint.bin (newest), checkpoint.bin.1, ...
+//!
+//! [health]             # optional: the per-step stability check (crate::health)
+//! cfl_warn = 1.0       # dt * max|u| / h
+//! cfl_limit = 4.0
+//! gradient_warn = 0.5  # dt * max|s| / |alpha|
+//! gradient_limit = 2.0
 //! ```
 
 use crate::energy_check::EnergyTolerance;
@@ -68,6 +77,9 @@ pub struct Config {
     pub reinterpolation: ReinterpolationConfig,
     #[serde(default)]
     pub output: OutputConfig,
+    /// Stability thresholds of the per-step check ([`crate::health`]).
+    #[serde(default)]
+    pub health: crate::health::Limits,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -281,8 +293,15 @@ pub struct OutputConfig {
     /// VTK particle snapshots every this many steps (0: none; the last step is always written
     /// when nonzero).
     pub snapshot_every: u64,
-    /// Checkpoints every this many steps (0: only at the end).
+    /// Format of the particle snapshots: `vtp` (binary XML PolyData plus `particles.pvd` with the
+    /// physical times; default) or `vtk` (legacy ASCII).
+    pub snapshot_format: SnapshotFormat,
+    /// Checkpoints every this many steps (0: only at the end and by wall time).
     pub checkpoint_every: u64,
+    /// A checkpoint also after this many wall-clock minutes since the last one (0: off).
+    pub checkpoint_wall_minutes: f64,
+    /// Checkpoints kept: `checkpoint.bin` the newest, `checkpoint.bin.1` the one before ...
+    pub checkpoints_kept: usize,
     /// Stop when the energy exceeds this factor times its initial value.
     pub energy_growth_limit: f64,
     /// Decaying flow (no forcing): a rise of the energy above its lowest value so far by more
@@ -303,7 +322,10 @@ impl Default for OutputConfig {
             grid: None,
             spectra: true,
             snapshot_every: 0,
+            snapshot_format: SnapshotFormat::Vtp,
             checkpoint_every: 0,
+            checkpoint_wall_minutes: 30.0,
+            checkpoints_kept: 2,
             energy_growth_limit: 10.0,
             energy_rise_warn: EnergyTolerance::default().warn,
             energy_rise_limit: EnergyTolerance::default().limit,
@@ -311,6 +333,17 @@ impl Default for OutputConfig {
             plots: true,
         }
     }
+}
+
+/// Format of the particle snapshots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SnapshotFormat {
+    /// XML VTK PolyData with appended raw binary data (`particles_STEP.vtp`) and the time series
+    /// `particles.pvd` (see [`crate::vtp`]).
+    Vtp,
+    /// Legacy ASCII VTK (`particles_STEP.vtk`).
+    Vtk,
 }
 
 fn bad(file: &str, key: &str, msg: impl Into<String>) -> Error {
@@ -430,6 +463,22 @@ impl Config {
             "nu={:e} dt={:e} domain={:?} evaluation=(method={} order={} theta={:e} leaf_size={} core_cutoff={:e}) initial={:?} reinterpolation={:?}",
             self.nu, self.dt, self.domain, e.method, e.order, e.theta, e.leaf_size, e.core_cutoff, self.initial, self.reinterpolation
         )
+    }
+
+    /// The keys a restart must keep, flattened (`dotted.key -> value`): everything except
+    /// `t_end`, `[output]`, `[health]` and `evaluation.backend`, `.device`, `.grid`.
+    pub fn restart_keys(&self) -> std::collections::BTreeMap<String, String> {
+        let text = toml::to_string(self).unwrap_or_default();
+        let mut m = spectral::durable::flatten_toml(&text).unwrap_or_default();
+        m.retain(|k, _| {
+            !(k == "t_end"
+                || k.starts_with("output.")
+                || k.starts_with("health.")
+                || k == "evaluation.backend"
+                || k == "evaluation.device"
+                || k == "evaluation.grid")
+        });
+        m
     }
 
     /// Checks ranges and consistency.
@@ -695,6 +744,38 @@ impl Config {
                 "reinterpolation.strain",
                 format!("must be >= 0 (0: off), got {}", r.strain),
             ));
+        }
+        if !(self.output.checkpoint_wall_minutes >= 0.0
+            && self.output.checkpoint_wall_minutes.is_finite())
+        {
+            return Err(bad(
+                file,
+                "output.checkpoint_wall_minutes",
+                format!(
+                    "must be >= 0 and finite, got {}",
+                    self.output.checkpoint_wall_minutes
+                ),
+            ));
+        }
+        if self.output.checkpoints_kept == 0 {
+            return Err(bad(
+                file,
+                "output.checkpoints_kept",
+                "must be at least 1, got 0",
+            ));
+        }
+        let h = &self.health;
+        for (key, warn, limit) in [
+            ("health.cfl_limit", h.cfl_warn, h.cfl_limit),
+            ("health.gradient_limit", h.gradient_warn, h.gradient_limit),
+        ] {
+            if !(warn > 0.0 && warn <= limit && limit.is_finite()) {
+                return Err(bad(
+                    file,
+                    key,
+                    format!("needs 0 < warning level <= limit < inf, got {warn} and {limit}"),
+                ));
+            }
         }
         if !(self.output.energy_growth_limit > 1.0) {
             return Err(bad(

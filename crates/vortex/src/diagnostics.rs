@@ -3,7 +3,7 @@
 //! * Periodic box: the velocity of the blobs on an `n^3` grid of targets (the spectral solver's grid
 //!   points `-L/2 + L (i, j, k) / n`) through the same evaluation as the right-hand side, then the
 //!   spectral crate's routines: energy `E = (1/2)<|u|^2>`, enstrophy `Z = (1/2)<|omega|^2>`
-//!   (spectral derivative), the shell spectrum `E(k)` and `Re_lambda` (`shared/CONVENTIONS.md`).
+//!   (spectral derivative), the shell spectrum `E(k)` and `Re_lambda` (`docs/CONVENTIONS.md`).
 //! * Free space (no box to average over): totals, `E = (1/2) int |u|^2 dV = int u . (x x omega) dV
 //!   = sum_i u_i . (x_i x alpha_i)` (Saffman, *Vortex Dynamics*, 1992, Sec. 3.2) and
 //!   `Z = (1/2) int |omega|^2 dV = (1/2) sum_i alpha_i . omega(x_i)` (Gaussian sums).

@@ -52,6 +52,29 @@ pub enum Error {
         what: String,
         last_checkpoint: String,
     },
+    /// An evaluation gave a non-finite velocity or stretching.
+    #[error("non-finite {what} at step {step}, particle {particle} at {position:?}: {cause}")]
+    NonFiniteField {
+        step: u64,
+        what: String,
+        particle: u64,
+        position: [f64; 3],
+        cause: String,
+    },
+    /// A stability check refused the step (see [`crate::health`]).
+    #[error("step {step} (t = {t}): {what}; the last good checkpoint is {last_checkpoint}")]
+    Unstable {
+        step: u64,
+        t: f64,
+        what: String,
+        last_checkpoint: String,
+    },
+    /// An output directory that would lose or mix an earlier run's files.
+    #[error("{0}")]
+    OutDir(String),
+    /// Not enough memory for the run (estimated before allocating).
+    #[error("{0}")]
+    Memory(String),
     #[error("{0}")]
     Other(String),
 }

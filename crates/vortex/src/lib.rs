@@ -15,10 +15,14 @@
 //! * [`diagnostics`]: energy, enstrophy, spectra, impulse, VTK and CSV outputs;
 //! * [`energy_check`]: a decaying flow's energy must not rise (warning, then an error);
 //! * [`checkpoint`]: atomic, versioned bincode checkpoints;
+//! * [`checkpoint`]: atomic, versioned, checksummed bincode checkpoints (through
+//!   `spectral::durable`, shared with the spectral solver);
+//! * [`health`]: the per-step verdict (stability, non-finite fields, memory) that the run obeys;
 //! * [`parallel`]: the same step over ranks (MPI, simulated ranks, or one process): owned
 //!   particles with global ids, the distributed FMM, redistribution, gathers on rank 0 for the
 //!   rare global operations ([`parallel::DistSimulation`]);
 //! * [`run`]: the `vortex run` command ([`run::run`], [`run::run_on`] for any communicator);
+//! * [`vtp`]: binary particle snapshots (XML VTK PolyData) and their `.pvd` time series;
 //! * [`validate`]: cross-validation against the spectral solver (Taylor-Green, same initial field).
 
 // `!(x > 0.0)` style checks are deliberate: they reject NaN as well.
@@ -32,6 +36,7 @@ pub mod diagnostics;
 pub mod energy_check;
 pub mod error;
 pub mod exact;
+pub mod health;
 pub mod initial;
 pub mod parallel;
 pub mod particles;
@@ -40,6 +45,7 @@ pub mod rhs;
 pub mod run;
 pub mod stepping;
 pub mod validate;
+pub mod vtp;
 
 pub use config::Config;
 pub use error::{Error, Result};

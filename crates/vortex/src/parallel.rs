@@ -734,6 +734,41 @@ impl<'c, B: Backend> DistSimulation<'c, B> {
         Ok(self.current.as_ref().unwrap())
     }
 
+    /// `[max|u|, max|s|/|alpha|]` of the current state over all ranks (for
+    /// [`crate::health::check_step`]), after refusing a non-finite velocity or stretching with
+    /// an error that names the particle, the method and the likely cause. Collective.
+    pub fn step_measures(&mut self) -> Result<[f64; 2]> {
+        self.derivatives()?;
+        let f = self.current.as_ref().expect("evaluated");
+        let p = &self.state.particles;
+        let r = match crate::health::first_non_finite(f) {
+            Some((what, i)) => {
+                let reach = p
+                    .position
+                    .iter()
+                    .flat_map(|x| x.iter())
+                    .fold(0.0f64, |m, c| m.max(c.abs()));
+                let params = &self.rhs.params;
+                Err(Error::NonFiniteField {
+                    step: self.state.step,
+                    what: what.to_string(),
+                    particle: self.gid[i],
+                    position: p.position[i],
+                    cause: format!(
+                        "the {:?} evaluation (order {}, theta {}) of particles reaching |x| = \
+                         {reach:.3e} gave NaN or Inf; a larger time step, a smaller core radius \
+                         or coordinates that overflow the expansions are the usual causes",
+                        params.method, params.order, params.theta
+                    ),
+                })
+            }
+            None => Ok(crate::health::local_measures(f, p)),
+        };
+        let mut m = agree(self.comm, r)?;
+        self.comm.allreduce_f64(&mut m, ReduceOp::Max);
+        Ok(m)
+    }
+
     /// One time step (collective): `f_n`, the update, and the re-interpolation when due.
     pub fn step(&mut self) -> Result<StepReport> {
         self.derivatives()?;

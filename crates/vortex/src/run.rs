@@ -4,8 +4,14 @@
 //! Output directory (default `runs/out/<config stem>`):
 //! * `config.toml`: the configuration as run;
 //! * `diagnostics.csv`: one row per diagnostics step ([`crate::diagnostics::CSV_HEADER`]);
-//! * `spectrum_STEP.csv` (periodic), `particles_STEP.vtk` and `grid_STEP.vtk` (snapshots);
-//! * `checkpoint.bin` (atomic; every `output.checkpoint_every` steps and at the end);
+//! * `spectrum_STEP.csv` (periodic), `grid_STEP.vtk` and the particle snapshots
+//!   `particles_STEP.vtp` (binary XML VTK; `particles.pvd` lists them with their times for
+//!   ParaView) or `particles_STEP.vtk` (`output.snapshot_format = "vtk"`, legacy ASCII);
+//! * `checkpoint.bin` (checksummed, atomic, the last `output.checkpoints_kept` kept as
+//!   `checkpoint.bin.1` ...; every `output.checkpoint_every` steps, every
+//!   `output.checkpoint_wall_minutes`, at the end and when a signal stops the run; each after a
+//!   diagnostics row of its step that passed the checks);
+//! * `run.json` (written by the binary: what produced the directory);
 //! * `timing.csv`: one row per step, the wall seconds of its phases (FMM evaluation and its
 //!   communication, redistribution, update, RBF re-interpolation, diagnostics, I/O, the rest),
 //!   each the largest over the ranks ([`TIMING_HEADER`]); their shares are logged at the end;
@@ -15,21 +21,28 @@
 //! [`crate::parallel`]) and rank 0 writes every file; the outputs do not depend on the number of
 //! ranks beyond round-off, and a checkpoint written with `R` ranks continues with any other
 //! number. A restart continues from a checkpoint bit for bit (same number of ranks); rows of
-//! `diagnostics.csv` and `timing.csv` from the checkpoint's step on are replaced. A blow-up
-//! (non-finite state, energy above `output.energy_growth_limit` times its initial value, or an
-//! energy that rises in the decaying flow by more than `output.energy_rise_limit`,
-//! [`crate::energy_check`]) stops the run with an error naming the step; the last checkpoint,
-//! written before, is kept. A smaller rise (`output.energy_rise_warn`) is logged as a warning.
+//! `diagnostics.csv` and `timing.csv` after the checkpoint's step are replaced. A blow-up
+//! (non-finite state or field, energy above `output.energy_growth_limit` times its initial value,
+//! an energy that rises in the decaying flow by more than `output.energy_rise_limit`
+//! ([`crate::energy_check`]; a smaller rise, `output.energy_rise_warn`, is a warning), a step
+//! that fails the stability check of [`crate::health`]) stops the run with an error naming the
+//! step; the last checkpoint, written for a state that passed, is kept. A non-empty output
+//! directory is refused unless [`RunOptions::overwrite`] or a restart (`spectral::durable`).
+//! SIGINT/SIGTERM/SIGUSR1 (the flag of `spectral::durable`) end the run after the current step
+//! with a checkpoint ([`RunSummary::interrupted`]).
 
 use crate::checkpoint::{self, Checkpoint};
-use crate::config::Config;
+use crate::config::{Config, SnapshotFormat};
 use crate::diagnostics::{self, Diagnostics, RowTimes, CSV_HEADER};
-use crate::energy_check::{EnergyMonitor, Verdict};
+use crate::energy_check::{EnergyMonitor, Verdict as EnergyVerdict};
 use crate::error::{Error, Result};
+use crate::health::{self, Verdict};
 use crate::parallel::{agree, check_same, DistSimulation};
+use crate::vtp;
 use domain::{Comm, ReduceOp, SelfComm};
 use fmm::Backend;
 use indicatif::{ProgressBar, ProgressStyle};
+use spectral::durable::{self, OutMode};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -49,6 +62,10 @@ pub struct RunSummary {
     /// the number of ranks.
     pub phases: PhaseTotals,
     pub ranks: usize,
+    /// The signal that stopped the run early (after its checkpoint), if any.
+    pub interrupted: Option<usize>,
+    /// [`Backend::name`] of the backend that ran (names the GPU).
+    pub backend: String,
 }
 
 /// Phase seconds summed over the steps of a run (each step: the largest over the ranks).
@@ -136,6 +153,40 @@ impl PhaseTotals {
 pub struct RunOptions {
     /// Stop after this many steps (from the start or the restart), checkpoint included.
     pub max_steps: Option<u64>,
+    /// Replace the files of an earlier run in the output directory (otherwise a non-empty one
+    /// is refused unless restarting into it).
+    pub overwrite: bool,
+}
+
+/// Bytes per particle of a run, all buffers counted (state, two derivative sets, the FMM's
+/// sources, tree and fields, the gathered copy for re-interpolation), rounded up.
+pub const BYTES_PER_PARTICLE: f64 = 800.0;
+
+/// Refuses a configuration whose particles cannot fit in the available memory, before any
+/// allocation: periodic kinds have `n^3` particles (plus the spectral initial field), free
+/// ones about the volume of their vorticity over `h^3`.
+fn check_run_memory(cfg: &Config) -> Result<()> {
+    let n_particles = if cfg.domain.periodic {
+        cfg.lattice_n().map(|n| (n as f64).powi(3))
+    } else {
+        let h = cfg.lattice_h();
+        let i = &cfg.initial;
+        match (i.radius, i.core) {
+            (Some(r), Some(c)) => Some(
+                2.0 * std::f64::consts::PI * r * std::f64::consts::PI * (5.0 * c).powi(2)
+                    / h.powi(3),
+            ),
+            _ => None,
+        }
+    };
+    match n_particles {
+        Some(n) => health::check_memory(
+            &format!("a run of about {n:.3e} particles ({BYTES_PER_PARTICLE} B each)"),
+            n * BYTES_PER_PARTICLE,
+        )
+        .map_err(Error::Memory),
+        None => Ok(()),
+    }
 }
 
 impl RunSummary {
@@ -318,7 +369,8 @@ struct Outputs {
 }
 
 fn open_outputs(out: &Path, restart: bool, start_step: u64) -> Result<Outputs> {
-    // diagnostics rows are taken at a step, timing rows after it (steps up to the restart's kept)
+    // diagnostics rows are taken at a step, timing rows after it; a checkpoint is written after
+    // the diagnostics of its step, so both keep the rows up to the restart's step
     let open = |name: &str, header: &str, before: u64| -> Result<(std::fs::File, PathBuf)> {
         let path = out.join(name);
         let keep = if restart {
@@ -335,7 +387,7 @@ fn open_outputs(out: &Path, restart: bool, start_step: u64) -> Result<Outputs> {
         f.write_all(head.as_bytes()).map_err(Error::io(&path))?;
         Ok((f, path))
     };
-    let (csv, csv_path) = open("diagnostics.csv", CSV_HEADER, start_step)?;
+    let (csv, csv_path) = open("diagnostics.csv", CSV_HEADER, start_step + 1)?;
     let (timing, timing_path) = open("timing.csv", TIMING_HEADER, start_step + 1)?;
     Ok(Outputs {
         csv,
@@ -345,8 +397,8 @@ fn open_outputs(out: &Path, restart: bool, start_step: u64) -> Result<Outputs> {
     })
 }
 
-fn setup_out(out: &Path, config: &Config) -> Result<()> {
-    std::fs::create_dir_all(out).map_err(Error::io(out))?;
+fn setup_out(out: &Path, config: &Config, mode: OutMode) -> Result<()> {
+    durable::prepare_out(out, mode).map_err(|e| Error::OutDir(e.to_string()))?;
     let cfg_path = out.join("config.toml");
     let cfg_text = toml::to_string(config).map_err(|e| Error::Other(format!("config: {e}")))?;
     std::fs::write(&cfg_path, cfg_text).map_err(Error::io(&cfg_path))
@@ -365,6 +417,7 @@ pub fn run_on<'c, B: Backend>(
     opts: &RunOptions,
 ) -> Result<RunSummary> {
     let root = comm.rank() == 0;
+    let backend_name = backend.name();
     check_same(
         comm,
         "options",
@@ -377,8 +430,13 @@ pub fn run_on<'c, B: Backend>(
         ),
     )?;
     let wall0 = Instant::now();
+    let mode = match (restart.is_some(), opts.overwrite) {
+        (true, _) => OutMode::Restart,
+        (false, true) => OutMode::Overwrite,
+        (false, false) => OutMode::Fresh,
+    };
     let r = if root {
-        setup_out(out, &config)
+        setup_out(out, &config, mode).and_then(|_| check_run_memory(&config))
     } else {
         Ok(())
     };
@@ -433,14 +491,30 @@ pub fn run_on<'c, B: Backend>(
     if root && restart.is_some() {
         // the rows kept from before the restart continue the energy history
         for (step, t, e) in energy_rows(&out.join("diagnostics.csv")) {
-            if let Verdict::Unstable { message } = monitor.observe(step, t, e) {
+            if let EnergyVerdict::Unstable { message } = monitor.observe(step, t, e) {
                 log::warn!("kept row of diagnostics.csv: {message}");
             }
         }
     }
 
     let ck_path = out.join("checkpoint.bin");
-    let mut last_ck = String::from("(none written yet)");
+    let mut last_ck = match restart {
+        Some(p) => format!("{} (step {start_step}, the restart)", p.display()),
+        None => String::from("(none written yet)"),
+    };
+    let mut last_ck_wall = Instant::now();
+    let mut interrupted: Option<usize>;
+    let mut warned = false;
+    let h = if cfg.lattice_h().is_finite() {
+        cfg.lattice_h()
+    } else {
+        sim.state
+            .particles
+            .sigma
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min)
+    };
     let bar = if cfg.output.progress && root {
         let b = ProgressBar::new(stop);
         b.set_style(
@@ -456,6 +530,11 @@ pub fn run_on<'c, B: Backend>(
     };
 
     let every = |k: u64, s: u64| k > 0 && s % k == 0;
+    // the snapshots' time series: those of the earlier run up to the restart's step are kept
+    let mut pvd: Vec<(f64, String)> = vtp::read_pvd(&out.join(PVD_FILE))
+        .into_iter()
+        .filter(|(_, f)| snapshot_step(f).is_some_and(|s| s <= start_step && restart.is_some()))
+        .collect();
     let mut spectra: Vec<(f64, Vec<(f64, f64)>)> = vec![];
     let mut last_diag = Diagnostics::default();
     let mut totals = PhaseTotals::default();
@@ -466,10 +545,46 @@ pub fn run_on<'c, B: Backend>(
         // f_n may be evaluated for the diagnostics before the step: counted in this step's FMM
         let phases0 = sim.phases;
         let step = sim.state.step;
-        let last = step >= stop;
+        // the stability verdict of the step about to be taken (its f_n is the step's own)
+        let [max_speed, max_rate] = sim.step_measures().inspect_err(|_| bar.abandon())?;
+        let m = health::StepMeasures {
+            dt: cfg.dt,
+            h,
+            max_speed,
+            max_rate,
+        };
+        match health::check_step(&m, &cfg.health) {
+            Verdict::Refuse(what) => {
+                bar.abandon();
+                return Err(Error::Unstable {
+                    step,
+                    t: sim.t(),
+                    what,
+                    last_checkpoint: last_ck,
+                });
+            }
+            Verdict::Warn(what) if root && !warned => {
+                warned = true;
+                log::warn!("step {step}: {what} (warned once)");
+            }
+            _ => {}
+        }
+        // a signal or the wall-time interval, agreed over the ranks
+        let mut flags = [
+            spectral::durable::interrupted().unwrap_or(0) as f64,
+            (cfg.output.checkpoint_wall_minutes > 0.0
+                && last_ck_wall.elapsed().as_secs_f64()
+                    >= 60.0 * cfg.output.checkpoint_wall_minutes) as u8 as f64,
+        ];
+        comm.allreduce_f64(&mut flags, ReduceOp::Max);
+        let signal = (flags[0] > 0.0).then_some(flags[0] as usize);
+        let last = step >= stop || signal.is_some();
+        // a checkpoint is written only after the diagnostics of its state passed the checks
+        let ck_due = (step > start_step || restart.is_none())
+            && (last || every(cfg.output.checkpoint_every, step) || flags[1] > 0.0);
+        // a restart's own step has its row already (written before its checkpoint)
         let diag_due = (step == start_step && restart.is_none())
-            || last
-            || every(cfg.output.diagnostics_every, step);
+            || (step > start_step && (last || ck_due || every(cfg.output.diagnostics_every, step)));
         let snap_due =
             cfg.output.snapshot_every > 0 && (every(cfg.output.snapshot_every, step) || last);
         let (mut t_diag, mut t_io) = (0.0, 0.0);
@@ -485,10 +600,10 @@ pub fn run_on<'c, B: Backend>(
                     (Some(d), Some(o)) => {
                         let e_ref = *e0.get_or_insert(d.energy);
                         let verdict = monitor.observe(step, d.t, d.energy);
-                        if let Verdict::Rising { message, .. } = &verdict {
+                        if let EnergyVerdict::Rising { message, .. } = &verdict {
                             log::warn!("{message}");
                         }
-                        if let Verdict::Unstable { message } = verdict {
+                        if let EnergyVerdict::Unstable { message } = verdict {
                             bar.abandon();
                             Err(Error::BlowUp {
                                 step,
@@ -562,18 +677,38 @@ pub fn run_on<'c, B: Backend>(
                 let tio = Instant::now();
                 let g = sim.gather(&[&f.velocity]);
                 let r = match g {
-                    Some((p, v)) => diagnostics::write_vtk_particles(
-                        &out.join(format!("particles_{step:06}.vtk")),
-                        &p,
-                        Some(&v[0]),
-                        &format!("vortex method, step {step}, t = {}", sim.t()),
-                    ),
+                    Some((p, v)) => write_snapshot(out, &cfg, step, sim.t(), &p, &v[0], &mut pvd),
                     None => Ok(()),
                 };
                 agree(comm, r)?;
                 t_io += tio.elapsed().as_secs_f64();
             }
         }
+        if ck_due {
+            let tio = Instant::now();
+            let state = sim.gather_state();
+            let r = match state {
+                Some(state) => checkpoint::write_kept(
+                    &ck_path,
+                    &Checkpoint::new(&cfg, e0.unwrap_or(f64::NAN), state),
+                    cfg.output.checkpoints_kept,
+                ),
+                None => Ok(()),
+            };
+            agree(comm, r)?;
+            last_ck = format!("{} (step {step})", ck_path.display());
+            last_ck_wall = Instant::now();
+            t_io += tio.elapsed().as_secs_f64();
+        }
+        if let (Some(sig), true) = (signal, root) {
+            log::warn!(
+                "signal {sig}: stopped at step {step} (t = {}) after writing {last_ck}; \
+                 continue with --restart {}",
+                sim.t(),
+                ck_path.display()
+            );
+        }
+        interrupted = signal;
         if last {
             let mut v = [t_diag, t_io];
             comm.allreduce_f64(&mut v, ReduceOp::Max);
@@ -589,24 +724,6 @@ pub fn run_on<'c, B: Backend>(
         }
         sim.check_finite(&last_ck).inspect_err(|_| bar.abandon())?;
         let s = sim.state.step;
-        if every(cfg.output.checkpoint_every, s) || s == stop {
-            let tio = Instant::now();
-            let state = sim.gather_state();
-            let r = match state {
-                Some(state) => checkpoint::write(
-                    &ck_path,
-                    &Checkpoint {
-                        fingerprint: cfg.fingerprint(),
-                        initial_energy: e0.unwrap_or(f64::NAN),
-                        state,
-                    },
-                ),
-                None => Ok(()),
-            };
-            agree(comm, r)?;
-            last_ck = format!("{} (step {s})", ck_path.display());
-            t_io += tio.elapsed().as_secs_f64();
-        }
         // this step's phases, the largest over the ranks
         let ph = sim.phases;
         let d = |a: f64, b: f64| (a - b).max(0.0);
@@ -669,7 +786,47 @@ pub fn run_on<'c, B: Backend>(
         reinterpolations: sim.state.reinterpolations,
         phases: totals,
         ranks: comm.size(),
+        interrupted,
+        backend: backend_name,
     })
+}
+
+/// The time series of the `.vtp` particle snapshots.
+pub const PVD_FILE: &str = "particles.pvd";
+
+fn snapshot_step(file: &str) -> Option<u64> {
+    file.strip_prefix("particles_")?
+        .strip_suffix(".vtp")?
+        .parse()
+        .ok()
+}
+
+/// Writes the particle snapshot of `step` in the configured format (rank 0); a `.vtp` is added
+/// to `particles.pvd` with its time.
+fn write_snapshot(
+    out: &Path,
+    cfg: &Config,
+    step: u64,
+    t: f64,
+    p: &crate::Particles,
+    velocity: &[[f64; 3]],
+    pvd: &mut Vec<(f64, String)>,
+) -> Result<()> {
+    match cfg.output.snapshot_format {
+        SnapshotFormat::Vtk => diagnostics::write_vtk_particles(
+            &out.join(format!("particles_{step:06}.vtk")),
+            p,
+            Some(velocity),
+            &format!("vortex method, step {step}, t = {t}"),
+        ),
+        SnapshotFormat::Vtp => {
+            let name = format!("particles_{step:06}.vtp");
+            vtp::write_particles(&out.join(&name), p, Some(velocity))?;
+            pvd.retain(|(_, f)| *f != name);
+            pvd.push((t, name));
+            vtp::write_pvd(&out.join(PVD_FILE), pvd)
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]

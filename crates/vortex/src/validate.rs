@@ -2,7 +2,7 @@
 //! solvers from the identical initial field (`spectral::initial::taylor_green(n)`) with the same
 //! viscosity, compared in energy, enstrophy and the end spectrum. The case of
 //! `validation/taylor-green/` (there driven through the binary by `compare.py`); this module is the
-//! same comparison as library code, for a `vortex validate` command:
+//! same comparison as library code (there is no `vortex validate` command; call it as below):
 //!
 //! ```no_run
 //! let case = method::validate::CrossCase::default(); // 16^3, Re = 100, t = 3
@@ -309,6 +309,7 @@ pub fn run_taylor_green(case: &CrossCase, out: &Path) -> Result<CrossReport> {
             out: sdir.clone(),
             restart: None,
             progress: false,
+            overwrite: false,
         },
     )
     .map_err(|e| Error::Other(format!("spectral run: {e}")))?;

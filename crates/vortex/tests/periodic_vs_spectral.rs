@@ -4,7 +4,7 @@
 //! `|k| < n/2`, peak `k_p = 2`) has the vorticity `omega = curl u`. Blobs on the `n^3` grid
 //! (spacing `h = 2 pi / n`) with strengths `alpha_j = omega(x_j) h^3` and core `sigma = 2 h`
 //! carry the vorticity Fourier coefficients `omega_hat(k mod n) exp(-k^2 sigma^2 / 2)`
-//! (`CONVENTIONS.md` normalisation): inside the band this is the filtered vorticity; the
+//! (`docs/CONVENTIONS.md` normalisation): inside the band this is the filtered vorticity; the
 //! aliased copies at `|k| >= n/2` are damped by `exp(-(n/2)^2 sigma^2 / 2) = exp(-2 pi^2)
 //! = 2.7e-9` relative to the mode they copy. The zero-mean periodic velocity of the blobs is
 //! therefore the spectral velocity filtered by `G(k) = exp(-k^2 sigma^2 / 2)`,

@@ -74,17 +74,34 @@ fn restart_continues_bit_for_bit() {
             .collect()
     };
     assert_eq!(strip(&a), strip(&b));
-    assert_eq!(strip(&a).len(), 1 + 4); // header + steps 0, 2, 4, 6
+    // header + steps 0, 2, 4, 6 and 3 (a checkpoint is written after a diagnostics row of its step)
+    assert_eq!(strip(&a).len(), 1 + 5);
     for f in [
-        "particles_000000.vtk",
-        "particles_000006.vtk",
+        "particles_000000.vtp",
+        "particles_000006.vtp",
         "grid_000006.vtk",
         "spectrum_000006.csv",
     ] {
         assert!(a.join(f).exists(), "{f} missing");
     }
-    let vtk = std::fs::read_to_string(a.join("particles_000006.vtk")).unwrap();
-    assert!(vtk.contains("POINTS 216 double") && vtk.contains("VECTORS velocity double"));
+    let vtp = String::from_utf8_lossy(&std::fs::read(a.join("particles_000006.vtp")).unwrap())
+        .into_owned();
+    assert!(vtp.contains("NumberOfPoints=\"216\"") && vtp.contains("Name=\"velocity\""));
+    // the time series names every snapshot with its time, the same after the restart
+    let pvd = std::fs::read_to_string(a.join("particles.pvd")).unwrap();
+    let entries = method::vtp::read_pvd(&a.join("particles.pvd"));
+    let want: Vec<(f64, String)> = [0, 3, 6]
+        .iter()
+        .map(|&s| (s as f64 * 0.1, format!("particles_{s:06}.vtp")))
+        .collect();
+    assert_eq!(entries.len(), want.len(), "{pvd}");
+    for ((t, f), (wt, wf)) in entries.iter().zip(&want) {
+        assert!(f == wf && (t - wt).abs() < 1e-12, "{pvd}");
+    }
+    assert_eq!(
+        pvd,
+        std::fs::read_to_string(b.join("particles.pvd")).unwrap()
+    );
     // a checkpoint of another configuration is refused
     let mut other = full.clone();
     other.nu = 0.01;
@@ -101,7 +118,7 @@ fn restart_continues_bit_for_bit() {
     let junk = dir.path().join("junk.bin");
     std::fs::write(&junk, b"not a checkpoint at all").unwrap();
     let e = checkpoint::read(&junk).unwrap_err().to_string();
-    assert!(e.contains("bad magic"), "{e}");
+    assert!(e.contains("wrong magic"), "{e}");
 }
 
 fn err(text: &str) -> String {

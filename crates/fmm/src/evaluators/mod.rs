@@ -252,8 +252,66 @@ pub fn plan(
     ))
 }
 
-/// Velocity and stretching induced by `sources` at `targets` with the chosen method.
+/// Refuses coordinates whose expansions would overflow: bounding-box edge `D` with
+/// `D^(2p+2) > 1e300` (e.g. one particle at 1e50 with p = 10). Direct sums are not limited.
+pub fn check_extent(params: &EvalParams, a: &[[f64; 3]], b: &[[f64; 3]]) -> Result<(), FmmError> {
+    if params.method == Method::Direct {
+        return Ok(());
+    }
+    let (mut lo, mut hi) = ([f64::INFINITY; 3], [f64::NEG_INFINITY; 3]);
+    for x in a.iter().chain(b) {
+        for c in 0..3 {
+            lo[c] = lo[c].min(x[c]);
+            hi[c] = hi[c].max(x[c]);
+        }
+    }
+    let extent = (0..3).map(|c| hi[c] - lo[c]).fold(0.0, f64::max);
+    if extent > 0.0 && (2 * params.order + 2) as f64 * extent.log10() > 300.0
+        || extent.is_infinite()
+    {
+        return Err(FmmError::ExpansionOverflow {
+            extent,
+            order: params.order,
+        });
+    }
+    Ok(())
+}
+
+/// Refuses an evaluation whose velocity or stretching is not finite, naming the element.
+pub fn check_output(
+    params: &EvalParams,
+    ev: Evaluation,
+    position: &[[f64; 3]],
+) -> Result<Evaluation, FmmError> {
+    let bad = |v: &[[f64; 3]]| v.iter().position(|x| x.iter().any(|c| !c.is_finite()));
+    let hit = bad(&ev.fields.velocity)
+        .map(|i| ("velocity", i))
+        .or_else(|| bad(&ev.fields.stretching).map(|i| ("stretching", i)));
+    match hit {
+        Some((field, index)) => Err(FmmError::NonFiniteResult {
+            method: format!("{:?}", params.method).to_lowercase(),
+            field,
+            index,
+            position: position.get(index).copied().unwrap_or([f64::NAN; 3]),
+        }),
+        None => Ok(ev),
+    }
+}
+
+/// Velocity and stretching induced by `sources` at `targets` with the chosen method; the input
+/// is checked first (finite, positive cores, coordinates the expansions can represent:
+/// [`check_extent`]) and a non-finite result is refused with the element it concerns.
 pub fn evaluate<B: Backend>(
+    backend: &B,
+    params: &EvalParams,
+    sources: &Sources,
+    targets: &Targets,
+) -> Result<Evaluation, FmmError> {
+    let ev = evaluate_unchecked(backend, params, sources, targets)?;
+    check_output(params, ev, &targets.position)
+}
+
+fn evaluate_unchecked<B: Backend>(
     backend: &B,
     params: &EvalParams,
     sources: &Sources,
@@ -262,6 +320,7 @@ pub fn evaluate<B: Backend>(
     params.validate()?;
     sources.validate()?;
     targets.validate()?;
+    check_extent(params, &sources.position, &targets.position)?;
     if let Some(p) = &params.periodic {
         periodic::check_input(p, sources, &targets.position)?;
     }

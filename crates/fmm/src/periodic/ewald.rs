@@ -26,7 +26,7 @@
 //!   stretching `(alpha_i . grad) u_F = (2/V) sum_{k in H} Re[i (k.alpha_i) A_k exp(i k.x_i)]`.
 //! * **Real-space part.** The bracket is the Fourier transform of the difference of two
 //!   blob fields of the same strength, core `sigma_j` minus core `s`. In real space that is the
-//!   regularized Biot-Savart law of `CONVENTIONS.md` with
+//!   regularized Biot-Savart law of `docs/CONVENTIONS.md` with
 //!   `K(r) -> K_sigma_j(r) - K_s(r) = [q(r/sigma_j) - q(r/s)] / r^3`
 //!   (and `K'/r` likewise), summed over all sources and images:
 //!   `u_R(x) = 1/(4 pi) sum_j sum_n [K_sigma_j - K_s](r) alpha_j x d`, `d = x - x_j - n L`.

@@ -11,7 +11,7 @@
 //! N <= `--cpu-fmm-max` the CPU f64 FMM and PPM are compared on all targets. A summary table
 //! (one row per N and method) ends the output, with the peak host memory and an estimate of the
 //! device memory per particle.
-//! For each N of the standard set (CONVENTIONS.md): P2P alone (near field only) against the
+//! For each N of the standard set (docs/CONVENTIONS.md): P2P alone (near field only) against the
 //! f64 near-field sum, then the full FMM on the GPU against the f64 direct sum on sampled
 //! targets, per-phase wall times and kernel times, P2P pair interactions per second and M2L
 //! translations per second. Also the all-pairs kernel and, at small N, the CPU f64 FMM, the

@@ -5,7 +5,7 @@
 //!             [--reps 3] [--samples 1000] [--device 0] [--grid m,k] [--adaptive-max 1e6]
 //!             [--seed 5] [--periodic [--image-levels 4]]
 //! ```
-//! For each N of the standard set (CONVENTIONS.md) and each order p: one warm-up evaluation
+//! For each N of the standard set (docs/CONVENTIONS.md) and each order p: one warm-up evaluation
 //! (NVRTC compilation and the rotation tables of the order are not timed), then `--reps`
 //! timed evaluations, the best kept. Wall times include the host bounding cube and f32
 //! packing, the upload of the particles and the download of the fields (input order, f64).

@@ -9,7 +9,7 @@
 //!
 //! The leaf width is at least `core_cutoff * sigma_max`: a particle and any source outside the
 //! 27 neighbours of its leaf are at least one leaf width apart, so the singular far-field
-//! kernel equals the Gaussian-cored one there up to `1 - q(core_cutoff)` (CONVENTIONS.md).
+//! kernel equals the Gaussian-cored one there up to `1 - q(core_cutoff)` (docs/CONVENTIONS.md).
 //!
 //! A periodic grid ([`UniformGrid::periodic`]) covers the box `[-L/2, L/2)^3` of
 //! `fmm::periodic::Periodic` exactly (`lo = -L/2`, `side = L`, no padding; positions are

@@ -1,0 +1,426 @@
+//! Files a long run can trust, shared by both solvers (`vortex run` and `vortex spectral`; see
+//! `docs/CONVENTIONS.md`, "Checkpoints"):
+//!
+//! * checkpoint containers: `magic (8 bytes) | version (u32 LE) | payload length (u64 LE) |
+//!   FNV-1a 64 checksum of the payload (u64 LE) | payload`. FNV-1a changes its state bijectively
+//!   at every byte, so any change confined to one byte (every single flipped bit) is always
+//!   detected; a reader refuses a file whose length or checksum disagree, naming which.
+//! * atomic writes: `NAME.tmp`, `fsync`, rename over `NAME`, `fsync` of the directory; the
+//!   temporary file is removed when anything fails (a full disk leaves no `.tmp`). The last `keep`
+//!   checkpoints are kept: `NAME` is the newest, `NAME.1` the one before, and so on.
+//! * the interrupt flag: the binary points SIGINT/SIGTERM/SIGUSR1 at [`interrupt_flag`]; the run
+//!   loops poll [`interrupted`] once per step, then write a checkpoint, flush every output and
+//!   return; the binary exits with [`EXIT_INTERRUPTED`].
+//! * output directories: [`prepare_out`] refuses a non-empty one unless the run overwrites it or
+//!   restarts into it.
+//! * configuration differences at restart, key by key ([`config_diff`]).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// Exit status of a run stopped by SIGINT, SIGTERM or SIGUSR1 after writing its checkpoint
+/// (`EX_TEMPFAIL` of `sysexits.h`: "try again", i.e. restart from the checkpoint).
+pub const EXIT_INTERRUPTED: i32 = 75;
+
+/// Errors of the durable-file layer; each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum DurableError {
+    /// An operating-system error.
+    #[error("{path}: {source}")]
+    Os {
+        /// The file or directory.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// A checkpoint container that cannot be used.
+    #[error("checkpoint {path}: {msg}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        msg: String,
+    },
+    /// An output directory that would mix or lose the files of an earlier run.
+    #[error("output directory {path}: {msg}")]
+    OutDir {
+        /// The directory.
+        path: PathBuf,
+        /// What is wrong and what to do.
+        msg: String,
+    },
+}
+
+fn os(path: &Path) -> impl FnOnce(std::io::Error) -> DurableError + '_ {
+    move |source| DurableError::Os {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// FNV-1a, 64 bits.
+pub fn checksum(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for &b in bytes {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+/// Header length of a container.
+pub const HEADER_LEN: usize = 28;
+
+/// `path` with `suffix` appended to its file name.
+pub fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+/// The `i`-th older copy of a kept file (`i = 0`: the file itself).
+pub fn kept_name(path: &Path, i: usize) -> PathBuf {
+    if i == 0 {
+        path.to_path_buf()
+    } else {
+        with_suffix(path, &format!(".{i}"))
+    }
+}
+
+fn sync_dir(path: &Path) -> Result<(), DurableError> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    // Directories can be opened read-only and synced on Unix; elsewhere this is a no-op.
+    #[cfg(unix)]
+    {
+        let d = std::fs::File::open(dir).map_err(os(dir))?;
+        d.sync_all().map_err(os(dir))?;
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to `path` atomically: `path.tmp`, `fsync`, rename, `fsync` of the directory.
+/// The temporary file is removed on any failure. With `keep > 1` the earlier `path` becomes
+/// `path.1` (and `path.1` becomes `path.2` ...), keeping `keep` files in all.
+pub fn write_atomic(path: &Path, bytes: &[&[u8]], keep: usize) -> Result<(), DurableError> {
+    let tmp = with_suffix(path, ".tmp");
+    let r = (|| {
+        let mut f = std::fs::File::create(&tmp).map_err(os(&tmp))?;
+        for b in bytes {
+            f.write_all(b).map_err(os(&tmp))?;
+        }
+        f.sync_all().map_err(os(&tmp))
+    })();
+    if let Err(e) = r {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    if keep > 1 && path.exists() {
+        for i in (1..keep).rev() {
+            let from = kept_name(path, i - 1);
+            if from.exists() {
+                let to = kept_name(path, i);
+                if let Err(e) = std::fs::rename(&from, &to).map_err(os(&to)) {
+                    let _ = std::fs::remove_file(&tmp);
+                    return Err(e);
+                }
+            }
+        }
+    }
+    if let Err(e) = std::fs::rename(&tmp, path).map_err(os(path)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    sync_dir(path)
+}
+
+/// Writes a checkpoint container (see the module documentation), keeping the last `keep`.
+pub fn write_container(
+    path: &Path,
+    magic: &[u8; 8],
+    version: u32,
+    payload: &[u8],
+    keep: usize,
+) -> Result<(), DurableError> {
+    let mut head = Vec::with_capacity(HEADER_LEN);
+    head.extend_from_slice(magic);
+    head.extend_from_slice(&version.to_le_bytes());
+    head.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    head.extend_from_slice(&checksum(payload).to_le_bytes());
+    write_atomic(path, &[&head, payload], keep)
+}
+
+/// Reads a checkpoint container and returns its payload after checking the magic bytes
+/// (`what` names the kind of file expected), the version, the length and the checksum.
+pub fn read_container(
+    path: &Path,
+    magic: &[u8; 8],
+    version: u32,
+    what: &str,
+) -> Result<Vec<u8>, DurableError> {
+    let bad = |msg: String| DurableError::Corrupt {
+        path: path.to_path_buf(),
+        msg,
+    };
+    let mut bytes = std::fs::read(path).map_err(os(path))?;
+    if bytes.len() < 12 || &bytes[..8] != magic {
+        return Err(bad(format!("not a {what} (wrong magic bytes)")));
+    }
+    let v = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    if v != version {
+        return Err(bad(format!(
+            "format version {v}, this build reads version {version}"
+        )));
+    }
+    if bytes.len() < HEADER_LEN {
+        return Err(bad(format!(
+            "truncated: {} bytes, shorter than the {HEADER_LEN}-byte header",
+            bytes.len()
+        )));
+    }
+    let len = u64::from_le_bytes(bytes[12..20].try_into().expect("8 bytes"));
+    let sum = u64::from_le_bytes(bytes[20..28].try_into().expect("8 bytes"));
+    let have = (bytes.len() - HEADER_LEN) as u64;
+    if have != len {
+        return Err(bad(format!(
+            "truncated or padded: payload {have} bytes, header says {len}"
+        )));
+    }
+    let got = checksum(&bytes[HEADER_LEN..]);
+    if got != sum {
+        return Err(bad(format!(
+            "checksum mismatch (stored {sum:016x}, computed {got:016x}): the file is corrupt; \
+             an older copy ({}) may be intact",
+            kept_name(path, 1).display()
+        )));
+    }
+    bytes.drain(..HEADER_LEN);
+    Ok(bytes)
+}
+
+fn flag() -> &'static Arc<AtomicUsize> {
+    static FLAG: OnceLock<Arc<AtomicUsize>> = OnceLock::new();
+    FLAG.get_or_init(|| Arc::new(AtomicUsize::new(0)))
+}
+
+/// The flag a signal handler sets to the signal's number (0: none) to ask the run to stop at
+/// the end of the current step.
+pub fn interrupt_flag() -> Arc<AtomicUsize> {
+    flag().clone()
+}
+
+/// The number of the signal that asked the run to stop, if any.
+pub fn interrupted() -> Option<usize> {
+    match flag().load(Ordering::Relaxed) {
+        0 => None,
+        s => Some(s),
+    }
+}
+
+/// Asks the running loop to stop as a signal would (tests, or a caller's own stop rule).
+pub fn request_stop(signal: usize) {
+    flag().store(signal.max(1), Ordering::Relaxed);
+}
+
+/// How a run treats its output directory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutMode {
+    /// A new run: the directory must be absent or empty.
+    Fresh,
+    /// A new run that replaces an earlier run's files (`--overwrite`).
+    Overwrite,
+    /// A restart: appends to the directory's files.
+    Restart,
+}
+
+/// Files that mark a directory as a run's output (both solvers).
+const RUN_MARKERS: [&str; 6] = [
+    "run.json",
+    "config.toml",
+    "checkpoint.bin",
+    "diagnostics.csv",
+    "energy.csv",
+    "timing.csv",
+];
+
+/// Creates `out` or checks it for `mode`: a non-empty directory is refused for a fresh run; with
+/// `Overwrite` the earlier run's files (regular files at the top level) are removed first, and
+/// a directory that holds no run output (none of `run.json`, `config.toml`, `checkpoint.bin`,
+/// `diagnostics.csv`, `energy.csv`, `timing.csv`) or holds sub-directories is refused, so that
+/// `--overwrite` never empties an unrelated directory.
+pub fn prepare_out(out: &Path, mode: OutMode) -> Result<(), DurableError> {
+    let refuse = |msg: String| DurableError::OutDir {
+        path: out.to_path_buf(),
+        msg,
+    };
+    if out.exists() && !out.is_dir() {
+        return Err(refuse("exists and is not a directory".into()));
+    }
+    if out.is_dir() && mode != OutMode::Restart {
+        let entries: Vec<PathBuf> = std::fs::read_dir(out)
+            .map_err(os(out))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        if !entries.is_empty() {
+            if mode == OutMode::Fresh {
+                return Err(refuse(format!(
+                    "not empty ({} entries, e.g. {}): it holds an earlier run; pass --overwrite \
+                     to replace it, --restart DIR/checkpoint.bin to continue it, or another --out",
+                    entries.len(),
+                    entries[0].display()
+                )));
+            }
+            let marked = RUN_MARKERS.iter().any(|m| out.join(m).exists());
+            if !marked {
+                return Err(refuse(format!(
+                    "--overwrite refused: none of {} is there, so this is not a run's output",
+                    RUN_MARKERS.join(", ")
+                )));
+            }
+            if let Some(d) = entries.iter().find(|p| p.is_dir()) {
+                return Err(refuse(format!(
+                    "--overwrite refused: it holds a sub-directory ({}); remove it yourself",
+                    d.display()
+                )));
+            }
+            for p in &entries {
+                std::fs::remove_file(p).map_err(os(p))?;
+            }
+            log::warn!(
+                "{}: --overwrite removed {} files of an earlier run",
+                out.display(),
+                entries.len()
+            );
+        }
+    }
+    std::fs::create_dir_all(out).map_err(os(out))
+}
+
+/// A value as TOML text (configurations copied into output directories, templates).
+pub fn to_toml<T: serde::Serialize>(v: &T) -> Result<String, String> {
+    toml::to_string(v).map_err(|e| e.to_string())
+}
+
+/// Flattens a TOML document into `dotted.key -> value` (arrays as their TOML text).
+pub fn flatten_toml(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let v: toml::Value = toml::from_str(text).map_err(|e| e.to_string())?;
+    let mut out = BTreeMap::new();
+    fn walk(prefix: &str, v: &toml::Value, out: &mut BTreeMap<String, String>) {
+        match v {
+            toml::Value::Table(t) => {
+                for (k, x) in t {
+                    let key = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    walk(&key, x, out);
+                }
+            }
+            x => {
+                out.insert(prefix.to_string(), x.to_string());
+            }
+        }
+    }
+    walk("", &v, &mut out);
+    Ok(out)
+}
+
+/// The keys whose values differ between two flattened configurations, one line each:
+/// `key: checkpoint VALUE, this run VALUE` (`(absent)` for a missing key).
+pub fn config_diff(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> Vec<String> {
+    let mut keys: Vec<&String> = old.keys().chain(new.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let absent = String::from("(absent)");
+    keys.into_iter()
+        .filter_map(|k| {
+            let (a, b) = (old.get(k).unwrap_or(&absent), new.get(k).unwrap_or(&absent));
+            (a != b).then(|| format!("{k}: checkpoint {a}, this run {b}"))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn every_single_bit_flip_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("ck.bin");
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let payload: Vec<u8> = (0..4096).map(|_| rng.gen()).collect();
+        write_container(&p, b"TESTMAGC", 3, &payload, 1).unwrap();
+        assert_eq!(read_container(&p, b"TESTMAGC", 3, "test").unwrap(), payload);
+        let good = std::fs::read(&p).unwrap();
+        for _ in 0..200 {
+            let mut b = good.clone();
+            let bit = rng.gen_range(0..8 * b.len());
+            b[bit / 8] ^= 1 << (bit % 8);
+            std::fs::write(&p, &b).unwrap();
+            assert!(
+                read_container(&p, b"TESTMAGC", 3, "test").is_err(),
+                "bit {bit} accepted"
+            );
+        }
+        assert!(!with_suffix(&p, ".tmp").exists());
+    }
+
+    #[test]
+    fn keeps_the_last_k_and_leaves_no_tmp_on_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("ck.bin");
+        for i in 0..5u8 {
+            write_container(&p, b"TESTMAGC", 1, &[i; 10], 3).unwrap();
+        }
+        for (k, want) in [(0, 4u8), (1, 3), (2, 2)] {
+            let got = read_container(&kept_name(&p, k), b"TESTMAGC", 1, "test").unwrap();
+            assert_eq!(got, vec![want; 10]);
+        }
+        assert!(!kept_name(&p, 3).exists());
+        // a target that cannot be renamed over (a non-empty directory) fails without a .tmp
+        let blocked = dir.path().join("blocked");
+        std::fs::create_dir(&blocked).unwrap();
+        std::fs::write(blocked.join("x"), b"x").unwrap();
+        assert!(write_container(&blocked, b"TESTMAGC", 1, &[1; 10], 1).is_err());
+        assert!(!with_suffix(&blocked, ".tmp").exists());
+    }
+
+    #[test]
+    fn out_dir_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("o");
+        prepare_out(&out, OutMode::Fresh).unwrap();
+        std::fs::write(out.join("energy.csv"), b"t\n").unwrap();
+        let e = prepare_out(&out, OutMode::Fresh).unwrap_err().to_string();
+        assert!(e.contains("--overwrite"), "{e}");
+        prepare_out(&out, OutMode::Restart).unwrap();
+        assert!(out.join("energy.csv").exists());
+        prepare_out(&out, OutMode::Overwrite).unwrap();
+        assert!(!out.join("energy.csv").exists());
+        std::fs::write(out.join("notes.txt"), b"mine").unwrap();
+        let e = prepare_out(&out, OutMode::Overwrite)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a run's output"), "{e}");
+        assert!(out.join("notes.txt").exists());
+    }
+
+    #[test]
+    fn config_diff_lists_changed_keys() {
+        let a = flatten_toml("n = 32\n[initial]\namplitude = 1.0\nkind = \"tg\"\n").unwrap();
+        let b = flatten_toml("n = 32\n[initial]\namplitude = 2.0\nkind = \"tg\"\nx = 1\n").unwrap();
+        let d = config_diff(&a, &b);
+        assert_eq!(d.len(), 2, "{d:?}");
+        assert!(d[0].starts_with("initial.amplitude: checkpoint 1.0, this run 2.0"));
+        assert!(d[1].starts_with("initial.x: checkpoint (absent)"));
+        assert!(config_diff(&a, &a).is_empty());
+    }
+}

@@ -1,0 +1,401 @@
+//! Runs that survive a cluster: the `vortex` binary under signals, with corrupt checkpoints,
+//! occupied output directories, impossible sizes and unstable steps (the cases of
+//! `validation/robustness/README.md`). Every test spawns the binary.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Exit status of a run stopped by a signal after its checkpoint (`spectral::durable`).
+const EXIT_INTERRUPTED: i32 = 75;
+
+/// A vortex-method run of a few hundred milliseconds: Taylor-Green on 6^3 particles.
+fn tiny(dt: f64, t_end: f64, extra: &str) -> String {
+    format!(
+        r#"nu = 0.05
+dt = {dt}
+t_end = {t_end}
+[domain]
+periodic = true
+image_levels = 1
+[evaluation]
+method = "fmm"
+order = 6
+[initial]
+kind = "taylor-green"
+n = 6
+[reinterpolation]
+ratio = 0.0
+every = 4
+[output]
+diagnostics_every = 5
+checkpoint_every = 0
+progress = false
+plots = false
+{extra}
+"#
+    )
+}
+
+fn vortex() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_vortex"));
+    c.env("RUST_LOG", "warn");
+    c
+}
+
+fn run(args: &[&str]) -> Output {
+    vortex().args(args).output().expect("spawn vortex")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn spawn(args: &[&str]) -> Child {
+    vortex()
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn vortex")
+}
+
+fn wait_for(cond: impl Fn() -> bool, what: &str) {
+    let t = Instant::now();
+    while !cond() {
+        assert!(t.elapsed() < Duration::from_secs(120), "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn kill(child: &Child, sig: i32) {
+    // SAFETY: a plain kill(2) of our own child process.
+    let r = unsafe { libc::kill(child.id() as libc::pid_t, sig) };
+    assert_eq!(r, 0, "kill failed");
+}
+
+/// Runs `args` to the end, restarting from `out/checkpoint.bin` after each SIGTERM sent `delays`
+/// after the start (once the signal handlers are in place); returns how many were interrupted.
+fn run_interrupted(args: &[&str], out: &Path, delays: &[Duration]) -> usize {
+    let ck = out.join("checkpoint.bin");
+    let mut interrupted = 0;
+    for (i, delay) in delays
+        .iter()
+        .chain(std::iter::once(&Duration::MAX))
+        .enumerate()
+    {
+        let mut a: Vec<&str> = args.to_vec();
+        if i > 0 {
+            a.extend(["--restart", s(&ck)]);
+        }
+        let child = spawn(&a);
+        if *delay != Duration::MAX {
+            // config.toml is written after the handlers are installed
+            wait_for(|| out.join("config.toml").exists(), "config.toml");
+            std::thread::sleep(*delay);
+            let _ = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        }
+        let o = child.wait_with_output().unwrap();
+        match o.status.code() {
+            Some(0) => return interrupted,
+            Some(EXIT_INTERRUPTED) => interrupted += 1,
+            c => panic!("exit {c:?}: {}", stderr(&o)),
+        }
+    }
+    panic!("did not finish after {} restarts", delays.len());
+}
+
+#[test]
+fn sigterm_checkpoints_and_restarts_bit_for_bit() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(dir.path(), "tg.toml", &tiny(0.05, 2.0, ""));
+    let full = dir.path().join("full");
+    let o = run(&["run", s(&cfg), "--out", s(&full)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let want = std::fs::read(full.join("checkpoint.bin")).unwrap();
+    let out = dir.path().join("cut");
+    let delays = [Duration::from_millis(150), Duration::from_millis(60)];
+    let n = run_interrupted(&["run", s(&cfg), "--out", s(&out)], &out, &delays);
+    assert!(
+        n >= 1,
+        "no run was interrupted (the signal came after the end)"
+    );
+    let got = std::fs::read(out.join("checkpoint.bin")).unwrap();
+    assert!(
+        got == want,
+        "restarted run differs from the uninterrupted one"
+    );
+    // the interrupted invocations are recorded
+    let info = std::fs::read_to_string(out.join("run.json")).unwrap();
+    assert!(info.contains("interrupted by signal 15"), "{info}");
+    assert!(info.contains("\"commit\""));
+}
+
+#[test]
+fn spectral_sigint_keeps_every_energy_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(
+        dir.path(),
+        "sp.toml",
+        "n = 16\nnu = 0.01\nt_end = 1000.0\ndt = 0.01\nthreads = 1\nbackend = \"cpu\"\n\
+         [initial]\nkind = \"taylor-green\"\n",
+    );
+    let out = dir.path().join("sp");
+    let child = spawn(&["spectral", s(&cfg), "--out", s(&out), "--no-progress"]);
+    let csv = out.join("energy.csv");
+    let rows = || {
+        std::fs::read_to_string(&csv)
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    };
+    wait_for(|| rows() >= 12, "energy rows");
+    let seen = rows();
+    kill(&child, libc::SIGINT);
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(EXIT_INTERRUPTED), "{}", stderr(&o));
+    assert!(rows() >= seen, "rows lost: {} < {seen}", rows());
+    let ck = spectral::io::read_checkpoint(&out.join("checkpoint.bin")).unwrap();
+    let last_t: f64 = std::fs::read_to_string(&csv)
+        .unwrap()
+        .lines()
+        .last()
+        .unwrap()
+        .split(',')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // the row is printed with 16 significant digits
+    assert!(
+        (ck.t - last_t).abs() <= 1e-14 * last_t.abs(),
+        "checkpoint (t = {}) and last energy row (t = {last_t}) disagree",
+        ck.t
+    );
+    assert!(out.join("config.toml").exists() && out.join("run.json").exists());
+}
+
+#[test]
+fn flipped_bits_in_a_checkpoint_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(dir.path(), "tg.toml", &tiny(0.1, 0.3, ""));
+    let out = dir.path().join("o");
+    let o = run(&["run", s(&cfg), "--out", s(&out)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let ck = out.join("checkpoint.bin");
+    let good = std::fs::read(&ck).unwrap();
+    let bad = dir.path().join("bad.bin");
+    let mut state = 0x9e3779b97f4a7c15u64;
+    for _ in 0..6 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let bit = (state % (8 * good.len() as u64)) as usize;
+        let mut b = good.clone();
+        b[bit / 8] ^= 1 << (bit % 8);
+        std::fs::write(&bad, &b).unwrap();
+        let o = run(&["run", s(&cfg), "--out", s(&out), "--restart", s(&bad)]);
+        assert_eq!(o.status.code(), Some(1), "bit {bit} accepted");
+        let e = stderr(&o);
+        assert!(e.contains("checkpoint") && e.contains("bad.bin"), "{e}");
+    }
+    assert!(!dir.path().join("bad.bin.tmp").exists());
+}
+
+#[test]
+fn changed_configuration_at_restart_is_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(dir.path(), "tg.toml", &tiny(0.1, 0.3, ""));
+    let out = dir.path().join("o");
+    assert!(run(&["run", s(&cfg), "--out", s(&out)]).status.success());
+    let changed = write(
+        dir.path(),
+        "tg2.toml",
+        &tiny(0.05, 0.6, "").replace("nu = 0.05", "nu = 0.02"),
+    );
+    let ck = out.join("checkpoint.bin");
+    let o = run(&["run", s(&changed), "--out", s(&out), "--restart", s(&ck)]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(
+        e.contains("dt: checkpoint 0.1, this run 0.05") && e.contains("nu: checkpoint 0.05"),
+        "{e}"
+    );
+    // t_end may change
+    let longer = write(dir.path(), "tg3.toml", &tiny(0.1, 0.5, ""));
+    let o = run(&["run", s(&longer), "--out", s(&out), "--restart", s(&ck)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
+fn occupied_output_directory_is_refused_unless_overwrite() {
+    let dir = tempfile::tempdir().unwrap();
+    let snap = write(dir.path(), "a.toml", &tiny(0.1, 0.2, "snapshot_every = 1"));
+    let out = dir.path().join("o");
+    assert!(run(&["run", s(&snap), "--out", s(&out)]).status.success());
+    assert!(out.join("particles_000001.vtp").exists());
+    let before = std::fs::read(out.join("checkpoint.bin")).unwrap();
+    let plain = write(dir.path(), "b.toml", &tiny(0.1, 0.2, ""));
+    let o = run(&["run", s(&plain), "--out", s(&out)]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--overwrite"), "{}", stderr(&o));
+    assert_eq!(std::fs::read(out.join("checkpoint.bin")).unwrap(), before);
+    let o = run(&["run", s(&plain), "--out", s(&out), "--overwrite"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!out.join("particles_000001.vtp").exists(), "stale snapshot");
+    // the spectral solver follows the same rule
+    let sp = write(
+        dir.path(),
+        "sp.toml",
+        "n = 8\nnu = 0.01\nt_end = 0.02\ndt = 0.01\nbackend = \"cpu\"\n[initial]\ntype = \"taylor-green\"\n",
+    );
+    let o = run(&["spectral", s(&sp), "--out", s(&out), "--no-progress"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("not empty"), "{}", stderr(&o));
+}
+
+#[test]
+fn overflowing_coordinates_and_unstable_steps_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("p.npy");
+    assert!(run(&["particles", "--n", "200", "--out", s(&p)])
+        .status
+        .success());
+    // move particle 7 to 1e50: the expansions would overflow
+    let mut b = std::fs::read(&p).unwrap();
+    let hl = u16::from_le_bytes([b[8], b[9]]) as usize;
+    let at = 10 + hl + 7 * 7 * 8;
+    b[at..at + 8].copy_from_slice(&1e50f64.to_le_bytes());
+    std::fs::write(&p, &b).unwrap();
+    let o = run(&[
+        "eval",
+        "--particles",
+        s(&p),
+        "--out",
+        s(&dir.path().join("e")),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("overflow"), "{}", stderr(&o));
+    // dt = 5 on Taylor-Green: advective CFL about 5, refused before the first step
+    let cfg = write(dir.path(), "tg.toml", &tiny(5.0, 50.0, ""));
+    let out = dir.path().join("cfl");
+    let o = run(&["run", s(&cfg), "--out", s(&out)]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(e.contains("unstable time step") && e.contains("CFL"), "{e}");
+    assert!(
+        !out.join("checkpoint.bin").exists(),
+        "an unstable state was checkpointed"
+    );
+}
+
+#[test]
+fn impossible_sizes_are_refused_before_allocating() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Instant::now();
+    let o = run(&[
+        "particles",
+        "--n",
+        "1e12",
+        "--out",
+        s(&dir.path().join("p.npy")),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(e.contains("GiB") && e.contains("available"), "{e}");
+    let cfg = write(
+        dir.path(),
+        "big.toml",
+        &tiny(0.1, 1.0, "").replace("n = 6", "n = 2000000"),
+    );
+    let o = run(&["run", s(&cfg), "--out", s(&dir.path().join("big"))]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("GiB") && e.contains("available"), "{e}");
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "refusals took {:?}",
+        t.elapsed()
+    );
+}
+
+fn help(args: &[&str]) -> String {
+    let o = run(args);
+    assert!(o.status.success());
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The long flags of a `--help` text (without --help and --version).
+fn flags(help: &str) -> Vec<String> {
+    let mut f: Vec<String> = help
+        .lines()
+        .filter_map(|l| {
+            let t = l.trim_start();
+            let t = t
+                .strip_prefix("-")
+                .filter(|_| t.len() > 3 && &t[2..4] == ", ")
+                .map_or(t, |_| &t[4..]);
+            t.strip_prefix("--")
+                .map(|r| format!("--{}", r.split([' ', '=', '<']).next().unwrap_or("")))
+        })
+        .filter(|f| f != "--help" && f != "--version")
+        .collect();
+    f.dedup();
+    f
+}
+
+#[test]
+fn readme_lists_every_command_and_flag() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let top = help(&["--help"]);
+    let commands: Vec<&str> = top
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    assert!(commands.len() >= 5, "{top}");
+    for c in &commands {
+        let row = readme
+            .lines()
+            .find(|l| l.starts_with(&format!("| `vortex {c}")))
+            .unwrap_or_else(|| panic!("README has no row for `vortex {c}`"));
+        if ["run", "spectral", "particles", "config"].contains(c) {
+            for f in flags(&help(&[c, "--help"])) {
+                assert!(row.contains(&f), "README row of `vortex {c}` lacks {f}");
+            }
+        }
+    }
+    // eval: every flag somewhere, and the default order and theta as the binary has them
+    let eval = help(&["eval", "--help"]);
+    for f in flags(&eval) {
+        assert!(readme.contains(&f), "README lacks eval's {f}");
+    }
+    let default_of = |flag: &str| -> String {
+        let block: String = eval
+            .split("\n\n")
+            .find(|b| b.trim_start().starts_with(flag))
+            .unwrap_or_else(|| panic!("{flag} not in eval --help"))
+            .to_string();
+        let d = block.split("[default: ").nth(1).expect("a default");
+        d[..d.find(']').unwrap()].to_string()
+    };
+    let (p, theta) = (default_of("--order"), default_of("--theta"));
+    assert!(
+        readme.contains(&format!("order {p}, theta {theta}")),
+        "README's eval defaults differ from the binary's (order {p}, theta {theta})"
+    );
+    assert!(eval.contains("ppm"), "eval --help does not list ppm");
+}
