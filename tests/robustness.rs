@@ -384,11 +384,17 @@ fn readme_lists_every_command_and_flag() {
         assert!(readme.contains(&f), "README lacks eval's {f}");
     }
     let default_of = |flag: &str| -> String {
-        let block: String = eval
-            .split("\n\n")
-            .find(|b| b.trim_start().starts_with(flag))
-            .unwrap_or_else(|| panic!("{flag} not in eval --help"))
-            .to_string();
+        // the flag's line and its continuation lines (short or long help layout)
+        let mut lines = eval
+            .lines()
+            .skip_while(|l| !l.trim_start().starts_with(flag));
+        let first = lines
+            .next()
+            .unwrap_or_else(|| panic!("{flag} not in eval --help"));
+        let block: String = std::iter::once(first)
+            .chain(lines.take_while(|l| !l.trim().is_empty() && !l.trim_start().starts_with('-')))
+            .collect::<Vec<_>>()
+            .join(" ");
         let d = block.split("[default: ").nth(1).expect("a default");
         d[..d.find(']').unwrap()].to_string()
     };
