@@ -37,6 +37,7 @@ n = 8
 [reinterpolation]
 ratio = 0.0
 every = 2
+strain = 0.0
 [output]
 diagnostics_every = 1
 progress = false
@@ -59,6 +60,7 @@ spacing = 0.12
 [reinterpolation]
 ratio = 0.0
 every = 3
+strain = 0.0
 drop = 1e-4
 [output]
 diagnostics_every = 2
