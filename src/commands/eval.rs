@@ -1,12 +1,10 @@
 //! `vortex eval`: one velocity + stretching evaluation of a particle file.
 
 use crate::backends::{
-    evaluate_distributed_on, evaluate_on, uniform_core_cutoff, BackendChoice, GridChoice,
-    UniformRunner,
+    evaluate_distributed_on, evaluate_on, BackendChoice, GridChoice, UniformRunner,
 };
 use anyhow::{Context, Result};
 use clap::Args;
-use fmm::periodic::Periodic;
 use fmm::{EvalParams, Method};
 use std::path::PathBuf;
 
@@ -22,13 +20,13 @@ pub struct EvalArgs {
     #[arg(long, default_value = "fmm")]
     pub method: Method,
     /// Expansion order p (1..=20).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = engine::DEFAULT_ORDER)]
     pub order: usize,
     /// Opening angle of the multipole acceptance criterion, in (0, 1).
-    #[arg(long, default_value_t = EvalParams::default().theta)]
+    #[arg(long, default_value_t = engine::default_theta())]
     pub theta: f64,
     /// Largest number of particles in a leaf cell.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = engine::DEFAULT_LEAF_SIZE)]
     pub leaf_size: usize,
     /// Minimum gap of a far (multipole) interaction, in source core radii: the far field uses
     /// the singular kernel, exact to 1 - q(rho) beyond it (default 6 on the adaptive octree,
@@ -57,29 +55,25 @@ pub struct EvalArgs {
     #[arg(long)]
     pub periodic: bool,
     /// Periodic box length L.
-    #[arg(long, default_value_t = 2.0 * std::f64::consts::PI, requires = "periodic")]
+    #[arg(long, default_value_t = engine::DEFAULT_BOX_LENGTH, requires = "periodic")]
     pub box_length: f64,
     /// Levels of periodic images above the root: 9 * 3^(K-1) boxes per dimension are summed.
-    #[arg(long, default_value_t = 4, requires = "periodic")]
+    #[arg(long, default_value_t = engine::DEFAULT_IMAGE_LEVELS, requires = "periodic")]
     pub image_levels: usize,
 }
 
 impl EvalArgs {
     pub fn params(&self) -> EvalParams {
-        EvalParams {
-            method: self.method,
-            order: self.order,
-            theta: self.theta,
-            leaf_size: self.leaf_size,
-            core_cutoff: self.core_cutoff.unwrap_or(match self.grid {
-                GridChoice::Adaptive => EvalParams::default().core_cutoff,
-                GridChoice::Uniform => uniform_core_cutoff(),
-            }),
-            periodic: self.periodic.then_some(Periodic {
-                box_length: self.box_length,
-                image_levels: self.image_levels,
-            }),
-        }
+        engine::eval_params(
+            self.method,
+            self.order,
+            self.theta,
+            self.leaf_size,
+            self.core_cutoff,
+            self.grid,
+            self.periodic
+                .then_some((self.box_length, self.image_levels)),
+        )
     }
 }
 
