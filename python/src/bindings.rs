@@ -35,6 +35,20 @@ fn values<'a>(a: &'a PyReadonlyArrayDyn<'_, f64>) -> Cow<'a, [f64]> {
     }
 }
 
+/// Velocity, stretching (None at plain targets) and the phase times of one evaluation.
+type EvalOutput<'py> = (
+    Bound<'py, PyArray2<f64>>,
+    Option<Bound<'py, PyArray2<f64>>>,
+    Bound<'py, PyDict>,
+);
+
+/// Positions, strengths and core radii of a particle set.
+type ParticleArrays<'py> = (
+    Bound<'py, PyArray2<f64>>,
+    Bound<'py, PyArray2<f64>>,
+    Bound<'py, PyArray1<f64>>,
+);
+
 fn vectors<'py>(py: Python<'py>, v: Vec<[f64; 3]>) -> PyResult<Bound<'py, PyArray2<f64>>> {
     let n = v.len();
     v.into_flattened().into_pyarray(py).reshape([n, 3])
@@ -63,11 +77,7 @@ fn evaluate<'py>(
     backend: &str,
     device: usize,
     threads: Option<usize>,
-) -> PyResult<(
-    Bound<'py, PyArray2<f64>>,
-    Option<Bound<'py, PyArray2<f64>>>,
-    Bound<'py, PyDict>,
-)> {
+) -> PyResult<EvalOutput<'py>> {
     let method: Method = method.parse().map_err(PyValueError::new_err)?;
     let choice = <BackendChoice as clap::ValueEnum>::from_str(backend, true)
         .map_err(|_| PyValueError::new_err(format!("backend '{backend}': auto, cpu or cuda")))?;
@@ -118,11 +128,7 @@ fn particles<'py>(
     seed: u64,
     periodic: bool,
     distribution: &str,
-) -> PyResult<(
-    Bound<'py, PyArray2<f64>>,
-    Bound<'py, PyArray2<f64>>,
-    Bound<'py, PyArray1<f64>>,
-)> {
+) -> PyResult<ParticleArrays<'py>> {
     if n == 0 {
         return Err(PyValueError::new_err("n must be at least 1"));
     }

@@ -74,7 +74,11 @@ pub fn check_core_radii(
     sigma: impl IntoIterator<Item = f64>,
     column: &str,
 ) -> Result<()> {
-    match sigma.into_iter().enumerate().find(|(_, s)| !(*s > 0.0)) {
+    match sigma
+        .into_iter()
+        .enumerate()
+        .find(|(_, s)| s.is_nan() || *s <= 0.0)
+    {
         None => Ok(()),
         Some((i, s)) => Err(EngineError::Input(format!(
             "{what}: row {i}: core radius sigma{column} is {s} but must be positive"
