@@ -3,9 +3,9 @@
 //! Subcommands: `eval` (one velocity + stretching evaluation), `particles` (test sets),
 //! `bench` (timings and accuracy), `spectral` (the pseudo-spectral reference solver).
 
-mod backends;
 mod commands;
 mod io;
+mod planner;
 mod ranks;
 
 use anyhow::Result;

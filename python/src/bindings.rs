@@ -4,9 +4,9 @@
 //! `RuntimeError` for a backend that cannot run.
 
 use crate::checkpoints::{self, AnyCheckpoint};
-use engine::{BackendChoice, EngineError, GridChoice};
+use engine::EngineError;
 use fmm::testsets::{generate, Distribution};
-use fmm::Method;
+use fmm::{BackendChoice, GridChoice, Method};
 use numpy::{
     IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods,
 };
@@ -21,7 +21,9 @@ fn to_py(e: EngineError) -> PyErr {
         EngineError::Input(_) => PyValueError::new_err(e.to_string()),
         EngineError::Fmm(fmm::FmmError::Backend(_)) => PyRuntimeError::new_err(e.to_string()),
         EngineError::Fmm(_) => PyValueError::new_err(e.to_string()),
-        EngineError::Domain(_) | EngineError::Backend(_) => PyRuntimeError::new_err(e.to_string()),
+        EngineError::Domain(_) | EngineError::Backend(_) | EngineError::Refused(_) => {
+            PyRuntimeError::new_err(e.to_string())
+        }
     }
 }
 
@@ -79,8 +81,7 @@ fn evaluate<'py>(
     threads: Option<usize>,
 ) -> PyResult<EvalOutput<'py>> {
     let method: Method = method.parse().map_err(PyValueError::new_err)?;
-    let choice = <BackendChoice as clap::ValueEnum>::from_str(backend, true)
-        .map_err(|_| PyValueError::new_err(format!("backend '{backend}': auto, cpu or cuda")))?;
+    let choice: BackendChoice = backend.parse().map_err(PyValueError::new_err)?;
     let params = engine::eval_params(
         method,
         order,
@@ -98,10 +99,10 @@ fn evaluate<'py>(
         .detach(|| {
             let sources = engine::input::sources_from_arrays((&xs, xsh), (&al, alsh), (&sg, sgsh))?;
             let targets = match &tv {
-                Some((t, shape)) => engine::input::targets_from_array("targets", (t, shape))?,
-                None => sources.as_targets(),
+                Some((t, shape)) => Some(engine::input::targets_from_array("targets", (t, shape))?),
+                None => None,
             };
-            crate::evaluate(choice, device, &params, &sources, &targets, threads)
+            crate::evaluate(choice, device, &params, &sources, targets.as_ref(), threads)
         })
         .map_err(to_py)?;
     let times = PyDict::new(py);

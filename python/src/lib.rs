@@ -11,21 +11,34 @@ pub mod checkpoints;
 #[cfg(feature = "python")]
 mod bindings;
 
-use engine::{BackendChoice, BackendRun, EngineError};
-use fmm::{EvalParams, Sources, Targets};
+use engine::{EngineError, Run};
+use fmm::{BackendChoice, EvalParams, GridChoice, Sources, Targets};
 
-/// The one call through which the package evaluates (the binary's `vortex eval` on one rank
-/// calls the same `engine::evaluate_on`): `threads` sizes a local rayon pool (all cores when
-/// `None`). Results do not depend on the thread count.
+/// The one call through which the package evaluates: `engine::evaluate`, the call of
+/// `vortex eval`, on one rank (the planner chooses and builds the engine; `targets: None`
+/// evaluates the sources themselves, velocity and stretching). `threads` sizes a local rayon
+/// pool (all cores when `None`). Results do not depend on the thread count.
 pub fn evaluate(
     backend: BackendChoice,
     device: usize,
     params: &EvalParams,
     sources: &Sources,
-    targets: &Targets,
+    targets: Option<&Targets>,
     threads: Option<usize>,
-) -> Result<BackendRun, EngineError> {
+) -> Result<Run, EngineError> {
     params.validate()?;
     let pool = engine::thread_pool(threads)?;
-    pool.install(|| engine::evaluate_on(backend, device, params, sources, targets))
+    pool.install(|| {
+        engine::evaluate(
+            &domain::SelfComm,
+            0,
+            device,
+            backend,
+            GridChoice::Adaptive,
+            params,
+            sources.len(),
+            sources,
+            targets,
+        )
+    })
 }

@@ -6,14 +6,18 @@
 //!   the GPU the speed-up over the CPU backend (same parameters, N <= `--cpu-max`).
 //! * `vortex bench m2l`: time of one M2L translation, rotation-based O(p^3) vs plain O(p^4).
 
-use crate::backends::{evaluate_on, uniform_core_cutoff, BackendChoice, GridChoice, UniformRunner};
+use crate::planner::{request_at_sources, resolve, uniform_core_cutoff};
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use fmm::evaluators::direct::direct;
 use fmm::expansions::{expansion_len, Complex64};
 use fmm::operators::{Operators, Scratch};
+use fmm::planner::Device;
 use fmm::testsets::{generate, Distribution};
-use fmm::{relative_l2_error, EvalParams, Method, Targets};
+use fmm::{
+    relative_l2_error, BackendChoice, EvalParams, Evaluation, GridChoice, Method, TargetSpec,
+    Targets,
+};
 use rand::{seq::index::sample, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::time::Instant;
@@ -63,7 +67,7 @@ pub struct FmmBench {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Compute backend: auto (GPU if usable), cpu or cuda.
-    #[arg(long, value_enum, default_value = "auto")]
+    #[arg(long, default_value = "auto")]
     pub backend: BackendChoice,
     /// GPU index among the visible devices.
     #[arg(long, default_value_t = 0)]
@@ -73,7 +77,7 @@ pub struct FmmBench {
     #[arg(long, default_value_t = 1e6)]
     pub cpu_max: f64,
     /// adaptive (octree, lists on the host) or uniform (grid built on the GPU; CUDA, FMM).
-    #[arg(long, value_enum, default_value = "adaptive")]
+    #[arg(long, default_value = "adaptive")]
     pub grid: GridChoice,
     /// Evaluations per (N, p); the table shows the fastest (the first one includes kernel
     /// compilation on the GPU, except on the uniform grid, whose kernels are compiled before).
@@ -113,24 +117,25 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 }
 
 fn bench_fmm(b: &FmmBench) -> Result<()> {
-    let pool = crate::thread_pool(b.threads)?;
+    // the global pool: an evaluator (a GPU context, a communicator) stays on this thread
+    crate::set_global_threads(b.threads)?;
     let orders = parse_orders(&b.orders)?;
     println!(
         "# vortex bench fmm: backend {:?} grid {:?} method {} theta {} leaf {} dist {:?} threads {} commit {}",
-        crate::backends::resolve(b.backend),
+        resolve(b.backend),
         b.grid,
         b.method,
         b.theta,
         b.leaf_size,
         b.distribution,
-        pool.current_num_threads(),
+        rayon::current_num_threads(),
         env!("VORTEX_GIT_COMMIT")
     );
     println!(
         "{:>9} {:>3} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>10} {:>10} {:>9} {:>10} {:>10} {:>8}",
         "N", "p", "tree", "lists", "P2M", "M2M", "M2L", "M2P", "L2L", "L2P", "P2P", "total", "err_vel", "err_str", "far", "far/s", "pairs/s", "vs CPU"
     );
-    let on_gpu = crate::backends::resolve(b.backend) == BackendChoice::Cuda;
+    let on_gpu = resolve(b.backend) == Device::Cuda;
     for &nf in &b.n {
         let n = nf as usize;
         let sources = generate(b.distribution, n, b.seed, false);
@@ -140,8 +145,7 @@ fn bench_fmm(b: &FmmBench) -> Result<()> {
             position: idx.iter().map(|&i| sources.position[i]).collect(),
             strength: idx.iter().map(|&i| sources.strength[i]).collect(),
         };
-        let reference = pool.install(|| direct(&sources, &sample_targets));
-        let targets = sources.as_targets();
+        let reference = direct(&sources, &sample_targets);
         for &p in &orders {
             let core_cutoff = b.core_cutoff.unwrap_or(match b.grid {
                 GridChoice::Adaptive => EvalParams::default().core_cutoff,
@@ -155,37 +159,25 @@ fn bench_fmm(b: &FmmBench) -> Result<()> {
                 core_cutoff,
                 ..EvalParams::default()
             };
-            let uniform = match b.grid {
-                GridChoice::Uniform => Some(UniformRunner::new(b.backend, b.device, &params)?),
-                GridChoice::Adaptive => None,
-            };
-            let mut best: Option<crate::backends::BackendRun> = None;
+            let req = request_at_sources(&params, b.backend, b.grid, n);
+            let mut engine = crate::planner::plan(&domain::SelfComm, 0, b.device, &req, &params)?;
+            let mut best: Option<Evaluation> = None;
             for _ in 0..b.repeat.max(1) {
-                let run = match &uniform {
-                    Some(u) => pool.install(|| u.evaluate(&params, &sources))?,
-                    None => pool.install(|| {
-                        evaluate_on(b.backend, b.device, &params, &sources, &targets)
-                    })?,
-                };
-                if best
-                    .as_ref()
-                    .is_none_or(|r| run.evaluation.times.total < r.evaluation.times.total)
-                {
-                    best = Some(run);
+                let ev = engine.evaluate(&sources, TargetSpec::Sources)?;
+                if best.as_ref().is_none_or(|r| ev.times.total < r.times.total) {
+                    best = Some(ev);
                 }
             }
-            let run = best.expect("at least one evaluation");
-            if let Some(k) = &run.kernel_report {
-                log::info!("N = {n} p = {p} on {}: kernels {k}", run.backend);
-            }
-            let ev = &run.evaluation;
+            let ev = best.expect("at least one evaluation");
+            log::info!("N = {n} p = {p} on {}", engine.describe());
             let vel: Vec<[f64; 3]> = idx.iter().map(|&i| ev.fields.velocity[i]).collect();
             let st: Vec<[f64; 3]> = idx.iter().map(|&i| ev.fields.stretching[i]).collect();
             let t = &ev.times;
             let speedup = if on_gpu && (n as f64) <= b.cpu_max {
-                let cpu = pool
-                    .install(|| evaluate_on(BackendChoice::Cpu, 0, &params, &sources, &targets))?;
-                format!("{:.1}x", cpu.evaluation.times.total / t.total.max(1e-12))
+                let req = request_at_sources(&params, BackendChoice::Cpu, GridChoice::Adaptive, n);
+                let mut cpu = crate::planner::plan(&domain::SelfComm, 0, 0, &req, &params)?;
+                let cpu = cpu.evaluate(&sources, TargetSpec::Sources)?;
+                format!("{:.1}x", cpu.times.total / t.total.max(1e-12))
             } else {
                 "-".to_string()
             };

@@ -1,11 +1,8 @@
 //! `vortex eval`: one velocity + stretching evaluation of a particle file.
 
-use crate::backends::{
-    evaluate_distributed_on, evaluate_on, BackendChoice, GridChoice, UniformRunner,
-};
 use anyhow::{Context, Result};
 use clap::Args;
-use fmm::{EvalParams, Method};
+use fmm::{BackendChoice, EvalParams, GridChoice, Method};
 use std::path::PathBuf;
 
 #[derive(Args, Debug, Clone)]
@@ -37,7 +34,7 @@ pub struct EvalArgs {
     #[arg(long)]
     pub threads: Option<usize>,
     /// Compute backend: auto (GPU if usable), cpu or cuda.
-    #[arg(long, value_enum, default_value = "auto")]
+    #[arg(long, default_value = "auto")]
     pub backend: BackendChoice,
     /// GPU index among the visible devices (CUDA_VISIBLE_DEVICES is honoured).
     #[arg(long, default_value_t = 0)]
@@ -45,7 +42,7 @@ pub struct EvalArgs {
     /// adaptive (octree, lists on the host) or uniform (grid built and evaluated on the GPU:
     /// CUDA, FMM, free space or --periodic (one rank), no --targets; under MPI split into z
     /// slabs, one GPU per rank; for nearly uniform particle sets).
-    #[arg(long, value_enum, default_value = "adaptive")]
+    #[arg(long, default_value = "adaptive")]
     pub grid: GridChoice,
     /// Evaluate at these points instead of at the particles: `.npy` float64 of shape (M, 3).
     /// Plain points carry no strength, so only velocity.npy is written.
@@ -93,51 +90,18 @@ pub fn run(args: &EvalArgs) -> Result<()> {
         let input = crate::ranks::agree(comm, input)?.flatten();
         let local_sources = domain::scatter_sources_from_root(comm, input.as_ref().map(|(s, _)| s));
         let local_targets = domain::scatter_targets_from_root(comm, input.as_ref().map(|(_, t)| t));
-        let (ev, backend) = if comm.size() == 1 {
-            // one rank: the plain engine gives the same numbers bitwise without the
-            // partition and exchange bookkeeping (tested against the distributed path)
-            let run = match args.grid {
-                GridChoice::Adaptive => evaluate_on(
-                    args.backend,
-                    args.device,
-                    &params,
-                    &local_sources,
-                    &local_targets,
-                )?,
-                GridChoice::Uniform => {
-                    if args.targets.is_some() {
-                        anyhow::bail!("--grid uniform evaluates at the particles: drop --targets");
-                    }
-                    UniformRunner::new(args.backend, args.device, &params)?
-                        .evaluate(&params, &local_sources)?
-                }
-            };
-            let ev = domain::DistributedEvaluation {
-                fields: run.evaluation.fields,
-                times: run.evaluation.times,
-                stats: Default::default(),
-                work: vec![(local_sources.len() + local_targets.len()) as u64],
-            };
-            (ev, run.backend)
-        } else {
-            if args.grid == GridChoice::Uniform {
-                if args.targets.is_some() {
-                    anyhow::bail!("--grid uniform evaluates at the particles: drop --targets");
-                }
-                UniformRunner::for_rank(args.backend, comm, local_rank, &params)?
-                    .evaluate_distributed(comm, &params, &local_sources)?
-            } else {
-                evaluate_distributed_on(
-                    args.backend,
-                    args.device,
-                    comm,
-                    local_rank,
-                    &params,
-                    &local_sources,
-                    &local_targets,
-                )?
-            }
-        };
+        let run = engine::evaluate(
+            comm,
+            local_rank,
+            args.device,
+            args.backend,
+            args.grid,
+            &params,
+            input.as_ref().map_or(0, |(s, _)| s.len()),
+            &local_sources,
+            args.targets.as_ref().map(|_| &local_targets),
+        )?;
+        let (ev, backend) = (run.evaluation, run.backend);
         let fields = domain::gather_to_root(comm, &ev.fields);
         let Some(fields) = fields else {
             return Ok(());
@@ -151,14 +115,8 @@ pub fn run(args: &EvalArgs) -> Result<()> {
             .map(|(k, v)| (k.to_string(), serde_json::json!(v)))
             .collect();
         timing.insert("ranks".into(), serde_json::json!(comm.size()));
-        timing.insert(
-            "bytes_p2pcomm".into(),
-            serde_json::json!(ev.stats.bytes_p2p),
-        );
-        timing.insert(
-            "bytes_m2lcomm".into(),
-            serde_json::json!(ev.stats.bytes_m2l),
-        );
+        timing.insert("bytes_p2pcomm".into(), serde_json::json!(ev.comm.bytes_p2p));
+        timing.insert("bytes_m2lcomm".into(), serde_json::json!(ev.comm.bytes_m2l));
         let path = args.out.join("timing.json");
         std::fs::write(&path, serde_json::to_string_pretty(&timing)? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;
@@ -177,8 +135,8 @@ pub fn run(args: &EvalArgs) -> Result<()> {
             t.lists,
             t.p2m + t.m2m + t.m2l + t.m2p + t.l2l + t.l2p,
             t.p2p,
-            ev.stats.bytes_p2p,
-            ev.stats.bytes_m2l,
+            ev.comm.bytes_p2p,
+            ev.comm.bytes_m2l,
             args.out.display()
         );
         Ok(())

@@ -2,14 +2,16 @@
 //! vortex-method simulation, in one process or as `mpirun -np R vortex run ...` (built with the
 //! `mpi` feature). All the logic lives in the `method` crate (`method::run::run_loaded_on`);
 //! this is argument glue: rank 0 reads the configuration and broadcasts it, the options are
-//! checked to be the same on every rank, and each rank builds the backend named by the
-//! configuration or `--backend` (under MPI, rank `r` uses GPU `local_rank % gpus_per_node`).
+//! checked to be the same on every rank, the planner (`fmm::planner`) chooses the engine of the
+//! particles at themselves, and each rank builds the backend named by the configuration or
+//! `--backend` (under MPI GPU `local_rank % gpus_per_node`, `crate::planner::device_for_rank`).
 //! Only rank 0 prints an error; every rank exits with status 1.
 
-use crate::backends::{resolve, BackendChoice, GridChoice};
-use anyhow::Result;
+use anyhow::{anyhow, Result};
 use clap::Args;
 use domain::Comm;
+use fmm::planner::{choose, log_choice, Device, Engine, Request};
+use fmm::{BackendChoice, GridChoice, TargetKind};
 use std::path::PathBuf;
 
 #[derive(Args, Debug)]
@@ -26,11 +28,11 @@ pub struct RunArgs {
     #[arg(long)]
     pub steps: Option<u64>,
     /// Compute backend, overriding `evaluation.backend` of the configuration.
-    #[arg(long, value_enum)]
+    #[arg(long)]
     pub backend: Option<BackendChoice>,
     /// Grid of the particles' FMM, overriding `evaluation.grid`: adaptive (octree built on the
     /// host) or uniform (built and evaluated on the GPU; one rank).
-    #[arg(long, value_enum)]
+    #[arg(long)]
     pub grid: Option<GridChoice>,
     /// GPU index, overriding `evaluation.device` (one rank; under MPI the node-local rank
     /// chooses).
@@ -78,106 +80,100 @@ fn run_ranks(args: &RunArgs, comm: &dyn Comm, local_rank: usize) -> Result<()> {
     let text = String::from_utf8(method::parallel::broadcast_bytes(comm, text.as_bytes()))?;
     let mut config = method::Config::from_str_named(&text, &args.config.display().to_string())?;
     if let Some(b) = args.backend {
-        config.evaluation.backend = match b {
-            BackendChoice::Auto => "auto",
-            BackendChoice::Cpu => "cpu",
-            BackendChoice::Cuda => "cuda",
-        }
-        .into();
+        config.evaluation.backend = b;
     }
     if let Some(d) = args.device {
         config.evaluation.device = d;
     }
     if let Some(g) = args.grid {
-        config.evaluation.grid = match g {
-            GridChoice::Adaptive => "adaptive",
-            GridChoice::Uniform => "uniform",
-        }
-        .into();
+        config.evaluation.grid = g;
     }
-    let uniform = config.evaluation.grid == "uniform";
-    if uniform && comm.size() > 1 {
+    let e = &config.evaluation;
+    if e.grid == GridChoice::Uniform && comm.size() > 1 {
         anyhow::bail!(
             "{}: evaluation.grid = \"uniform\" runs on one rank (under MPI the adaptive octree is \
              distributed)",
             args.config.display()
         );
     }
-    let choice = match config.evaluation.backend.as_str() {
-        "cpu" => BackendChoice::Cpu,
-        "cuda" => BackendChoice::Cuda,
-        _ => BackendChoice::Auto,
+    // the engine of the particles at themselves, chosen once for every rank
+    let caps = crate::planner::capabilities(comm);
+    let req = Request {
+        method: e.method,
+        backend: e.backend,
+        grid: e.grid,
+        periodic: config.periodic().is_some(),
+        ranks: comm.size(),
+        targets: TargetKind::Sources,
+        n: 0,
     };
-    // every rank runs the same backend: `auto` takes the GPU only when every rank has one
-    let mut gpu = [if resolve(choice) == BackendChoice::Cuda {
-        1.0
-    } else {
-        0.0
-    }];
-    comm.allreduce_f64(&mut gpu, domain::ReduceOp::Min);
+    let choice = choose(&req, &caps).map_err(|r| anyhow!("{}: {r}", args.config.display()))?;
+    if comm.rank() == 0 {
+        log_choice(&req, &choice);
+    }
+    let device = fmm::planner::device(e.backend, &caps).map_err(|r| anyhow!("{r}"))?;
     let opts = method::run::RunOptions {
         max_steps: args.steps,
     };
     let (out, restart) = (args.out.as_deref(), args.restart.as_deref());
-    if gpu[0] == 1.0 {
-        #[cfg(feature = "cuda")]
-        {
-            let device = if comm.size() > 1 {
-                local_rank % gpu::device_count().unwrap_or(1).max(1)
-            } else {
-                config.evaluation.device
-            };
-            let what = |e: gpu::GpuError| {
-                anyhow::anyhow!(
-                    "backend \"cuda\" (device {device}) for {}: {e}",
-                    args.config.display()
-                )
-            };
-            if uniform {
-                let b = gpu::UniformBackend::new(device).map_err(what);
-                let b = method::parallel::agree(
+    match device {
+        Device::Cuda => {
+            #[cfg(feature = "cuda")]
+            {
+                let index = crate::planner::device_for_rank(comm, local_rank, e.device);
+                let what = |e: String| {
+                    method::Error::Other(format!(
+                        "backend \"cuda\" (device {index}) for {}: {e}",
+                        args.config.display()
+                    ))
+                };
+                let b = gpu::CudaBackend::new(index).map_err(|e| what(e.to_string()));
+                let b = method::parallel::agree(comm, b)?;
+                let at_sources = if choice.engine == Engine::UniformGrid {
+                    // the uniform grid, the adaptive octree where the grid refuses a set
+                    let params = config.eval_params();
+                    let grid = crate::planner::build(comm, Engine::UniformGrid, index, &params);
+                    let grid = grid.map_err(|e| what(e.to_string()));
+                    let grid = method::parallel::agree(comm, grid)?;
+                    let adaptive = fmm::PlanEvaluator::new(
+                        gpu::CudaBackend::new(index).map_err(|e| what(e.to_string()))?,
+                        params,
+                    )?;
+                    Some(Box::new(fmm::WithFallback::new(grid, Box::new(adaptive)))
+                        as Box<dyn fmm::Evaluator>)
+                } else {
+                    None
+                };
+                method::run::run_loaded_on(
                     comm,
-                    b.map_err(|e| method::Error::Other(e.to_string())),
+                    config,
+                    &args.config,
+                    out,
+                    restart,
+                    b,
+                    at_sources,
+                    &opts,
                 )?;
-                method::run::run_loaded_on(comm, config, &args.config, out, restart, b, &opts)?;
-            } else {
-                let b = gpu::CudaBackend::new(device).map_err(what);
-                let b = method::parallel::agree(
-                    comm,
-                    b.map_err(|e| method::Error::Other(e.to_string())),
-                )?;
-                method::run::run_loaded_on(comm, config, &args.config, out, restart, b, &opts)?;
+            }
+            #[cfg(not(feature = "cuda"))]
+            {
+                let _ = (local_rank, out, restart);
+                unreachable!("the planner refuses cuda without the `cuda` feature");
             }
         }
-        #[cfg(not(feature = "cuda"))]
-        {
+        Device::Cpu => {
             let _ = local_rank;
-            anyhow::bail!("backend = \"cuda\": this binary was built without the `cuda` feature");
+            method::run::run_loaded_on(
+                comm,
+                config,
+                &args.config,
+                out,
+                restart,
+                fmm::CpuBackend,
+                None,
+                &opts,
+            )?;
         }
-    } else {
-        if uniform {
-            anyhow::bail!(
-                "evaluation.grid = \"uniform\" for {}: the uniform grid is built on the GPU and \
-                 no GPU is usable (grid = \"adaptive\" runs anywhere)",
-                args.config.display()
-            );
-        }
-        if choice == BackendChoice::Cuda {
-            anyhow::bail!(
-                "backend \"cuda\" for {}: no usable GPU on every rank (`--backend cpu` runs on the CPU)",
-                args.config.display()
-            );
-        }
-        let _ = local_rank;
-        method::run::run_loaded_on(
-            comm,
-            config,
-            &args.config,
-            out,
-            restart,
-            fmm::CpuBackend,
-            &opts,
-        )?;
     }
     Ok(())
 }

@@ -17,6 +17,7 @@
 
 pub mod comm;
 pub mod essential;
+pub mod evaluator;
 pub mod ext_tree;
 pub mod partition;
 pub mod wire;
@@ -25,6 +26,7 @@ pub mod wire;
 pub use comm::MpiComm;
 pub use comm::{world, Comm, ReduceOp, SelfComm, ThreadComm};
 pub use essential::{evaluate_owned, OwnedSources, OwnedTargets};
+pub use evaluator::DistributedEvaluator;
 pub use partition::Partition;
 
 use fmm::backend::{Backend, PhaseTimes};
@@ -68,35 +70,9 @@ impl Default for DomainParams {
     }
 }
 
-/// Bytes sent by this rank (to other ranks) and times of the communication phases.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct CommStats {
-    /// Partition counts and cell summaries (allreduce).
-    pub bytes_summary: u64,
-    /// Particles moved to their owners (and fields returned).
-    pub bytes_redistribute: u64,
-    /// P2Pcomm: pruned subtrees and halo particles.
-    pub bytes_p2p: u64,
-    /// M2Lcomm: requests (cell keys), branch multipoles (all-gather) and the requested
-    /// multipoles (those the receiver's far lists use).
-    pub bytes_m2l: u64,
-    /// Halo particles received.
-    pub halo_particles: u64,
-    /// Remote cells received (below branch cells).
-    pub remote_cells: u64,
-    /// Multipoles of cells below branch cells sent to other ranks in M2Lcomm.
-    pub m2l_cells_sent: u64,
-    /// Remote cells below branch cells that this rank's far lists use (each needs the
-    /// multipole received for it: a lower bound of what M2Lcomm must bring).
-    pub m2l_cells_used: u64,
-    pub t_partition: f64,
-    pub t_redistribute: f64,
-    pub t_p2pcomm: f64,
-    pub t_m2lcomm: f64,
-    /// Wall-clock seconds of the steps of the evaluation on this rank, in pipeline order
-    /// (bookkeeping, exchanges and the backend phases), for profiling.
-    pub profile: Vec<(&'static str, f64)>,
-}
+/// Bytes sent by this rank and times of the communication phases (one record per
+/// evaluation, shared with every engine through `fmm::Evaluation::comm`).
+pub use fmm::CommStats;
 
 /// Stopwatch recording consecutive laps into [`CommStats::profile`].
 pub(crate) struct Laps {
@@ -116,12 +92,6 @@ impl Laps {
             Some((_, v)) => *v += dt,
             None => stats.profile.push((name, dt)),
         }
-    }
-}
-
-impl CommStats {
-    pub fn bytes_total(&self) -> u64 {
-        self.bytes_summary + self.bytes_redistribute + self.bytes_p2p + self.bytes_m2l
     }
 }
 

@@ -1,21 +1,21 @@
 //! One evaluation as the programs call it, shared by the `vortex` binary and the Python
-//! package (`python/`): the backend choice (`auto|cpu|cuda`, the GPU probed without touching
-//! the driver first), the uniform GPU grid, the defaults of `vortex eval`, a thread pool, and
-//! the checks of input arrays with the messages the command line gives.
+//! package (`python/`): the engine the planner chooses and builds ([`planner`]: the request
+//! to `fmm::planner`, the GPU probed without touching the driver first), the one evaluation
+//! call of `vortex eval` and `pyvortex.evaluate` ([`evaluate`]), the defaults of
+//! `vortex eval`, a thread pool, and the checks of input arrays with the messages the command
+//! line gives ([`input`]).
 //!
 //! The velocity and stretching themselves are the Biot-Savart sums of `CONVENTIONS.md` (core
-//! paper Eq. 3-9), computed by `fmm::evaluate` on the chosen backend.
+//! paper Eq. 3-9), computed by the `fmm::Evaluator` the planner hands out.
 
-pub mod backends;
 pub mod input;
+pub mod planner;
 
-pub use backends::{
-    evaluate_distributed_on, evaluate_on, resolve, uniform_core_cutoff, BackendChoice, BackendRun,
-    GridChoice, UniformRunner,
-};
-
+use domain::Comm;
 use fmm::periodic::Periodic;
-use fmm::{EvalParams, Method};
+use fmm::planner::Request;
+use fmm::{BackendChoice, EvalParams, Evaluation, GridChoice, Method, Sources, TargetKind};
+use fmm::{TargetSpec, Targets};
 
 /// Errors of an evaluation as a program asks for it.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +29,9 @@ pub enum EngineError {
     /// A failure of the distributed evaluation.
     #[error(transparent)]
     Domain(#[from] domain::DomainError),
+    /// A request the planner refuses (with the reason).
+    #[error(transparent)]
+    Refused(#[from] fmm::planner::Refusal),
     /// A backend that cannot run (no GPU, a feature not built, a device failure).
     #[error("{0}")]
     Backend(String),
@@ -70,7 +73,7 @@ pub fn eval_params(
         leaf_size,
         core_cutoff: core_cutoff.unwrap_or(match grid {
             GridChoice::Adaptive => EvalParams::default().core_cutoff,
-            GridChoice::Uniform => uniform_core_cutoff(),
+            GridChoice::Uniform => planner::uniform_core_cutoff(),
         }),
         periodic: periodic.map(|(box_length, image_levels)| Periodic {
             box_length,
@@ -92,4 +95,53 @@ pub fn thread_pool(threads: Option<usize>) -> Result<rayon::ThreadPool> {
     }
     b.build()
         .map_err(|e| EngineError::Backend(format!("building a thread pool: {e}")))
+}
+
+/// One evaluation and the engine that ran it.
+pub struct Run {
+    pub evaluation: Evaluation,
+    /// What ran (`fmm::Evaluator::describe`).
+    pub backend: String,
+}
+
+/// The one evaluation of `vortex eval` (on every rank of `comm`) and of `pyvortex.evaluate`
+/// (on `domain::SelfComm`): the planner chooses and builds the engine for `backend`, `grid`,
+/// the ranks of `comm` and the targets (`None`: the sources themselves, velocity and
+/// stretching; `Some`: separate points), which evaluates this rank's `sources`. `n` is the
+/// number of sources over all ranks (for the planner's log). Collective under MPI.
+#[allow(clippy::too_many_arguments)]
+pub fn evaluate(
+    comm: &dyn Comm,
+    local_rank: usize,
+    device: usize,
+    backend: BackendChoice,
+    grid: GridChoice,
+    params: &EvalParams,
+    n: usize,
+    sources: &Sources,
+    targets: Option<&Targets>,
+) -> Result<Run> {
+    let req = Request {
+        method: params.method,
+        backend,
+        grid,
+        periodic: params.periodic.is_some(),
+        ranks: comm.size(),
+        targets: if targets.is_some() {
+            TargetKind::Points
+        } else {
+            TargetKind::Sources
+        },
+        n,
+    };
+    let mut engine = planner::plan(comm, local_rank, device, &req, params)?;
+    let spec = match targets {
+        Some(t) => TargetSpec::Points(t),
+        None => TargetSpec::Sources,
+    };
+    let evaluation = engine.evaluate(sources, spec)?;
+    Ok(Run {
+        evaluation,
+        backend: engine.describe(),
+    })
 }

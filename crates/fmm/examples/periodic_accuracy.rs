@@ -80,68 +80,77 @@ fn parse_levels(s: &str) -> Result<Vec<usize>, String> {
     }
 }
 
+/// Accuracy and cost of the periodic FMM / PPM against the Ewald-split reference.
+#[derive(clap::Parser, Debug)]
+struct Cli {
+    /// Particle counts, comma separated (1e3 notation accepted).
+    #[arg(long, default_value = "1e3,1e4")]
+    n: String,
+    /// Methods, comma separated (fmm, ppm, treecode, direct).
+    #[arg(long = "method", default_value = "fmm")]
+    methods: String,
+    /// Expansion orders, comma separated.
+    #[arg(long, default_value = "10")]
+    orders: String,
+    /// Image levels K: a list `0,2,4` or a range `0..5`.
+    #[arg(long, default_value = "4")]
+    levels: String,
+    /// Targets sampled for the error.
+    #[arg(long, default_value = "1000")]
+    targets: String,
+    #[arg(long, default_value_t = 2026)]
+    seed: u64,
+    /// Opening angle (default: `EvalParams::default()`).
+    #[arg(long)]
+    theta: Option<f64>,
+    /// Largest number of particles in a leaf.
+    #[arg(long)]
+    leaf: Option<usize>,
+    /// Evaluate at every particle (`all`) or at the sampled targets only (`sample`).
+    #[arg(long, default_value = "all", value_parser = ["all", "sample"])]
+    eval_at: String,
+    /// Levels at which an all-target evaluation is added to sample-only rows.
+    #[arg(long, default_value = "")]
+    full_levels: String,
+    /// Overhead mode: free-space and periodic evaluations back to back.
+    #[arg(long)]
+    overhead: bool,
+    /// Evaluations per case in overhead mode; the fastest is kept.
+    #[arg(long, default_value = "1")]
+    repeat: String,
+    /// Overhead mode: time only the free-space or the periodic evaluation.
+    #[arg(long, value_parser = ["free", "periodic"])]
+    only: Option<String>,
+}
+
 fn args() -> Result<Args, String> {
-    let mut a = Args {
-        n: vec![1000, 10_000],
-        methods: vec![Method::Fmm],
-        orders: vec![10],
-        levels: vec![4],
-        targets: 1000,
-        seed: 2026,
-        theta: None,
-        leaf: None,
-        eval_all: true,
-        full_levels: Vec::new(),
-        overhead: false,
-        repeat: 1,
-        only: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(k) = it.next() {
-        let mut val = || it.next().ok_or(format!("{k} needs a value"));
-        match k.as_str() {
-            "--n" => {
-                a.n = val()?
-                    .split(',')
-                    .map(parse_count)
-                    .collect::<Result<_, _>>()?
-            }
-            "--method" => a.methods = parse_list(&val()?)?,
-            "--orders" => a.orders = parse_list(&val()?)?,
-            "--levels" => a.levels = parse_levels(&val()?)?,
-            "--targets" => a.targets = parse_count(&val()?)?,
-            "--seed" => a.seed = val()?.parse().map_err(|_| "bad seed".to_string())?,
-            "--theta" => a.theta = Some(val()?.parse().map_err(|_| "bad theta".to_string())?),
-            "--leaf" => a.leaf = Some(parse_count(&val()?)?),
-            "--eval-at" => {
-                a.eval_all = match val()?.as_str() {
-                    "all" => true,
-                    "sample" => false,
-                    o => return Err(format!("--eval-at {o}: expected all or sample")),
-                }
-            }
-            "--full-levels" => a.full_levels = parse_levels(&val()?)?,
-            "--overhead" => a.overhead = true,
-            "--repeat" => a.repeat = parse_count(&val()?)?,
-            "--only" => {
-                a.only = match val()?.as_str() {
-                    "free" => Some(false),
-                    "periodic" => Some(true),
-                    o => return Err(format!("--only {o}: expected free or periodic")),
-                }
-            }
-            "-h" | "--help" => {
-                return Err(
-                    "usage: periodic_accuracy [--n 1e3,1e4] [--method fmm,ppm] \
-                     [--orders 10] [--levels 0..5] [--targets 1000] [--seed S] [--theta T] \
-                     [--leaf L] [--eval-at all|sample [--full-levels 4]] [--overhead [--repeat R] [--only free|periodic]]"
-                        .into(),
-                )
-            }
-            o => return Err(format!("unknown argument {o} (see --help)")),
+    let c = <Cli as clap::Parser>::parse();
+    let levels = |s: &str| {
+        if s.is_empty() {
+            Ok(Vec::new())
+        } else {
+            parse_levels(s)
         }
-    }
-    Ok(a)
+    };
+    Ok(Args {
+        n: c.n
+            .split(',')
+            .map(parse_count)
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("--n: {e}"))?,
+        methods: parse_list(&c.methods).map_err(|e| format!("--method: {e}"))?,
+        orders: parse_list(&c.orders).map_err(|e| format!("--orders: {e}"))?,
+        levels: levels(&c.levels).map_err(|e| format!("--levels: {e}"))?,
+        targets: parse_count(&c.targets).map_err(|e| format!("--targets: {e}"))?,
+        seed: c.seed,
+        theta: c.theta,
+        leaf: c.leaf,
+        eval_all: c.eval_at == "all",
+        full_levels: levels(&c.full_levels).map_err(|e| format!("--full-levels: {e}"))?,
+        overhead: c.overhead,
+        repeat: parse_count(&c.repeat).map_err(|e| format!("--repeat: {e}"))?,
+        only: c.only.map(|o| o == "periodic"),
+    })
 }
 
 fn params(a: &Args, method: Method, order: usize, periodic: Option<Periodic>) -> EvalParams {

@@ -11,10 +11,13 @@
 //! * [`expansions`]: solid harmonics and Wigner rotations;
 //! * [`operators`]: P2M, M2M, M2L (rotation O(p^3) and plain O(p^4)), L2L, L2P, M2P, P2P;
 //! * [`backend`]: the trait a compute backend (CPU here, CUDA in `vortex-gpu`) implements;
-//! * [`evaluators`]: `direct`, `treecode` and `fmm` behind one interface.
+//! * [`evaluators`]: `direct`, `treecode` and `fmm` driven through the phases of a backend;
+//! * [`evaluator`]: the object-safe [`Evaluator`] every engine implements, and [`planner`],
+//!   which chooses the engine.
 
 pub mod backend;
 pub mod error;
+pub mod evaluator;
 pub mod evaluators;
 pub mod expansions;
 pub mod kernel;
@@ -22,14 +25,19 @@ pub mod lists;
 pub mod operators;
 pub mod particles;
 pub mod periodic;
+pub mod planner;
 pub mod ppm;
 pub mod testsets;
 pub mod tree;
 
 pub use backend::{cpu::CpuBackend, Backend, FarField, PhaseTimes, Plan};
 pub use error::FmmError;
-pub use evaluators::{evaluate, evaluate_at_sources, EvalParams, Evaluation, Method};
+pub use evaluator::{
+    CommStats, DirectEvaluator, Evaluator, PlanEvaluator, TargetKind, TargetSpec, WithFallback,
+};
+pub use evaluators::{evaluate, EvalParams, Evaluation, Method};
 pub use particles::{relative_l2_error, Fields, Sources, Targets};
+pub use planner::{BackendChoice, GridChoice};
 
 /// Largest supported expansion order.
 pub const MAX_ORDER: usize = 20;

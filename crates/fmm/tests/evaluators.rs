@@ -226,92 +226,93 @@ fn mutual_and_one_sided_near_fields_agree() {
     }
 }
 
-/// `evaluate_at_sources`: a backend without a whole-evaluation path gives exactly
-/// `evaluate` at the sources; one with a path (here: the direct sum, for the FMM only) is
-/// asked first and its answer returned, other methods still take the plan.
+/// Every CPU engine behind `fmm::Evaluator`, for every kind of targets, free space and
+/// periodic, against the f64 direct sum on the same fresh random inputs, through the common
+/// trait (`fmm::evaluator::errors_against_direct`, which the GPU engines' tests use too).
 #[test]
-fn evaluate_at_sources_asks_the_backend_first() {
-    use fmm::{evaluate_at_sources, Backend, Evaluation, FmmError, PhaseTimes, Plan};
-    struct DirectForFmm;
-    impl Backend for DirectForFmm {
-        type State = <CpuBackend as Backend>::State;
-        fn name(&self) -> String {
-            "direct-for-fmm".into()
-        }
-        fn prepare(&self, p: &Plan, s: &Sources, t: &Targets) -> Result<Self::State, FmmError> {
-            CpuBackend.prepare(p, s, t)
-        }
-        fn upward(
-            &self,
-            p: &Plan,
-            st: &mut Self::State,
-            t: &mut PhaseTimes,
-        ) -> Result<(), FmmError> {
-            CpuBackend.upward(p, st, t)
-        }
-        fn downward(
-            &self,
-            p: &Plan,
-            st: &mut Self::State,
-            t: &mut PhaseTimes,
-        ) -> Result<(), FmmError> {
-            CpuBackend.downward(p, st, t)
-        }
-        fn near_field(
-            &self,
-            p: &Plan,
-            st: &mut Self::State,
-            t: &mut PhaseTimes,
-        ) -> Result<(), FmmError> {
-            CpuBackend.near_field(p, st, t)
-        }
-        fn fields(&self, p: &Plan, st: Self::State) -> Result<fmm::Fields, FmmError> {
-            CpuBackend.fields(p, st)
-        }
-        fn multipoles(
-            &self,
-            p: &Plan,
-            st: &Self::State,
-            c: &[usize],
-        ) -> Result<Vec<f64>, FmmError> {
-            CpuBackend.multipoles(p, st, c)
-        }
-        fn add_locals(
-            &self,
-            p: &Plan,
-            st: &mut Self::State,
-            c: &[usize],
-            d: &[f64],
-        ) -> Result<(), FmmError> {
-            CpuBackend.add_locals(p, st, c, d)
-        }
-        fn evaluate_at_sources(
-            &self,
-            params: &EvalParams,
-            s: &Sources,
-        ) -> Option<Result<Evaluation, FmmError>> {
-            (params.method == Method::Fmm).then(|| {
-                Ok(Evaluation {
-                    fields: direct(s, &s.as_targets()),
-                    times: PhaseTimes::default(),
-                    stats: Default::default(),
-                })
-            })
+fn every_cpu_evaluator_matches_the_direct_sum_through_the_trait() {
+    use fmm::evaluator::errors_against_direct;
+    use fmm::periodic::Periodic;
+    use fmm::{DirectEvaluator, Evaluator, PlanEvaluator, TargetSpec};
+    use rand::{Rng, SeedableRng};
+    let seed = rand::random::<u64>();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let free = standard(1000, seed);
+    let periodic = fmm::testsets::generate(fmm::testsets::Distribution::Uniform, 1000, seed, true);
+    let other: Vec<[f64; 3]> = (0..1000)
+        .map(|_| std::array::from_fn(|_| rng.gen_range(-1e-3..1e-3)))
+        .collect();
+    let points = Targets {
+        position: (0..200)
+            .map(|_| std::array::from_fn(|_| rng.gen_range(-3.0..3.0)))
+            .collect(),
+        strength: (0..200)
+            .map(|_| std::array::from_fn(|_| rng.gen_range(-1e-3..1e-3)))
+            .collect(),
+    };
+    for per in [None, Some(Periodic::default())] {
+        let s = if per.is_some() { &periodic } else { &free };
+        for method in [Method::Direct, Method::Treecode, Method::Fmm, Method::Ppm] {
+            let p = EvalParams {
+                periodic: per,
+                ..params(method, 10, 32)
+            };
+            let mut engines: Vec<Box<dyn Evaluator>> =
+                vec![Box::new(PlanEvaluator::new(CpuBackend, p.clone()).unwrap())];
+            if method == Method::Direct {
+                engines.push(Box::new(DirectEvaluator::new(p.clone())));
+            }
+            for ev in &mut engines {
+                for spec in [
+                    TargetSpec::Sources,
+                    TargetSpec::SourcesWith(&other),
+                    TargetSpec::Points(&points),
+                ] {
+                    let (eu, es) = errors_against_direct(ev.as_mut(), s, spec).unwrap();
+                    let tol = if method == Method::Direct {
+                        1e-14
+                    } else {
+                        1e-4
+                    };
+                    assert!(
+                        eu < tol && es < 10.0 * tol,
+                        "seed {seed}: {} {method} periodic {} at {}: {eu:.2e} / {es:.2e}",
+                        ev.describe(),
+                        per.is_some(),
+                        spec.kind()
+                    );
+                }
+            }
         }
     }
+}
+
+/// The stretching at the sources with other strengths is not that of the sources' own
+/// strengths (the targets' strengths reach the engine), and a wrong length is refused.
+#[test]
+fn other_strengths_at_the_sources_reach_the_engine() {
+    use fmm::{Evaluator, PlanEvaluator, TargetSpec};
     let s = standard(800, 4);
-    let fmm_params = params(Method::Fmm, 6, 16);
-    let plain = evaluate(&CpuBackend, &fmm_params, &s, &s.as_targets()).unwrap();
-    let same = evaluate_at_sources(&CpuBackend, &fmm_params, &s).unwrap();
-    assert_eq!(plain.fields, same.fields);
-    let own = evaluate_at_sources(&DirectForFmm, &fmm_params, &s).unwrap();
-    assert_eq!(own.fields, direct(&s, &s.as_targets()));
-    let tree = params(Method::Treecode, 6, 16);
-    let via_plan = evaluate_at_sources(&DirectForFmm, &tree, &s).unwrap();
-    assert_eq!(
-        via_plan.fields,
-        evaluate(&CpuBackend, &tree, &s, &s.as_targets())
-            .unwrap()
-            .fields
+    let mut ev = PlanEvaluator::new(CpuBackend, params(Method::Fmm, 6, 16)).unwrap();
+    let own = ev.evaluate(&s, TargetSpec::Sources).unwrap();
+    let doubled: Vec<[f64; 3]> = s.strength.iter().map(|a| a.map(|x| 2.0 * x)).collect();
+    let other = ev.evaluate(&s, TargetSpec::SourcesWith(&doubled)).unwrap();
+    // the same velocity to round-off (the self-evaluation sums each near pair once for both)
+    let ev_u = relative_l2_error(&other.fields.velocity, &own.fields.velocity);
+    assert!(ev_u < 1e-13, "velocity: {ev_u:e}");
+    let e = relative_l2_error(
+        &other.fields.stretching,
+        &own.fields
+            .stretching
+            .iter()
+            .map(|a| a.map(|x| 2.0 * x))
+            .collect::<Vec<_>>(),
     );
+    assert!(
+        e < 1e-12,
+        "stretching is linear in the target strengths: {e:e}"
+    );
+    assert!(ev
+        .evaluate(&s, TargetSpec::SourcesWith(&doubled[1..]))
+        .is_err());
 }

@@ -43,72 +43,69 @@ struct Args {
     seed: u64,
 }
 
-fn usage(code: i32) -> ! {
-    eprintln!(
-        "{}",
-        include_str!("uniform_mpi.rs")
-            .lines()
-            .take(9)
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-    std::process::exit(code)
+/// The distributed uniform-grid FMM, one GPU per rank, timed and checked.
+#[derive(clap::Parser, Debug)]
+#[command(group(clap::ArgGroup::new("count").required(true).args(["per_rank", "total"])))]
+struct Cli {
+    /// Particles per rank (1e7 notation accepted).
+    #[arg(long, value_parser = count)]
+    per_rank: Option<usize>,
+    /// Particles over all ranks.
+    #[arg(long, value_parser = count)]
+    total: Option<usize>,
+    /// Expansion order.
+    #[arg(long, default_value_t = 6)]
+    order: usize,
+    /// Timed evaluations; the best is reported.
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Targets of the error against the direct sum, over all ranks.
+    #[arg(long, default_value_t = 500)]
+    samples: usize,
+    /// Gap of a far interaction in core radii.
+    #[arg(long, default_value_t = UniformParams::default().core_cutoff)]
+    cutoff: f64,
+    /// Particles per leaf the grid aims at.
+    #[arg(long, default_value_t = UniformParams::default().leaf_target)]
+    leaf_target: f64,
+    /// Force the grid shape `m,k` of `gpu::UniformGrid`.
+    #[arg(long, value_delimiter = ',', num_args = 1)]
+    grid: Option<Vec<usize>>,
+    /// Seed of the particle set.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+}
+
+/// A count: an integer or a float such as `1e7`.
+fn count(s: &str) -> Result<usize, String> {
+    let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    if !(v >= 1.0 && v.fract() == 0.0 && v <= 1e15) {
+        return Err(format!("`{s}` is not a positive whole count"));
+    }
+    Ok(v as usize)
 }
 
 fn parse() -> Args {
-    let mut a = Args {
-        per_rank: None,
-        total: None,
-        order: 6,
-        reps: 3,
-        samples: 500,
-        cutoff: UniformParams::default().core_cutoff,
-        leaf_target: UniformParams::default().leaf_target,
-        grid: None,
-        seed: 7,
+    let c = <Cli as clap::Parser>::parse();
+    let grid = match c.grid.as_deref() {
+        None => None,
+        Some([m, k]) => Some((*m, *k)),
+        Some(g) => {
+            eprintln!("--grid takes two numbers m,k, got {g:?}");
+            std::process::exit(64);
+        }
     };
-    let v: Vec<String> = std::env::args().skip(1).collect();
-    let num = |s: &str| -> usize {
-        s.parse::<f64>().unwrap_or_else(|_| {
-            eprintln!("bad number {s}");
-            std::process::exit(64)
-        }) as usize
-    };
-    let mut i = 0;
-    while i < v.len() {
-        if v[i] == "--help" || v[i] == "-h" {
-            usage(0);
-        }
-        if i + 1 >= v.len() {
-            usage(64);
-        }
-        let x = &v[i + 1];
-        match v[i].as_str() {
-            "--per-rank" => a.per_rank = Some(num(x)),
-            "--total" => a.total = Some(num(x)),
-            "--order" => a.order = num(x),
-            "--reps" => a.reps = num(x).max(1),
-            "--samples" => a.samples = num(x).max(1),
-            "--cutoff" => a.cutoff = x.parse().expect("--cutoff: a number"),
-            "--leaf-target" => a.leaf_target = x.parse().expect("--leaf-target: a number"),
-            "--grid" => {
-                let g: Vec<usize> = x.split(',').map(num).collect();
-                assert!(g.len() == 2, "--grid m,k");
-                a.grid = Some((g[0], g[1]));
-            }
-            "--seed" => a.seed = num(x) as u64,
-            o => {
-                eprintln!("unknown option {o}");
-                usage(64)
-            }
-        }
-        i += 2;
+    Args {
+        per_rank: c.per_rank,
+        total: c.total,
+        order: c.order,
+        reps: c.reps.max(1),
+        samples: c.samples.max(1),
+        cutoff: c.cutoff,
+        leaf_target: c.leaf_target,
+        grid,
+        seed: c.seed,
     }
-    if a.per_rank.is_some() == a.total.is_some() {
-        eprintln!("give one of --per-rank N and --total N");
-        usage(64);
-    }
-    a
 }
 
 /// This rank's share of the standard set of `n_global` particles, inside its slab of z.

@@ -22,7 +22,10 @@ pub mod uniform;
 
 pub use backend::{CudaBackend, KernelTimes, M2lKind};
 pub use device::{available, device_count, driver_present, nvrtc_present, GpuDevice, GpuError};
-pub use uniform::{evaluate_uniform, UniformBackend, UniformFmm, UniformParams, UniformTimes};
+pub use uniform::{
+    evaluate_uniform, UniformEvaluator, UniformFmm, UniformParams, UniformSlabEvaluator,
+    UniformTimes,
+};
 
 #[cfg(test)]
 mod tests {

@@ -41,7 +41,7 @@
 use crate::error::{Error, Result};
 use crate::reinterpolation::{LatticeSpec, RbfSettings, RbfSolver};
 use fmm::periodic::Periodic;
-use fmm::{EvalParams, Method};
+use fmm::{BackendChoice, EvalParams, GridChoice, Method};
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
 use std::path::Path;
@@ -89,7 +89,8 @@ impl Default for DomainConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct EvaluationConfig {
-    pub method: String,
+    #[serde(deserialize_with = "de_method")]
+    pub method: Method,
     pub order: usize,
     pub theta: f64,
     pub leaf_size: usize,
@@ -98,34 +99,56 @@ pub struct EvaluationConfig {
     /// The `method` crate runs any `fmm::Backend`; the binary builds the one named here (see
     /// [`crate::run::run_loaded`]). Not part of the checkpoint fingerprint: a run may be continued
     /// on another backend (bit-for-bit only on the same one).
-    pub backend: String,
+    #[serde(deserialize_with = "de_backend")]
+    pub backend: BackendChoice,
     /// GPU index for `backend = "cuda"`.
     pub device: usize,
     /// `"adaptive"` (octree built on the host; every method and backend) or `"uniform"` (the
     /// FMM of the particles at themselves on a uniform grid built on the GPU, free space or
     /// periodic, one rank; other evaluations stay adaptive). Like `backend`, not part of the
     /// checkpoint fingerprint.
-    pub grid: String,
+    #[serde(deserialize_with = "de_grid")]
+    pub grid: GridChoice,
 }
 
-/// The grid names accepted by `evaluation.grid`.
-pub const GRIDS: [&str; 2] = ["adaptive", "uniform"];
+/// Deserializes a choice through its `FromStr`, whose error lists the valid values; the message
+/// names the configuration key.
+fn de_choice<'de, D, T>(d: D, key: &str) -> std::result::Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: std::str::FromStr<Err = String>,
+{
+    let s = String::deserialize(d)?;
+    s.parse()
+        .map_err(|e: String| serde::de::Error::custom(format!("{key}: {e}")))
+}
 
-/// The backend names accepted by `evaluation.backend`.
-pub const BACKENDS: [&str; 3] = ["auto", "cpu", "cuda"];
+fn de_method<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Method, D::Error> {
+    de_choice(d, "evaluation.method")
+}
+
+fn de_backend<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<BackendChoice, D::Error> {
+    de_choice(d, "evaluation.backend")
+}
+
+fn de_grid<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<GridChoice, D::Error> {
+    de_choice(d, "evaluation.grid")
+}
 
 impl Default for EvaluationConfig {
     fn default() -> Self {
         let d = EvalParams::default();
         Self {
-            method: d.method.to_string(),
+            method: d.method,
             order: d.order,
             theta: d.theta,
             leaf_size: d.leaf_size,
             core_cutoff: d.core_cutoff,
-            backend: "auto".into(),
+            backend: BackendChoice::Auto,
             device: 0,
-            grid: "adaptive".into(),
+            grid: GridChoice::Adaptive,
         }
     }
 }
@@ -303,7 +326,7 @@ impl Config {
     }
 
     pub fn method(&self) -> Method {
-        self.evaluation.method.parse().expect("validated")
+        self.evaluation.method
     }
 
     pub fn periodic(&self) -> Option<Periodic> {
@@ -427,10 +450,6 @@ impl Config {
             ));
         }
         // evaluation
-        let method: std::result::Result<Method, String> = self.evaluation.method.parse();
-        if let Err(e) = method {
-            return Err(bad(file, "evaluation.method", e));
-        }
         let e = &self.evaluation;
         if e.order == 0 || e.order > fmm::MAX_ORDER {
             return Err(bad(
@@ -446,24 +465,7 @@ impl Config {
                 format!("the opening angle must lie in (0, 1), got {}", e.theta),
             ));
         }
-        if !BACKENDS.contains(&e.backend.as_str()) {
-            return Err(bad(
-                file,
-                "evaluation.backend",
-                format!(
-                    "unknown backend \"{}\": one of \"auto\", \"cpu\", \"cuda\"",
-                    e.backend
-                ),
-            ));
-        }
-        if !GRIDS.contains(&e.grid.as_str()) {
-            return Err(bad(
-                file,
-                "evaluation.grid",
-                format!("unknown grid \"{}\": \"adaptive\" or \"uniform\"", e.grid),
-            ));
-        }
-        if e.grid == "uniform" && e.backend == "cpu" {
+        if e.grid == GridChoice::Uniform && e.backend == BackendChoice::Cpu {
             return Err(bad(
                 file,
                 "evaluation.grid",

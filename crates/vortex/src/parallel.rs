@@ -42,7 +42,10 @@ use crate::stepping::{State, StepReport, Stepper};
 use domain::partition::{global_cube, Partition};
 use domain::wire::{Reader, Writer};
 use domain::{Comm, CommStats, DomainParams, OwnedSources, OwnedTargets, ReduceOp};
-use fmm::{Backend, EvalParams, Fields, Method, PhaseTimes, Sources, Targets};
+use fmm::{
+    Backend, EvalParams, Evaluator, Fields, Method, PhaseTimes, PlanEvaluator, Sources, TargetSpec,
+    Targets,
+};
 use rayon::prelude::*;
 use std::time::Instant;
 
@@ -299,6 +302,9 @@ pub struct DistRhs<'c, B: Backend> {
     pub evaluations: u64,
     /// Step number, for error messages.
     pub step: u64,
+    /// The engine of the evaluations of the particles at themselves on one rank (the
+    /// planner's choice, e.g. the GPU uniform grid); `None`: the adaptive plan on `backend`.
+    pub at_sources: Option<Box<dyn Evaluator + 'c>>,
 }
 
 fn targets_of(p: &Particles) -> Targets {
@@ -324,6 +330,7 @@ impl<'c, B: Backend> DistRhs<'c, B> {
             comm_seconds: 0.0,
             evaluations: 0,
             step: 0,
+            at_sources: None,
         }
     }
 
@@ -338,7 +345,8 @@ impl<'c, B: Backend> DistRhs<'c, B> {
         let t0 = Instant::now();
         let fields = if self.comm.size() == 1 {
             let step = self.step;
-            let ev = fmm::evaluate(&self.backend, &self.params, sources, targets)
+            let ev = PlanEvaluator::new(&self.backend, self.params.clone())
+                .and_then(|mut e| e.evaluate(sources, TargetSpec::Points(targets)))
                 .map_err(|source| Error::Fmm { step, source })?;
             add_times(&mut self.times, &ev.times);
             ev.fields
@@ -361,17 +369,22 @@ impl<'c, B: Backend> DistRhs<'c, B> {
         Ok(fields)
     }
 
-    /// Fields at the particles `p` at themselves, on one rank: [`fmm::evaluate_at_sources`]
-    /// (so a backend's own whole-evaluation path, such as the GPU uniform grid, takes it);
-    /// with several ranks the distributed evaluation of [`DistRhs::evaluate_at`].
+    /// Fields at the particles `p` at themselves, on one rank: [`DistRhs::at_sources`] when
+    /// set (the GPU uniform grid), else the adaptive plan on the backend; with several ranks
+    /// the distributed evaluation of [`DistRhs::evaluate_at`].
     pub fn evaluate_self(&mut self, p: &Particles) -> Result<Fields> {
         if self.comm.size() > 1 {
             return self.evaluate_at(&p.to_sources(), &targets_of(p));
         }
         let t0 = Instant::now();
         let step = self.step;
-        let ev = fmm::evaluate_at_sources(&self.backend, &self.params, &p.to_sources())
-            .map_err(|source| Error::Fmm { step, source })?;
+        let sources = p.to_sources();
+        let ev = match &mut self.at_sources {
+            Some(e) => e.evaluate(&sources, TargetSpec::Sources),
+            None => PlanEvaluator::new(&self.backend, self.params.clone())
+                .and_then(|mut e| e.evaluate(&sources, TargetSpec::Sources)),
+        }
+        .map_err(|source| Error::Fmm { step, source })?;
         add_times(&mut self.times, &ev.times);
         self.evaluations += 1;
         self.seconds += t0.elapsed().as_secs_f64();

@@ -1,12 +1,12 @@
 //! The right-hand side of the particle ODEs: `dx/dt = u(x)` (Eq. 5, 7) and
 //! `d alpha/dt = (alpha . grad) u` (classical stretching, Eq. 9), both from one evaluation of the
-//! regularised Biot-Savart law through [`fmm::evaluate`] per stage. The method (direct, treecode,
-//! FMM), order, opening angle and periodic images come from [`fmm::EvalParams`]; the backend is any
-//! [`fmm::Backend`] (the CPU reference now, a GPU backend drops in).
+//! regularised Biot-Savart law per stage, through an [`fmm::Evaluator`] (the adaptive plan on
+//! the backend, [`fmm::PlanEvaluator`]). The method (direct, treecode, FMM), order, opening
+//! angle and periodic images come from [`fmm::EvalParams`]; the backend is any [`fmm::Backend`].
 
 use crate::error::{Error, Result};
 use crate::particles::Particles;
-use fmm::{Backend, EvalParams, PhaseTimes, Targets};
+use fmm::{Backend, EvalParams, Evaluator, PhaseTimes, PlanEvaluator, TargetSpec, Targets};
 use serde::{Deserialize, Serialize};
 
 /// `dx/dt` and `d alpha/dt` of every particle.
@@ -21,7 +21,7 @@ pub trait RightHandSide {
     fn eval(&mut self, p: &Particles) -> Result<Derivatives>;
 }
 
-/// The vortex-method right-hand side through `fmm::evaluate`.
+/// The vortex-method right-hand side through the adaptive plan's [`fmm::Evaluator`].
 pub struct FmmRhs<B: Backend> {
     pub backend: B,
     pub params: EvalParams,
@@ -45,7 +45,9 @@ impl<B: Backend> FmmRhs<B> {
 
     /// Velocity (and stretching of `targets.strength`) induced by `p` at arbitrary targets.
     pub fn evaluate_at(&mut self, p: &Particles, targets: &Targets) -> Result<fmm::Fields> {
-        let ev = fmm::evaluate(&self.backend, &self.params, &p.to_sources(), targets);
+        let ev = self
+            .evaluator()
+            .and_then(|mut e| e.evaluate(&p.to_sources(), TargetSpec::Points(targets)));
         self.record(ev)
     }
 
@@ -63,6 +65,11 @@ impl<B: Backend> FmmRhs<B> {
         Ok(ev.fields)
     }
 
+    /// The evaluator over this right-hand side's backend and parameters.
+    fn evaluator(&self) -> std::result::Result<PlanEvaluator<&B>, fmm::FmmError> {
+        PlanEvaluator::new(&self.backend, self.params.clone())
+    }
+
     /// Returns and resets the accumulated phase times.
     pub fn take_times(&mut self) -> PhaseTimes {
         std::mem::take(&mut self.times)
@@ -70,10 +77,11 @@ impl<B: Backend> FmmRhs<B> {
 }
 
 impl<B: Backend> RightHandSide for FmmRhs<B> {
-    /// The particles at themselves through [`fmm::evaluate_at_sources`] (a backend with a
-    /// whole-evaluation path of its own, such as the GPU uniform grid, takes it there).
+    /// The particles at themselves ([`TargetSpec::Sources`]).
     fn eval(&mut self, p: &Particles) -> Result<Derivatives> {
-        let ev = fmm::evaluate_at_sources(&self.backend, &self.params, &p.to_sources());
+        let ev = self
+            .evaluator()
+            .and_then(|mut e| e.evaluate(&p.to_sources(), TargetSpec::Sources));
         let f = self.record(ev)?;
         Ok(Derivatives {
             velocity: f.velocity,

@@ -168,7 +168,7 @@ pub fn default_out(config_path: &Path) -> PathBuf {
 /// `config.evaluation.backend` names and calls [`run_loaded`].
 pub fn run(config_path: &Path, out: Option<&Path>, restart: Option<&Path>) -> Result<()> {
     let config = Config::from_file(config_path)?;
-    if config.evaluation.backend == "cuda" {
+    if config.evaluation.backend == fmm::BackendChoice::Cuda {
         return Err(Error::Config {
             file: config_path.display().to_string(),
             key: "evaluation.backend".into(),
@@ -193,32 +193,44 @@ pub fn run_loaded<B: Backend>(
         out,
         restart,
         backend,
+        None,
         &RunOptions::default(),
     )
 }
 
 /// Runs an already read configuration on the ranks of `comm` with this rank's `backend`
-/// (whatever `config.evaluation.backend` resolved to in the caller), into `out` or
-/// `runs/out/<config stem>`; rank 0 logs a summary that names the backend and the number of
-/// ranks, and the shares of the phases. Collective.
-pub fn run_loaded_on<B: Backend>(
-    comm: &dyn Comm,
+/// (whatever `config.evaluation.backend` resolved to in the caller) and, when given, the
+/// engine the planner chose for the evaluations of the particles at themselves
+/// (`at_sources`, e.g. the GPU uniform grid), into `out` or `runs/out/<config stem>`; rank 0
+/// logs a summary that names the backend and the number of ranks, and the shares of the
+/// phases. Collective.
+#[allow(clippy::too_many_arguments)]
+pub fn run_loaded_on<'c, B: Backend>(
+    comm: &'c dyn Comm,
     config: Config,
     config_path: &Path,
     out: Option<&Path>,
     restart: Option<&Path>,
     backend: B,
+    at_sources: Option<Box<dyn fmm::Evaluator + 'c>>,
     opts: &RunOptions,
 ) -> Result<RunSummary> {
     let out = out
         .map(Path::to_path_buf)
         .unwrap_or_else(|| default_out(config_path));
-    let name = backend.name();
+    let name = match &at_sources {
+        Some(e) => format!(
+            "{} ({} for the particles at themselves)",
+            backend.name(),
+            e.describe()
+        ),
+        None => backend.name(),
+    };
     let root = comm.rank() == 0;
     if root {
         log::info!("backend: {name}, {} rank(s)", comm.size());
     }
-    let summary = run_on(comm, config, &out, restart, backend, opts)?;
+    let summary = run_on(comm, config, &out, restart, backend, at_sources, opts)?;
     if root {
         let line = format!(
             "{} [backend {name}, {} rank(s)]",
@@ -266,6 +278,7 @@ pub fn run_config<B: Backend>(
         out,
         restart,
         backend,
+        None,
         &RunOptions::default(),
     )
 }
@@ -316,12 +329,13 @@ fn setup_out(out: &Path, config: &Config) -> Result<()> {
 /// Runs a configuration on the ranks of `comm` (each with its own `backend`), writing into `out`
 /// from rank 0. Every rank returns the same outcome; the summary's diagnostics are rank 0's.
 /// Collective.
-pub fn run_on<B: Backend>(
-    comm: &dyn Comm,
+pub fn run_on<'c, B: Backend>(
+    comm: &'c dyn Comm,
     config: Config,
     out: &Path,
     restart: Option<&Path>,
     backend: B,
+    at_sources: Option<Box<dyn fmm::Evaluator + 'c>>,
     opts: &RunOptions,
 ) -> Result<RunSummary> {
     let root = comm.rank() == 0;
@@ -369,6 +383,7 @@ pub fn run_on<B: Backend>(
             (sim, None)
         }
     };
+    sim.rhs.at_sources = at_sources;
     let cfg = sim.config.clone();
     let n_steps = cfg.steps();
     let start_step = sim.state.step;

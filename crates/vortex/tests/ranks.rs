@@ -80,7 +80,15 @@ fn run_ranks(
 ) -> Vec<method::Result<RunSummary>> {
     let config = Config::from_str_named(text, "test.toml").unwrap();
     ThreadComm::run(ranks, |comm| {
-        run_on(comm, config.clone(), out, restart, fmm::CpuBackend, opts)
+        run_on(
+            comm,
+            config.clone(),
+            out,
+            restart,
+            fmm::CpuBackend,
+            None,
+            opts,
+        )
     })
 }
 
@@ -314,7 +322,15 @@ fn mismatched_configurations_are_refused_at_start_up() {
         } else {
             b.clone()
         };
-        run_on(comm, c, &out, None, fmm::CpuBackend, &RunOptions::default())
+        run_on(
+            comm,
+            c,
+            &out,
+            None,
+            fmm::CpuBackend,
+            None,
+            &RunOptions::default(),
+        )
     });
     for r in res {
         let e = r.unwrap_err().to_string();

@@ -158,7 +158,7 @@ fn configuration_errors_name_the_file_and_the_key() {
         "ok.toml",
     )
     .unwrap();
-    assert_eq!(c.evaluation.grid, "uniform");
+    assert_eq!(c.evaluation.grid, fmm::GridChoice::Uniform);
     // the grid is not part of the checkpoint fingerprint either
     assert_eq!(
         c.fingerprint(),
@@ -172,7 +172,7 @@ fn configuration_errors_name_the_file_and_the_key() {
             "ok.toml",
         )
         .unwrap();
-        assert_eq!(c.evaluation.backend, b);
+        assert_eq!(c.evaluation.backend.to_string(), b);
         // the backend is not part of the checkpoint fingerprint
         assert_eq!(
             c.fingerprint(),

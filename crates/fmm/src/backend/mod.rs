@@ -172,20 +172,6 @@ pub trait Backend: Send + Sync {
         cells: &[usize],
         data: &[f64],
     ) -> Result<(), FmmError>;
-    /// A whole evaluation of `sources` at themselves by a path of the backend's own (for
-    /// example a grid sorted and evaluated on the GPU), or `None` to run the plan-driven
-    /// phases above. [`crate::evaluate_at_sources`] asks this first, with validated
-    /// parameters; the path checks the sources itself (bad values, and when periodic what
-    /// `periodic::check_input` refuses) with errors as clear as [`crate::evaluate`]'s. The
-    /// default has no such path.
-    fn evaluate_at_sources(
-        &self,
-        params: &crate::EvalParams,
-        sources: &Sources,
-    ) -> Option<Result<crate::Evaluation, FmmError>> {
-        let _ = (params, sources);
-        None
-    }
     /// Overwrites the multipole expansions of source cells `cells` after `upward` (cells of an
     /// MPI rank's locally essential tree whose multipoles were computed elsewhere); `data`
     /// holds one expansion per cell, concatenated. Backends without MPI support may keep the
@@ -203,5 +189,60 @@ pub trait Backend: Send + Sync {
             value: self.name(),
             reason: "this backend cannot import remote multipoles (set_multipoles)",
         })
+    }
+}
+
+/// A borrowed backend is a backend (an evaluator can drive a backend that its owner keeps).
+impl<B: Backend> Backend for &B {
+    type State = B::State;
+
+    fn name(&self) -> String {
+        (**self).name()
+    }
+    fn prepare(&self, plan: &Plan, s: &Sources, t: &Targets) -> Result<B::State, FmmError> {
+        (**self).prepare(plan, s, t)
+    }
+    fn upward(&self, plan: &Plan, st: &mut B::State, t: &mut PhaseTimes) -> Result<(), FmmError> {
+        (**self).upward(plan, st, t)
+    }
+    fn downward(&self, plan: &Plan, st: &mut B::State, t: &mut PhaseTimes) -> Result<(), FmmError> {
+        (**self).downward(plan, st, t)
+    }
+    fn near_field(
+        &self,
+        plan: &Plan,
+        st: &mut B::State,
+        t: &mut PhaseTimes,
+    ) -> Result<(), FmmError> {
+        (**self).near_field(plan, st, t)
+    }
+    fn fields(&self, plan: &Plan, st: B::State) -> Result<Fields, FmmError> {
+        (**self).fields(plan, st)
+    }
+    fn multipoles(
+        &self,
+        plan: &Plan,
+        st: &B::State,
+        cells: &[usize],
+    ) -> Result<Vec<f64>, FmmError> {
+        (**self).multipoles(plan, st, cells)
+    }
+    fn add_locals(
+        &self,
+        plan: &Plan,
+        st: &mut B::State,
+        cells: &[usize],
+        data: &[f64],
+    ) -> Result<(), FmmError> {
+        (**self).add_locals(plan, st, cells, data)
+    }
+    fn set_multipoles(
+        &self,
+        plan: &Plan,
+        st: &mut B::State,
+        cells: &[usize],
+        data: &[f64],
+    ) -> Result<(), FmmError> {
+        (**self).set_multipoles(plan, st, cells, data)
     }
 }

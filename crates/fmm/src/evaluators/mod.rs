@@ -19,7 +19,8 @@ use std::str::FromStr;
 use std::time::Instant;
 
 /// Which evaluator to run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Method {
     Direct,
     Treecode,
@@ -127,6 +128,8 @@ pub struct Evaluation {
     pub fields: Fields,
     pub times: PhaseTimes,
     pub stats: PlanStats,
+    /// Communication of a distributed evaluation (all zero on one rank).
+    pub comm: crate::evaluator::CommStats,
 }
 
 /// Counts of the work of one evaluation.
@@ -249,21 +252,6 @@ pub fn plan(
     ))
 }
 
-/// Velocity and stretching of `sources` at themselves (stretching of their own strengths):
-/// the backend's own whole-evaluation path when it has one for these parameters
-/// ([`Backend::evaluate_at_sources`]), [`evaluate`] with the sources as targets otherwise.
-pub fn evaluate_at_sources<B: Backend>(
-    backend: &B,
-    params: &EvalParams,
-    sources: &Sources,
-) -> Result<Evaluation, FmmError> {
-    params.validate()?;
-    if let Some(r) = backend.evaluate_at_sources(params, sources) {
-        return r;
-    }
-    evaluate(backend, params, sources, &sources.as_targets())
-}
-
 /// Velocity and stretching induced by `sources` at `targets` with the chosen method.
 pub fn evaluate<B: Backend>(
     backend: &B,
@@ -294,6 +282,7 @@ pub fn evaluate<B: Backend>(
             fields,
             times,
             stats,
+            comm: Default::default(),
         });
     }
     let (plan, sorted_sources, sorted_targets) = plan(params, sources, targets, &mut times)?;
@@ -332,6 +321,7 @@ pub fn evaluate<B: Backend>(
         fields,
         times,
         stats: PlanStats::of(&plan),
+        comm: Default::default(),
     })
 }
 

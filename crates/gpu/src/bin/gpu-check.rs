@@ -29,75 +29,60 @@ use gpu::{CudaBackend, M2lKind};
 use rayon::prelude::*;
 use std::time::Instant;
 
+/// Correctness and timing of the CUDA backend against the CPU f64 engine.
+#[derive(clap::Parser, Debug)]
 struct Args {
+    /// Particle counts of the standard set, comma separated (1e5 notation accepted).
+    #[arg(long, value_delimiter = ',', value_parser = common::count, default_value = "1e5,1e6")]
     sizes: Vec<usize>,
+    /// Expansion order of the FMM and the treecode.
+    #[arg(long, default_value_t = 10)]
     order: usize,
+    /// Largest number of particles in a leaf.
+    #[arg(long, default_value_t = 64)]
     leaf: usize,
+    /// Opening angle.
+    #[arg(long, default_value_t = 0.5)]
     theta: f64,
+    /// GPU index among the visible devices.
+    #[arg(long, default_value_t = 0)]
     device: usize,
+    /// Targets sampled for the error against the direct sum.
+    #[arg(long, value_parser = common::count, default_value = "1000")]
     samples: usize,
+    /// Particles of the all-pairs kernel check.
+    #[arg(long, value_parser = common::count, default_value = "262144")]
     allpairs: usize,
+    /// Largest N at which the CPU f64 FMM and PPM are compared on all targets.
+    #[arg(long, value_parser = common::count, default_value = "100000")]
     cpu_fmm_max: usize,
+    /// p2p (near field only) or all.
+    #[arg(long, default_value = "all", value_parser = ["p2p", "all"])]
     stage: String,
+    /// Order of the PPM (0: --order).
+    #[arg(long, default_value_t = 0)]
     ppm_order: usize,
+    /// Evaluations per case; the best is reported.
+    #[arg(long, default_value_t = 3)]
     reps: usize,
+    /// Methods, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "fmm,treecode,ppm,plain",
+          value_parser = ["fmm", "treecode", "ppm", "plain"])]
     methods: Vec<String>,
+    /// Times the host-side list packing for this N (no GPU needed) and exits.
+    #[arg(long, value_parser = common::count, default_value = "0")]
     pack_bench: usize,
+    /// Direct GPU sum vs GPU FMM wall times for these N, comma separated.
+    #[arg(long, value_delimiter = ',', value_parser = common::count)]
     crossover: Vec<usize>,
 }
 
 fn parse() -> Args {
-    let mut a = Args {
-        sizes: vec![100_000, 1_000_000],
-        order: 10,
-        leaf: 64,
-        theta: 0.5,
-        device: 0,
-        samples: 1000,
-        allpairs: 1 << 18,
-        cpu_fmm_max: 100_000,
-        stage: "all".into(),
-        ppm_order: 0,
-        reps: 3,
-        methods: vec![
-            "fmm".into(),
-            "treecode".into(),
-            "ppm".into(),
-            "plain".into(),
-        ],
-        pack_bench: 0,
-        crossover: Vec::new(),
-    };
-    let v: Vec<String> = std::env::args().skip(1).collect();
-    let num = |s: &str| {
-        s.parse::<f64>()
-            .unwrap_or_else(|_| panic!("bad number {s}")) as usize
-    };
-    let mut i = 0;
-    while i + 1 < v.len() {
-        let x = &v[i + 1];
-        match v[i].as_str() {
-            "--sizes" => a.sizes = x.split(',').map(num).collect(),
-            "--order" => a.order = num(x),
-            "--leaf" => a.leaf = num(x),
-            "--theta" => a.theta = x.parse().unwrap(),
-            "--device" => a.device = num(x),
-            "--samples" => a.samples = num(x),
-            "--allpairs" => a.allpairs = num(x),
-            "--cpu-fmm-max" => a.cpu_fmm_max = num(x),
-            "--stage" => a.stage = x.clone(),
-            "--ppm-order" => a.ppm_order = num(x),
-            "--reps" => a.reps = num(x).max(1),
-            "--methods" => a.methods = x.split(',').map(String::from).collect(),
-            "--pack-bench" => a.pack_bench = num(x),
-            "--crossover" => a.crossover = x.split(',').map(num).collect(),
-            o => panic!("unknown option {o}"),
-        }
-        i += 2;
-    }
+    let mut a = <Args as clap::Parser>::parse();
     if a.ppm_order == 0 {
         a.ppm_order = a.order;
     }
+    a.reps = a.reps.max(1);
     a
 }
 

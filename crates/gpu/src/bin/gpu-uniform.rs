@@ -44,78 +44,73 @@ struct Args {
     periodic: Option<Periodic>,
 }
 
+/// The uniform-grid FMM built on the device, checked and timed (see the module documentation).
+#[derive(clap::Parser, Debug)]
+struct Cli {
+    /// Particle counts of the standard set, comma separated (1e5 notation accepted).
+    #[arg(long, value_delimiter = ',', value_parser = common::count, default_value = "1e5,1e6,1e7")]
+    sizes: Vec<usize>,
+    /// Expansion orders, comma separated.
+    #[arg(long = "order", value_delimiter = ',', default_value = "6,8")]
+    orders: Vec<usize>,
+    /// Gap of a far interaction in core radii (leaf width >= this times the largest core).
+    #[arg(long, default_value_t = 4.4)]
+    cutoff: f64,
+    /// Particles per leaf the grid aims at.
+    #[arg(long, default_value_t = 100.0)]
+    leaf_target: f64,
+    /// Timed evaluations per case; the best is reported.
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Targets sampled for the error against the direct (or Ewald) sum.
+    #[arg(long, value_parser = common::count, default_value = "1000")]
+    samples: usize,
+    /// GPU index among the visible devices.
+    #[arg(long, default_value_t = 0)]
+    device: usize,
+    /// Force the grid shape `m,k` of `gpu::UniformGrid` (default: chosen from N and the cores).
+    #[arg(long, value_delimiter = ',', num_args = 1)]
+    grid: Option<Vec<usize>>,
+    /// Largest N compared with the adaptive-octree CUDA FMM on all targets.
+    #[arg(long, value_parser = common::count, default_value = "1e6")]
+    adaptive_max: usize,
+    /// Seed of the particle set.
+    #[arg(long, default_value_t = 5)]
+    seed: u64,
+    /// The zero-mean set in the periodic box [-pi, pi)^3.
+    #[arg(long)]
+    periodic: bool,
+    /// Levels of periodic images above the root.
+    #[arg(long, requires = "periodic", default_value_t = Periodic::default().image_levels)]
+    image_levels: usize,
+}
+
 fn parse() -> Args {
-    let mut a = Args {
-        sizes: vec![100_000, 1_000_000, 10_000_000],
-        orders: vec![6, 8],
-        cutoff: 4.4,
-        leaf_target: 100.0,
-        reps: 3,
-        samples: 1000,
-        device: 0,
-        grid: None,
-        adaptive_max: 1_000_000,
-        seed: 5,
-        periodic: None,
+    let c = <Cli as clap::Parser>::parse();
+    let grid = match c.grid.as_deref() {
+        None => None,
+        Some([m, k]) => Some((*m, *k)),
+        Some(g) => {
+            eprintln!("--grid takes two numbers m,k, got {g:?}");
+            std::process::exit(64);
+        }
     };
-    let v: Vec<String> = std::env::args().skip(1).collect();
-    let num = |s: &str| -> usize {
-        s.parse::<f64>().unwrap_or_else(|_| {
-            eprintln!("bad number {s}");
-            std::process::exit(64)
-        }) as usize
-    };
-    let mut levels = Periodic::default().image_levels;
-    let mut i = 0;
-    while i < v.len() {
-        if v[i] == "--periodic" {
-            a.periodic = Some(Periodic::default());
-            i += 1;
-            continue;
-        }
-        if v[i] == "--help" || v[i] == "-h" || i + 1 >= v.len() {
-            eprintln!(
-                "{}",
-                include_str!("gpu-uniform.rs")
-                    .lines()
-                    .take(10)
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            );
-            std::process::exit(if v[i].starts_with("-h") || v[i] == "--help" {
-                0
-            } else {
-                64
-            });
-        }
-        let x = &v[i + 1];
-        match v[i].as_str() {
-            "--sizes" => a.sizes = x.split(',').map(num).collect(),
-            "--order" => a.orders = x.split(',').map(num).collect(),
-            "--cutoff" => a.cutoff = x.parse().expect("--cutoff: a number"),
-            "--leaf-target" => a.leaf_target = x.parse().expect("--leaf-target: a number"),
-            "--reps" => a.reps = num(x).max(1),
-            "--samples" => a.samples = num(x).max(1),
-            "--device" => a.device = num(x),
-            "--grid" => {
-                let g: Vec<usize> = x.split(',').map(num).collect();
-                assert!(g.len() == 2, "--grid m,k");
-                a.grid = Some((g[0], g[1]));
-            }
-            "--adaptive-max" => a.adaptive_max = num(x),
-            "--seed" => a.seed = num(x) as u64,
-            "--image-levels" => levels = num(x),
-            o => {
-                eprintln!("unknown option {o} (see --help)");
-                std::process::exit(64);
-            }
-        }
-        i += 2;
+    Args {
+        sizes: c.sizes,
+        orders: c.orders,
+        cutoff: c.cutoff,
+        leaf_target: c.leaf_target,
+        reps: c.reps.max(1),
+        samples: c.samples.max(1),
+        device: c.device,
+        grid,
+        adaptive_max: c.adaptive_max,
+        seed: c.seed,
+        periodic: c.periodic.then(|| Periodic {
+            image_levels: c.image_levels,
+            ..Periodic::default()
+        }),
     }
-    if let Some(q) = a.periodic.as_mut() {
-        q.image_levels = levels;
-    }
-    a
 }
 
 fn sample_targets(s: &Sources, k: usize) -> (Vec<usize>, Targets) {

@@ -395,14 +395,13 @@ mod tests {
     use fmm::relative_l2_error;
 
     /// On a GPU: R = 1, 2, 3 simulated ranks sharing device 0 against the single-rank f64
-    /// twin (the f32 error of the kernels), and the ranks against each other. Skipped
-    /// without a GPU.
+    /// twin (the f32 error of the kernels), and the ranks against each other.
     #[test]
+    #[cfg_attr(
+        not(feature = "gpu-tests"),
+        ignore = "needs a CUDA GPU: cargo test --release --workspace --features gpu-tests"
+    )]
     fn device_ranks_match_the_f64_reference() {
-        if !crate::available() {
-            println!("no usable CUDA device: distributed uniform-grid device test SKIPPED");
-            return;
-        }
         let mut s = fmm::testsets::standard(30_000, 5);
         s.sigma.iter_mut().for_each(|v| *v *= 0.5);
         let params = UniformParams {

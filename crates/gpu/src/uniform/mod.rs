@@ -28,12 +28,12 @@
 //!   `domain::ThreadComm` against [`reference`] and the direct sum);
 //! * [`distributed`]: the distributed device path, one GPU per rank;
 //! * [`periodic`]: the periodic box (wrapping pack, far images, surface correction);
-//! * [`backend`]: [`UniformBackend`], the CUDA `fmm::Backend` whose evaluations at the
-//!   sources take the uniform grid (the vortex method's right-hand side).
+//! * [`evaluator`]: [`UniformEvaluator`] and [`UniformSlabEvaluator`], the grid behind
+//!   `fmm::Evaluator` (what the planner hands out for `--grid uniform`).
 
-pub mod backend;
 pub mod distributed;
 pub mod distributed_reference;
+pub mod evaluator;
 pub mod grid;
 pub mod periodic;
 pub mod pipeline;
@@ -42,9 +42,9 @@ pub mod slab;
 pub mod sort;
 pub mod stencil;
 
-pub use backend::UniformBackend;
 pub use distributed::{evaluate_distributed, evaluate_distributed_into, DistributedUniformTimes};
 pub use distributed_reference::evaluate_distributed_reference;
+pub use evaluator::{UniformEvaluator, UniformSlabEvaluator};
 pub use grid::{Extent, UniformGrid};
 pub use pipeline::{evaluate_uniform, UniformFmm};
 pub use reference::{evaluate_reference, evaluate_reference_periodic};

@@ -1150,13 +1150,13 @@ mod tests {
     }
 
     /// On a GPU: the device path against the CPU f64 uniform-grid FMM (same grid and lists;
-    /// the difference is the f32 arithmetic) and bitwise repeatable. Skipped without a GPU.
+    /// the difference is the f32 arithmetic) and bitwise repeatable.
     #[test]
+    #[cfg_attr(
+        not(feature = "gpu-tests"),
+        ignore = "needs a CUDA GPU: cargo test --release --workspace --features gpu-tests"
+    )]
     fn device_matches_the_f64_reference() {
-        if !crate::available() {
-            println!("no usable CUDA device: uniform-grid device test SKIPPED");
-            return;
-        }
         let fmm_ = UniformFmm::on_device(0).unwrap();
         let mut s = fmm::testsets::standard(20_000, 5);
         s.sigma.iter_mut().for_each(|v| *v *= 0.5);
@@ -1182,13 +1182,13 @@ mod tests {
 
     /// On a GPU: the periodic device path against the periodic f64 twin (same grid, lists,
     /// far images and surface correction), repeatable, and refusing a non-zero total
-    /// strength. Skipped without a GPU.
+    /// strength.
     #[test]
+    #[cfg_attr(
+        not(feature = "gpu-tests"),
+        ignore = "needs a CUDA GPU: cargo test --release --workspace --features gpu-tests"
+    )]
     fn periodic_device_matches_the_f64_reference() {
-        if !crate::available() {
-            println!("no usable CUDA device: periodic uniform-grid device test SKIPPED");
-            return;
-        }
         use crate::uniform::reference::evaluate_reference_periodic;
         let fmm_ = UniformFmm::on_device(0).unwrap();
         let per = Periodic::default();

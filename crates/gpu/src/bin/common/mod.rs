@@ -30,3 +30,15 @@ impl Check {
         println!("  {what:<52} {v:>10.3e}  (reported, not checked)");
     }
 }
+
+/// A count on the command line: an integer or a float such as `1e6` (clap value parser).
+pub fn count(s: &str) -> Result<usize, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number"))?;
+    if !(v >= 0.0 && v.is_finite() && v.fract() == 0.0 && v <= 1e15) {
+        return Err(format!("`{s}` is not a whole non-negative count"));
+    }
+    Ok(v as usize)
+}

@@ -1,0 +1,4 @@
+//! From the command line to an evaluation engine: the code lives in `engine::planner`
+//! (`crates/engine/src/planner.rs`), which the Python package shares.
+
+pub use engine::planner::*;
