@@ -19,24 +19,12 @@ fn read_matrix(path: &Path, cols: usize, what: &str) -> Result<Array2<f64>> {
             path.display()
         )
     })?;
-    if a.ncols() != cols {
-        bail!(
-            "{what} file {}: shape ({}, {}) but ({}, {cols}) expected",
-            path.display(),
-            a.nrows(),
-            a.ncols(),
-            a.nrows()
-        );
-    }
-    if a.nrows() == 0 {
-        bail!("{what} file {}: contains no rows (N = 0)", path.display());
-    }
-    if let Some(((i, j), v)) = a.indexed_iter().find(|(_, v)| !v.is_finite()) {
-        bail!(
-            "{what} file {}: row {i}, column {j} is {v} (values must be finite)",
-            path.display()
-        );
-    }
+    // the checks (and messages) the Python package applies to its arrays
+    let what = format!("{what} file {}", path.display());
+    engine::input::check_matrix_shape(&what, a.shape(), None, cols)?;
+    let rows = a.as_standard_layout();
+    let flat = rows.as_slice().expect("a standard layout is contiguous");
+    engine::input::check_finite(&what, flat, cols)?;
     Ok(a)
 }
 
@@ -44,14 +32,12 @@ fn read_matrix(path: &Path, cols: usize, what: &str) -> Result<Array2<f64>> {
 pub fn read_particles(path: &Path) -> Result<Sources> {
     let a = read_matrix(path, 7, "particle")?;
     let mut s = Sources::default();
-    for (i, row) in a.rows().into_iter().enumerate() {
-        if row[6] <= 0.0 {
-            bail!(
-                "particle file {}: row {i}: core radius sigma (column 6) is {} but must be positive",
-                path.display(),
-                row[6]
-            );
-        }
+    engine::input::check_core_radii(
+        &format!("particle file {}", path.display()),
+        a.column(6).iter().copied(),
+        " (column 6)",
+    )?;
+    for row in a.rows() {
         s.position.push([row[0], row[1], row[2]]);
         s.strength.push([row[3], row[4], row[5]]);
         s.sigma.push(row[6]);

@@ -44,14 +44,7 @@ enum Command {
 
 /// A rayon pool with `threads` threads (all cores when `None`).
 pub fn thread_pool(threads: Option<usize>) -> Result<rayon::ThreadPool> {
-    let mut b = rayon::ThreadPoolBuilder::new();
-    if let Some(t) = threads {
-        if t == 0 {
-            anyhow::bail!("--threads must be at least 1");
-        }
-        b = b.num_threads(t);
-    }
-    Ok(b.build()?)
+    Ok(engine::thread_pool(threads)?)
 }
 
 /// Sizes rayon's global pool (all cores when `None`); for commands whose work runs beside

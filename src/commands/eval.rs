@@ -2,9 +2,7 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
-use fmm::periodic::Periodic;
-use fmm::planner::Request;
-use fmm::{BackendChoice, EvalParams, GridChoice, Method, TargetKind, TargetSpec};
+use fmm::{BackendChoice, EvalParams, GridChoice, Method};
 use std::path::PathBuf;
 
 #[derive(Args, Debug, Clone)]
@@ -20,13 +18,13 @@ pub struct EvalArgs {
     #[arg(long, default_value = "fmm")]
     pub method: Method,
     /// Expansion order p (1..=20).
-    #[arg(long, default_value_t = EvalParams::default().order)]
+    #[arg(long, default_value_t = engine::DEFAULT_ORDER)]
     pub order: usize,
     /// Opening angle of the multipole acceptance criterion, in (0, 1).
-    #[arg(long, default_value_t = EvalParams::default().theta)]
+    #[arg(long, default_value_t = engine::default_theta())]
     pub theta: f64,
     /// Largest number of particles in a leaf cell.
-    #[arg(long, default_value_t = EvalParams::default().leaf_size)]
+    #[arg(long, default_value_t = engine::DEFAULT_LEAF_SIZE)]
     pub leaf_size: usize,
     /// Minimum gap of a far (multipole) interaction, in source core radii: the far field uses
     /// the singular kernel, exact to 1 - q(rho) beyond it (default: 4 on the adaptive octree,
@@ -55,29 +53,25 @@ pub struct EvalArgs {
     #[arg(long)]
     pub periodic: bool,
     /// Periodic box length L.
-    #[arg(long, default_value_t = 2.0 * std::f64::consts::PI, requires = "periodic")]
+    #[arg(long, default_value_t = engine::DEFAULT_BOX_LENGTH, requires = "periodic")]
     pub box_length: f64,
     /// Levels of periodic images above the root: 9 * 3^(K-1) boxes per dimension are summed.
-    #[arg(long, default_value_t = 4, requires = "periodic")]
+    #[arg(long, default_value_t = engine::DEFAULT_IMAGE_LEVELS, requires = "periodic")]
     pub image_levels: usize,
 }
 
 impl EvalArgs {
     pub fn params(&self) -> EvalParams {
-        EvalParams {
-            method: self.method,
-            order: self.order,
-            theta: self.theta,
-            leaf_size: self.leaf_size,
-            core_cutoff: self.core_cutoff.unwrap_or(match self.grid {
-                GridChoice::Adaptive => EvalParams::default().core_cutoff,
-                GridChoice::Uniform => crate::planner::uniform_core_cutoff(),
-            }),
-            periodic: self.periodic.then_some(Periodic {
-                box_length: self.box_length,
-                image_levels: self.image_levels,
-            }),
-        }
+        engine::eval_params(
+            self.method,
+            self.order,
+            self.theta,
+            self.leaf_size,
+            self.core_cutoff,
+            self.grid,
+            self.periodic
+                .then_some((self.box_length, self.image_levels)),
+        )
     }
 }
 
@@ -97,27 +91,18 @@ pub fn run(args: &EvalArgs) -> Result<()> {
         let input = crate::ranks::agree(comm, input)?.flatten();
         let local_sources = domain::scatter_sources_from_root(comm, input.as_ref().map(|(s, _)| s));
         let local_targets = domain::scatter_targets_from_root(comm, input.as_ref().map(|(_, t)| t));
-        let req = Request {
-            method: params.method,
-            backend: args.backend,
-            grid: args.grid,
-            periodic: params.periodic.is_some(),
-            ranks: comm.size(),
-            targets: if args.targets.is_some() {
-                TargetKind::Points
-            } else {
-                TargetKind::Sources
-            },
-            n: input.as_ref().map_or(0, |(s, _)| s.len()),
-        };
-        let mut engine = crate::planner::plan(comm, local_rank, args.device, &req, &params)?;
-        let spec = if args.targets.is_some() {
-            TargetSpec::Points(&local_targets)
-        } else {
-            TargetSpec::Sources
-        };
-        let ev = engine.evaluate(&local_sources, spec)?;
-        let backend = engine.describe();
+        let run = engine::evaluate(
+            comm,
+            local_rank,
+            args.device,
+            args.backend,
+            args.grid,
+            &params,
+            input.as_ref().map_or(0, |(s, _)| s.len()),
+            &local_sources,
+            args.targets.as_ref().map(|_| &local_targets),
+        )?;
+        let (ev, backend) = (run.evaluation, run.backend);
         let fields = domain::gather_to_root(comm, &ev.fields);
         let Some(fields) = fields else {
             return Ok(());

@@ -14,10 +14,10 @@ results/*.csv, cross.png and README.md next to this script.
 
 --bin: the vortex binary (default $CARGO_TARGET_DIR/release/vortex, else target/release/vortex,
 after `cargo build --release`). --work: where the runs write (default /tmp/vortex-cross-tg).
---skip-runs: only re-analyse the outputs in --work. Needs numpy and matplotlib.
+--skip-runs: only re-analyse the outputs in --work. Needs numpy, matplotlib and the pyvortex
+package (`pip install ./python`), whose `load_run` reads the runs.
 """
 import argparse
-import csv
 import glob
 import os
 import platform
@@ -28,6 +28,11 @@ import time
 
 import numpy as np
 
+try:
+    import pyvortex as pv  # the run readers (README.md, "Python": pip install ./python)
+except ImportError:
+    sys.exit("compare.py reads the runs with the pyvortex package: pip install ./python")
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 NU = 0.01
@@ -36,20 +41,6 @@ NU = 0.01
 BOUND_E = 5e-3  # relative energy difference, vortex(16^3) vs spectral(16^3), whole run
 BOUND_Z = 3e-2  # relative enstrophy difference, whole run
 BOUND_SPEC = 5e-2  # relative difference of E(k) in the energetic shells k <= 3 at the end
-
-
-def read_csv(path):
-    with open(path) as f:
-        r = csv.reader(f)
-        head = next(r)
-        rows = [[float(x) for x in row] for row in r if row]
-    a = np.array(rows)
-    return {h: a[:, i] for i, h in enumerate(head)}
-
-
-def read_spectrum(path):
-    d = read_csv(path)
-    return d["k"], d["E"]
 
 
 def run(cmd, log):
@@ -73,19 +64,6 @@ def find_bin(args):
         print("+ cargo build --release", flush=True)
         subprocess.run(["cargo", "build", "--release"], cwd=ROOT, check=True)
     return os.path.join(tdir, "release", "vortex")
-
-
-def last_spectrum(dirpath):
-    files = sorted(glob.glob(os.path.join(dirpath, "spectrum_*.csv")))
-    if not files:
-        sys.exit(f"no spectrum_*.csv in {dirpath}")
-    return files[-1]
-
-
-def spectral_spectrum_at(dirpath, t):
-    files = glob.glob(os.path.join(dirpath, "spectrum_*.csv"))
-    best = min(files, key=lambda f: abs(float(os.path.basename(f)[9:-4]) - t))
-    return best
 
 
 def main():
@@ -135,9 +113,8 @@ def main():
         except OSError:
             pass
 
-    v = read_csv(os.path.join(vdir, "diagnostics.csv"))
-    a = read_csv(os.path.join(s16, "energy.csv"))
-    b = read_csv(os.path.join(s64, "energy.csv"))
+    vrun, arun, brun = pv.load_run(vdir), pv.load_run(s16), pv.load_run(s64)
+    v, a, b = vrun.diagnostics, arun.diagnostics, brun.diagnostics
     t = v["t"]
     e16, z16 = np.interp(t, a["t"], a["energy"]), np.interp(t, a["t"], a["enstrophy"])
     e64, z64 = np.interp(t, b["t"], b["energy"]), np.interp(t, b["t"], b["enstrophy"])
@@ -153,9 +130,11 @@ def main():
 
     # spectra at the end time
     t_end = t[-1]
-    kv, Ev = read_spectrum(last_spectrum(vdir))
-    ka, Ea = read_spectrum(spectral_spectrum_at(s16, t_end))
-    kb, Eb = read_spectrum(spectral_spectrum_at(s64, t_end))
+    if not vrun.spectra:
+        sys.exit(f"no spectrum_*.csv in {vdir}")
+    kv, Ev = vrun.spectra[max(vrun.spectra)]["k"], vrun.spectra[max(vrun.spectra)]["E"]
+    ka, Ea = arun.spectrum_at(t_end)["k"], arun.spectrum_at(t_end)["E"]
+    kb, Eb = brun.spectrum_at(t_end)["k"], brun.spectrum_at(t_end)["E"]
     m = min(len(kv), len(ka))
     spec_rel = np.where(Ea[:m] > 1e-30, Ev[:m] / np.maximum(Ea[:m], 1e-300) - 1, np.nan)
 
@@ -288,14 +267,14 @@ def sensitivity_table(work, ref):
            "|---|---|---|---|---|---|---|"]
     sref = ref
     if os.path.exists(inv):
-        sinv = read_csv(inv)
+        sinv = pv.read_csv(inv)
     else:
         sinv = None
     found = False
     for key, lab, path in sorted(runs, key=lambda r: r[0]):
         if not os.path.exists(path):
             continue
-        v = read_csv(path)
+        v = pv.read_csv(path)
         r = sinv if key == "n16-inviscid" else sref
         if r is None:
             continue

@@ -2,9 +2,9 @@
 //! `FftPlanner`). It decides from the method, the backend, the grid, periodicity, the number
 //! of ranks, the kind of targets and the particle count, says why (logged at `info`), and
 //! refuses impossible combinations with the reason. It only decides; the crates that own the
-//! engines build them (`src/planner.rs` of the binary: [`crate::PlanEvaluator`],
-//! [`crate::DirectEvaluator`], `gpu::UniformEvaluator`, `gpu::UniformSlabEvaluator`,
-//! `domain::DistributedEvaluator`).
+//! engines build them (`crates/engine/src/planner.rs`, for the binary and the Python package:
+//! [`crate::PlanEvaluator`], [`crate::DirectEvaluator`], `gpu::UniformEvaluator`,
+//! `gpu::UniformSlabEvaluator`, `domain::DistributedEvaluator`).
 
 use crate::evaluator::TargetKind;
 use crate::Method;

@@ -1,0 +1,148 @@
+//! One evaluation as the programs call it, shared by the `vortex` binary and the Python
+//! package (`python/`): the engine the planner chooses and builds ([`planner`]: the request
+//! to `fmm::planner`, the GPU probed without touching the driver first), the one evaluation
+//! call of `vortex eval` and `pyvortex.evaluate` ([`evaluate`]), the defaults of
+//! `vortex eval`, a thread pool, and the checks of input arrays with the messages the command
+//! line gives ([`input`]).
+//!
+//! The velocity and stretching themselves are the Biot-Savart sums of `CONVENTIONS.md` (core
+//! paper Eq. 3-9), computed by the `fmm::Evaluator` the planner hands out.
+
+pub mod input;
+pub mod planner;
+
+use domain::Comm;
+use fmm::periodic::Periodic;
+use fmm::planner::Request;
+use fmm::{BackendChoice, EvalParams, Evaluation, GridChoice, Method, Sources, TargetKind};
+use fmm::{TargetSpec, Targets};
+
+/// Errors of an evaluation as a program asks for it.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// An input array or value that cannot be used: the message names it, the row and the value.
+    #[error("{0}")]
+    Input(String),
+    /// Invalid particles or parameters found by the engine.
+    #[error(transparent)]
+    Fmm(#[from] fmm::FmmError),
+    /// A failure of the distributed evaluation.
+    #[error(transparent)]
+    Domain(#[from] domain::DomainError),
+    /// A request the planner refuses (with the reason).
+    #[error(transparent)]
+    Refused(#[from] fmm::planner::Refusal),
+    /// A backend that cannot run (no GPU, a feature not built, a device failure).
+    #[error("{0}")]
+    Backend(String),
+}
+
+/// Result of this crate.
+pub type Result<T> = std::result::Result<T, EngineError>;
+
+/// Default expansion order p of `vortex eval` and of the Python `evaluate` (that of
+/// `fmm::EvalParams::default()`: velocity error ~5e-7 on the standard set at theta 0.55).
+pub const DEFAULT_ORDER: usize = 8;
+/// Default largest number of particles in a leaf cell.
+pub const DEFAULT_LEAF_SIZE: usize = 64;
+/// Default levels of periodic images above the root (9 * 3^(K-1) boxes per dimension).
+pub const DEFAULT_IMAGE_LEVELS: usize = 4;
+/// Default periodic box length L (box `[-L/2, L/2)^3`), in length units of the positions.
+pub const DEFAULT_BOX_LENGTH: f64 = 2.0 * std::f64::consts::PI;
+
+/// Default opening angle of the multipole acceptance criterion.
+pub fn default_theta() -> f64 {
+    EvalParams::default().theta
+}
+
+/// The evaluation parameters of `vortex eval` from its options: `core_cutoff` (in source core
+/// radii) defaults to the adaptive octree's or the uniform grid's value; `periodic` is the box
+/// length L and the image levels.
+pub fn eval_params(
+    method: Method,
+    order: usize,
+    theta: f64,
+    leaf_size: usize,
+    core_cutoff: Option<f64>,
+    grid: GridChoice,
+    periodic: Option<(f64, usize)>,
+) -> EvalParams {
+    EvalParams {
+        method,
+        order,
+        theta,
+        leaf_size,
+        core_cutoff: core_cutoff.unwrap_or(match grid {
+            GridChoice::Adaptive => EvalParams::default().core_cutoff,
+            GridChoice::Uniform => planner::uniform_core_cutoff(),
+        }),
+        periodic: periodic.map(|(box_length, image_levels)| Periodic {
+            box_length,
+            image_levels,
+        }),
+    }
+}
+
+/// A rayon pool with `threads` threads (all cores when `None`).
+pub fn thread_pool(threads: Option<usize>) -> Result<rayon::ThreadPool> {
+    let mut b = rayon::ThreadPoolBuilder::new();
+    if let Some(t) = threads {
+        if t == 0 {
+            return Err(EngineError::Input(
+                "threads must be at least 1 (got 0)".into(),
+            ));
+        }
+        b = b.num_threads(t);
+    }
+    b.build()
+        .map_err(|e| EngineError::Backend(format!("building a thread pool: {e}")))
+}
+
+/// One evaluation and the engine that ran it.
+pub struct Run {
+    pub evaluation: Evaluation,
+    /// What ran (`fmm::Evaluator::describe`).
+    pub backend: String,
+}
+
+/// The one evaluation of `vortex eval` (on every rank of `comm`) and of `pyvortex.evaluate`
+/// (on `domain::SelfComm`): the planner chooses and builds the engine for `backend`, `grid`,
+/// the ranks of `comm` and the targets (`None`: the sources themselves, velocity and
+/// stretching; `Some`: separate points), which evaluates this rank's `sources`. `n` is the
+/// number of sources over all ranks (for the planner's log). Collective under MPI.
+#[allow(clippy::too_many_arguments)]
+pub fn evaluate(
+    comm: &dyn Comm,
+    local_rank: usize,
+    device: usize,
+    backend: BackendChoice,
+    grid: GridChoice,
+    params: &EvalParams,
+    n: usize,
+    sources: &Sources,
+    targets: Option<&Targets>,
+) -> Result<Run> {
+    let req = Request {
+        method: params.method,
+        backend,
+        grid,
+        periodic: params.periodic.is_some(),
+        ranks: comm.size(),
+        targets: if targets.is_some() {
+            TargetKind::Points
+        } else {
+            TargetKind::Sources
+        },
+        n,
+    };
+    let mut engine = planner::plan(comm, local_rank, device, &req, params)?;
+    let spec = match targets {
+        Some(t) => TargetSpec::Points(t),
+        None => TargetSpec::Sources,
+    };
+    let evaluation = engine.evaluate(sources, spec)?;
+    Ok(Run {
+        evaluation,
+        backend: engine.describe(),
+    })
+}

@@ -1,0 +1,153 @@
+//! From a request to an evaluation engine, for the `vortex` binary and the Python package
+//! alike: asks `fmm::planner::choose` which engine serves the request (method, `--backend`,
+//! `--grid`, periodicity, ranks, targets, N), logs its reasons, and builds it as a
+//! `Box<dyn fmm::Evaluator>`: the direct sum, the adaptive
+//! plan on the CPU or the CUDA backend, the GPU uniform grid, or their distributed forms over
+//! the ranks. Every rank uses GPU `local_rank % gpus on the node` under MPI
+//! ([`device_for_rank`]); whether every rank has a GPU is agreed once ([`capabilities`]).
+
+use crate::{EngineError, Result};
+use domain::Comm;
+use fmm::planner::{choose, log_choice, Capabilities, Device, Engine, Request};
+use fmm::{BackendChoice, DirectEvaluator, EvalParams, Evaluator, PlanEvaluator};
+
+/// Whether this binary was built with the CUDA backend and a GPU is usable here (probed
+/// without touching the driver first, so machines without CUDA never panic).
+pub fn gpu_here() -> bool {
+    #[cfg(feature = "cuda")]
+    return gpu::available();
+    #[cfg(not(feature = "cuda"))]
+    return false;
+}
+
+/// What this build and the ranks of `comm` offer (collective: every rank has a GPU or not).
+pub fn capabilities(comm: &dyn Comm) -> Capabilities {
+    let mut gpu = [if gpu_here() { 1.0 } else { 0.0 }];
+    comm.allreduce_f64(&mut gpu, domain::ReduceOp::Min);
+    Capabilities {
+        cuda_built: cfg!(feature = "cuda"),
+        gpu_on_every_rank: gpu[0] == 1.0,
+    }
+}
+
+/// Resolves `auto` on this process alone (one rank: `bench`); `cuda` without a GPU stays
+/// `cuda` (the planner refuses it with the reason).
+pub fn resolve(choice: BackendChoice) -> Device {
+    let caps = Capabilities {
+        cuda_built: cfg!(feature = "cuda"),
+        gpu_on_every_rank: gpu_here(),
+    };
+    fmm::planner::device(choice, &caps).unwrap_or(Device::Cuda)
+}
+
+/// The GPU of this rank: `device` on one rank, `local_rank % gpus on the node` under MPI.
+pub fn device_for_rank(comm: &dyn Comm, local_rank: usize, device: usize) -> usize {
+    if comm.size() == 1 {
+        return device;
+    }
+    #[cfg(feature = "cuda")]
+    return local_rank % gpu::device_count().unwrap_or(1).max(1);
+    #[cfg(not(feature = "cuda"))]
+    return local_rank;
+}
+
+/// Chooses, logs (rank 0) and builds the engine for `req` with `params` (collective: fails on
+/// every rank, each with its reason in its log, when one rank cannot open its engine).
+pub fn plan<'c>(
+    comm: &'c dyn Comm,
+    local_rank: usize,
+    device: usize,
+    req: &Request,
+    params: &EvalParams,
+) -> Result<Box<dyn Evaluator + 'c>> {
+    let choice = choose(req, &capabilities(comm))?;
+    if comm.rank() == 0 {
+        log_choice(req, &choice);
+    }
+    let device = device_for_rank(comm, local_rank, device);
+    let built = build(comm, choice.engine, device, params);
+    if let Err(e) = &built {
+        log::error!("rank {}: {e}", comm.rank());
+    }
+    let mut bad = [if built.is_err() { 1.0 } else { 0.0 }];
+    comm.allreduce_f64(&mut bad, domain::ReduceOp::Max);
+    match built {
+        Err(e) => Err(e),
+        Ok(_) if bad[0] > 0.0 => Err(EngineError::Backend(
+            "another rank could not open its engine (see its message)".into(),
+        )),
+        Ok(ev) => Ok(ev),
+    }
+}
+
+/// Builds `engine` on this rank (GPU `device`).
+pub fn build<'c>(
+    comm: &'c dyn Comm,
+    engine: Engine,
+    device: usize,
+    params: &EvalParams,
+) -> Result<Box<dyn Evaluator + 'c>> {
+    let p = params.clone();
+    Ok(match engine {
+        Engine::Direct => Box::new(DirectEvaluator::new(p)),
+        Engine::Adaptive(Device::Cpu) => Box::new(PlanEvaluator::new(fmm::CpuBackend, p)?),
+        Engine::Distributed(Device::Cpu) => {
+            Box::new(domain::DistributedEvaluator::new(comm, fmm::CpuBackend, p)?)
+        }
+        #[cfg(feature = "cuda")]
+        Engine::Adaptive(Device::Cuda) => Box::new(PlanEvaluator::new(cuda(device)?, p)?),
+        #[cfg(feature = "cuda")]
+        Engine::Distributed(Device::Cuda) => {
+            Box::new(domain::DistributedEvaluator::new(comm, cuda(device)?, p)?)
+        }
+        #[cfg(feature = "cuda")]
+        Engine::UniformGrid => Box::new(
+            gpu::UniformEvaluator::new(device, p)
+                .map_err(|e| EngineError::Backend(format!("uniform grid: {e}")))?,
+        ),
+        #[cfg(feature = "cuda")]
+        Engine::UniformSlabs => Box::new(gpu::UniformSlabEvaluator::new(comm, device, p).map_err(
+            |e| EngineError::Backend(format!("uniform grid on rank {}: {e}", comm.rank())),
+        )?),
+        #[cfg(not(feature = "cuda"))]
+        _ => {
+            let _ = device;
+            return Err(EngineError::Backend(format!(
+                "{engine:?}: built without the `cuda` feature"
+            )));
+        }
+    })
+}
+
+#[cfg(feature = "cuda")]
+fn cuda(device: usize) -> Result<gpu::CudaBackend> {
+    gpu::CudaBackend::new(device)
+        .map_err(|e| EngineError::Backend(format!("backend cuda (device {device}): {e}")))
+}
+
+/// Default gap of a far interaction for `--grid uniform`, in core radii (leaf width >= this
+/// times the largest core radius; see `gpu::UniformParams::core_cutoff`).
+pub fn uniform_core_cutoff() -> f64 {
+    #[cfg(feature = "cuda")]
+    return gpu::UniformParams::default().core_cutoff;
+    #[cfg(not(feature = "cuda"))]
+    return 4.4;
+}
+
+/// The request of an evaluation of `n` sources at themselves on one rank (`bench`).
+pub fn request_at_sources(
+    params: &EvalParams,
+    backend: BackendChoice,
+    grid: fmm::GridChoice,
+    n: usize,
+) -> Request {
+    Request {
+        method: params.method,
+        backend,
+        grid,
+        periodic: params.periodic.is_some(),
+        ranks: 1,
+        targets: fmm::TargetKind::Sources,
+        n,
+    }
+}

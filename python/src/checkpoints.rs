@@ -1,0 +1,82 @@
+//! Reading the checkpoints of both solvers through their own readers
+//! (`method::checkpoint::read`, `spectral::io::read_checkpoint`), told apart by their magic
+//! bytes.
+
+use std::path::Path;
+
+/// A checkpoint of either solver.
+#[derive(Debug)]
+pub enum AnyCheckpoint {
+    /// `vortex run` (`checkpoint.bin`, magic `VXMETHOD`).
+    Vortex(method::checkpoint::Checkpoint),
+    /// `vortex spectral` (`checkpoint.bin`, magic `VXSPECCK`).
+    Spectral(spectral::io::Checkpoint),
+}
+
+/// Reads a checkpoint of either solver; the error names the file and what is wrong.
+pub fn read(path: &Path) -> Result<AnyCheckpoint, String> {
+    let mut magic = [0u8; 8];
+    {
+        use std::io::Read;
+        let mut f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        f.read_exact(&mut magic).map_err(|_| {
+            format!(
+                "{}: not a checkpoint (shorter than its 8 magic bytes)",
+                path.display()
+            )
+        })?;
+    }
+    if &magic == method::checkpoint::MAGIC {
+        method::checkpoint::read(path)
+            .map(AnyCheckpoint::Vortex)
+            .map_err(|e| e.to_string())
+    } else if &magic == spectral::io::CHECKPOINT_MAGIC {
+        spectral::io::read_checkpoint(path)
+            .map(AnyCheckpoint::Spectral)
+            .map_err(|e| e.to_string())
+    } else {
+        Err(format!(
+            "{}: neither a vortex-method nor a spectral checkpoint (magic bytes {:?})",
+            path.display(),
+            String::from_utf8_lossy(&magic)
+        ))
+    }
+}
+
+/// The time step `dt` of the run that wrote a vortex checkpoint, from its configuration
+/// fingerprint (`method::Config::fingerprint`: `... dt=<value> ...`).
+pub fn fingerprint_dt(fingerprint: &str) -> Option<f64> {
+    fingerprint
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("dt="))
+        .and_then(|v| v.parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dt_is_read_from_a_real_fingerprint() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../runs/vortex-taylor-green-16.toml"
+        ))
+        .unwrap();
+        let cfg = method::Config::from_str_named(&text, "vortex-taylor-green-16.toml").unwrap();
+        assert_eq!(fingerprint_dt(&cfg.fingerprint()), Some(cfg.dt));
+    }
+
+    #[test]
+    fn other_files_are_refused_with_their_name() {
+        let dir = std::env::temp_dir().join(format!("pyvortex-ck-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("junk.bin");
+        std::fs::write(&p, b"NOTACHECKPOINT").unwrap();
+        let e = read(&p).unwrap_err();
+        assert!(e.contains("junk.bin") && e.contains("neither"), "{e}");
+        std::fs::write(&p, b"VXM").unwrap();
+        assert!(read(&p).unwrap_err().contains("shorter"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,44 @@
+//! The Python package `pyvortex` (module `pyvortex._native`, built by maturin from
+//! `python/pyproject.toml`): the FMM evaluation of velocity and stretching (`CONVENTIONS.md`,
+//! core paper Eq. 3-9) through the same entry point as `vortex eval`, the test particle sets,
+//! and the checkpoints of both solvers.
+//!
+//! The bindings (`bindings`) are compiled only with the `python` feature, which maturin turns
+//! on; without it this crate is plain Rust and `cargo test --workspace` needs no Python.
+
+pub mod checkpoints;
+
+#[cfg(feature = "python")]
+mod bindings;
+
+use engine::{EngineError, Run};
+use fmm::{BackendChoice, EvalParams, GridChoice, Sources, Targets};
+
+/// The one call through which the package evaluates: `engine::evaluate`, the call of
+/// `vortex eval`, on one rank (the planner chooses and builds the engine; `targets: None`
+/// evaluates the sources themselves, velocity and stretching). `threads` sizes a local rayon
+/// pool (all cores when `None`). Results do not depend on the thread count.
+pub fn evaluate(
+    backend: BackendChoice,
+    device: usize,
+    params: &EvalParams,
+    sources: &Sources,
+    targets: Option<&Targets>,
+    threads: Option<usize>,
+) -> Result<Run, EngineError> {
+    params.validate()?;
+    let pool = engine::thread_pool(threads)?;
+    pool.install(|| {
+        engine::evaluate(
+            &domain::SelfComm,
+            0,
+            device,
+            backend,
+            GridChoice::Adaptive,
+            params,
+            sources.len(),
+            sources,
+            targets,
+        )
+    })
+}

@@ -1,0 +1,30 @@
+"""Shared helpers of the pyvortex tests: the vortex binary, the numpy direct sum."""
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+@pytest.fixture(scope="session")
+def vortex_bin():
+    """The `vortex` binary of this checkout ($VORTEX_BIN, else target/release/vortex)."""
+    tdir = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+    exe = os.environ.get("VORTEX_BIN", os.path.join(tdir, "release", "vortex"))
+    if not os.path.exists(exe):
+        pytest.fail(f"the vortex binary {exe} is missing: `cargo build --release` first "
+                    "(or set VORTEX_BIN)")
+    return exe
+
+
+def run_cli(exe, *args, cwd=ROOT):
+    p = subprocess.run([exe, *map(str, args)], cwd=cwd, capture_output=True, text=True,
+                       env={**os.environ, "RUST_LOG": "warn"})
+    if p.returncode != 0:
+        raise AssertionError(f"{exe} {' '.join(map(str, args))} failed:\n{p.stderr}")
+    return p
+
+
+from pyvortex.reference import direct_sum, rel_l2  # noqa: E402,F401  (numpy, engine-free)
