@@ -166,7 +166,7 @@ def read_checkpoint(path) -> dict:
     vortex: ``solver="vortex"``, ``step``, ``dt``, ``t``, ``position``, ``strength`` (N, 3),
     ``sigma``, ``sigma0`` (N,), ``previous_velocity``/``previous_stretching`` (N, 3 or None:
     the Adams-Bashforth history), ``step_reset``, ``reinterpolations``, ``initial_energy``,
-    ``fingerprint`` (the configuration it continues).
+    ``config`` (the configuration it continues, ``key = value`` lines).
 
     spectral: ``solver="spectral"``, ``n``, ``nu``, ``dealias``, ``t``, ``step``,
     ``velocity`` (3, n, n, n) on the grid ``-pi + 2 pi i / n`` (z fastest) and

@@ -154,13 +154,13 @@ fn read_checkpoint(py: Python<'_>, path: PathBuf) -> PyResult<Bound<'_, PyDict>>
             let s = c.state;
             d.set_item("solver", "vortex")?;
             d.set_item("step", s.step)?;
-            let dt = checkpoints::fingerprint_dt(&c.fingerprint);
+            let dt = checkpoints::config_dt(&c.config);
             d.set_item("dt", dt)?;
             d.set_item("t", dt.map(|dt| s.step as f64 * dt))?;
             d.set_item("step_reset", s.step_reset)?;
             d.set_item("reinterpolations", s.reinterpolations)?;
             d.set_item("initial_energy", c.initial_energy)?;
-            d.set_item("fingerprint", c.fingerprint)?;
+            d.set_item("config", c.config)?;
             let p = s.particles;
             d.set_item("position", vectors(py, p.position)?)?;
             d.set_item("strength", vectors(py, p.strength)?)?;

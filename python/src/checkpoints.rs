@@ -43,13 +43,13 @@ pub fn read(path: &Path) -> Result<AnyCheckpoint, String> {
     }
 }
 
-/// The time step `dt` of the run that wrote a vortex checkpoint, from its configuration
-/// fingerprint (`method::Config::fingerprint`: `... dt=<value> ...`).
-pub fn fingerprint_dt(fingerprint: &str) -> Option<f64> {
-    fingerprint
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("dt="))
-        .and_then(|v| v.parse().ok())
+/// The time step `dt` of the run that wrote a vortex-method checkpoint, from its configuration
+/// record (`key = value` lines, `method::checkpoint::Checkpoint::config`).
+pub fn config_dt(config: &str) -> Option<f64> {
+    config.lines().find_map(|l| {
+        let (k, v) = l.split_once('=')?;
+        (k.trim() == "dt").then(|| v.trim().parse().ok()).flatten()
+    })
 }
 
 #[cfg(test)]
@@ -57,14 +57,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn dt_is_read_from_a_real_fingerprint() {
+    fn dt_is_read_from_a_real_checkpoint_record() {
         let text = std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../runs/vortex-taylor-green-16.toml"
         ))
         .unwrap();
         let cfg = method::Config::from_str_named(&text, "vortex-taylor-green-16.toml").unwrap();
-        assert_eq!(fingerprint_dt(&cfg.fingerprint()), Some(cfg.dt));
+        let state = method::State {
+            step: 0,
+            step_reset: 0,
+            particles: Default::default(),
+            previous: None,
+            reinterpolations: 0,
+        };
+        let ck = method::checkpoint::Checkpoint::new(&cfg, 1.0, state);
+        assert_eq!(config_dt(&ck.config), Some(cfg.dt));
     }
 
     #[test]

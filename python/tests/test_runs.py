@@ -21,6 +21,8 @@ theta = 0.5
 kind = "taylor-green"
 n = 8
 overlap = 1.0
+[reinterpolation]
+strain = 0.0
 [output]
 diagnostics_every = 1
 grid = 8
