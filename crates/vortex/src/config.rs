@@ -346,6 +346,18 @@ pub enum SnapshotFormat {
     Vtk,
 }
 
+/// `v > 0` and finite, or the error naming `key`.
+fn positive(file: &str, key: &str, v: f64) -> Result<()> {
+    if !(v > 0.0 && v.is_finite()) {
+        return Err(bad(
+            file,
+            key,
+            format!("must be positive and finite, got {v}"),
+        ));
+    }
+    Ok(())
+}
+
 fn bad(file: &str, key: &str, msg: impl Into<String>) -> Error {
     Error::Config {
         file: file.to_string(),
@@ -481,18 +493,17 @@ impl Config {
         m
     }
 
-    /// Checks ranges and consistency.
+    /// Checks ranges and consistency, one section of the file after the other.
     pub fn validate(&self, file: &str) -> Result<()> {
-        let pos = |key: &str, v: f64| -> Result<()> {
-            if !(v > 0.0 && v.is_finite()) {
-                return Err(bad(
-                    file,
-                    key,
-                    format!("must be positive and finite, got {v}"),
-                ));
-            }
-            Ok(())
-        };
+        self.validate_run(file)?;
+        self.validate_reinterpolation(file)?;
+        self.validate_initial(file)?;
+        self.validate_output(file)
+    }
+
+    /// Time stepping, evaluation and domain.
+    fn validate_run(&self, file: &str) -> Result<()> {
+        let pos = |key: &str, v: f64| positive(file, key, v);
         if !(self.nu >= 0.0 && self.nu.is_finite()) {
             return Err(bad(
                 file,
@@ -567,6 +578,11 @@ impl Config {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// The `[reinterpolation]` section.
+    fn validate_reinterpolation(&self, file: &str) -> Result<()> {
         // reinterpolation
         let r = &self.reinterpolation;
         if !(r.ratio == 0.0 || (r.ratio > 1.0 && r.ratio.is_finite())) {
@@ -604,8 +620,21 @@ impl Config {
                 format!("must lie in [0, 1), got {}", r.drop),
             ));
         }
+        if !(r.strain >= 0.0 && r.strain.is_finite()) {
+            return Err(bad(
+                file,
+                "reinterpolation.strain",
+                format!("must be >= 0 (0: off), got {}", r.strain),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The initial condition and the periodic lattice it lives on.
+    fn validate_initial(&self, file: &str) -> Result<()> {
+        let pos = |key: &str, v: f64| positive(file, key, v);
         // initial condition
-        let i = &self.initial;
+        let (i, r) = (&self.initial, &self.reinterpolation);
         pos("initial.overlap", i.overlap)?;
         let need = |key: &str, v: Option<f64>| -> Result<f64> {
             let v = v.ok_or_else(|| {
@@ -727,6 +756,11 @@ impl Config {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// The `[output]` and `[health]` sections.
+    fn validate_output(&self, file: &str) -> Result<()> {
         let o = &self.output;
         if !(o.energy_rise_warn > 0.0 && o.energy_rise_limit >= o.energy_rise_warn) {
             return Err(bad(
@@ -736,13 +770,6 @@ impl Config {
                     "need 0 < energy_rise_warn <= energy_rise_limit, got {} and {}",
                     o.energy_rise_warn, o.energy_rise_limit
                 ),
-            ));
-        }
-        if !(r.strain >= 0.0 && r.strain.is_finite()) {
-            return Err(bad(
-                file,
-                "reinterpolation.strain",
-                format!("must be >= 0 (0: off), got {}", r.strain),
             ));
         }
         if !(self.output.checkpoint_wall_minutes >= 0.0
