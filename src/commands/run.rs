@@ -158,6 +158,10 @@ fn run_ranks(
                         args.config.display()
                     ))
                 };
+                if resident_state(&config, comm.size(), choice.engine, &args.config)? {
+                    return run_resident(comm, config, args, index, &opts)
+                        .map(|s| (s, config_json));
+                }
                 let b = gpu::CudaBackend::new(index).map_err(|e| what(e.to_string()));
                 let b = method::parallel::agree(comm, b)?;
                 let at_sources = if choice.engine == Engine::UniformGrid {
@@ -195,6 +199,13 @@ fn run_ranks(
         }
         Device::Cpu => {
             let _ = local_rank;
+            if config.evaluation.state == method::config::StatePlace::Device {
+                anyhow::bail!(
+                    "{}: evaluation.state = \"device\" needs the CUDA backend (backend = \"cuda\", \
+                     grid = \"uniform\")",
+                    args.config.display()
+                );
+            }
             let summary = method::run::run_loaded_on(
                 comm,
                 config,
@@ -208,4 +219,60 @@ fn run_ranks(
             Ok((summary, config_json))
         }
     }
+}
+
+/// Whether the run keeps its particles on the GPU (`evaluation.state`; `auto`: when the planner
+/// chose the uniform grid for a periodic box on one rank). Refuses `device` where the resident
+/// step does not apply, with the reason.
+#[cfg(feature = "cuda")]
+fn resident_state(
+    config: &method::Config,
+    ranks: usize,
+    engine: Engine,
+    path: &std::path::Path,
+) -> Result<bool> {
+    use method::config::{GridVelocity, StatePlace};
+    let why = resident::unsupported(config, ranks).or_else(|| {
+        (config.output.grid_velocity == Some(GridVelocity::Fmm)).then(|| {
+            "output.grid_velocity = \"fmm\" needs the particles on the host (the resident \
+             step computes the grid velocity from the vorticity)"
+                .to_string()
+        })
+    });
+    match (config.evaluation.state, why) {
+        (StatePlace::Host, _) => Ok(false),
+        (StatePlace::Device, None) => Ok(true),
+        (StatePlace::Device, Some(why)) => {
+            anyhow::bail!("{}: evaluation.state = \"device\": {why}", path.display())
+        }
+        (StatePlace::Auto, why) => Ok(engine == Engine::UniformGrid
+            && config.evaluation.grid == GridChoice::Uniform
+            && why.is_none()),
+    }
+}
+
+/// The run with its particle state on GPU `index` (`resident::ResidentSimulation`).
+#[cfg(feature = "cuda")]
+fn run_resident(
+    comm: &dyn Comm,
+    config: method::Config,
+    args: &RunArgs,
+    index: usize,
+    opts: &method::run::RunOptions,
+) -> Result<method::run::RunSummary> {
+    let build: method::run::Build<'_> = Box::new(move |config, start| {
+        let sim = resident::ResidentSimulation::new(comm, config, index, start)?;
+        Ok(Box::new(sim) as Box<dyn method::Simulator + '_>)
+    });
+    let name = format!("cuda device {index}, particle state resident on the device");
+    Ok(method::run::run_loaded_with(
+        comm,
+        config,
+        &args.config,
+        args.out.as_deref(),
+        args.restart.as_deref(),
+        opts,
+        &name,
+        build,
+    )?)
 }

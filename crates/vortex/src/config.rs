@@ -125,6 +125,34 @@ pub struct EvaluationConfig {
     /// checkpoint fingerprint.
     #[serde(deserialize_with = "de_grid")]
     pub grid: GridChoice,
+    /// Where the particle state lives between steps: `"auto"` (on the GPU when the run is the
+    /// device-resident step's case: backend `cuda`, grid `uniform`, periodic, one rank; else
+    /// on the host), `"host"` or `"device"` (refused where the resident step does not apply).
+    /// Not part of the checkpoint fingerprint.
+    pub state: StatePlace,
+}
+
+/// Where the particle state of a run lives (`evaluation.state`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StatePlace {
+    #[default]
+    Auto,
+    /// The ranks' memory (`method::parallel::DistSimulation`).
+    Host,
+    /// One GPU for the whole run (the `resident` crate).
+    Device,
+}
+
+/// How the diagnostics obtain the velocity on the periodic grid (`output.grid_velocity`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GridVelocity {
+    /// The FMM with the grid points as targets (the Biot-Savart law of the blobs).
+    Fmm,
+    /// The blob vorticity at the grid points (Gaussian sums), then Biot-Savart in Fourier
+    /// space (what the device-resident step computes).
+    Vorticity,
 }
 
 /// Deserializes a choice through its `FromStr`, whose error lists the valid values; the message
@@ -165,6 +193,7 @@ impl Default for EvaluationConfig {
             backend: BackendChoice::Auto,
             device: 0,
             grid: GridChoice::Adaptive,
+            state: StatePlace::Auto,
         }
     }
 }
@@ -288,6 +317,9 @@ pub struct OutputConfig {
     /// Points per direction of the grid on which the velocity is evaluated for energy, enstrophy
     /// and spectra in a periodic box (default: the lattice `n`).
     pub grid: Option<usize>,
+    /// How the grid velocity is obtained (`"fmm"` or `"vorticity"`); default: the FMM on
+    /// the host state, the vorticity on the device-resident state (the only one it has).
+    pub grid_velocity: Option<GridVelocity>,
     /// Write the energy spectrum with each diagnostics row (periodic only).
     pub spectra: bool,
     /// VTK particle snapshots every this many steps (0: none; the last step is always written
@@ -320,6 +352,7 @@ impl Default for OutputConfig {
         Self {
             diagnostics_every: 10,
             grid: None,
+            grid_velocity: None,
             spectra: true,
             snapshot_every: 0,
             snapshot_format: SnapshotFormat::Vtp,
@@ -478,7 +511,7 @@ impl Config {
     }
 
     /// The keys a restart must keep, flattened (`dotted.key -> value`): everything except
-    /// `t_end`, `[output]`, `[health]` and `evaluation.backend`, `.device`, `.grid`.
+    /// `t_end`, `[output]`, `[health]` and `evaluation.backend`, `.device`, `.grid`, `.state`.
     pub fn restart_keys(&self) -> std::collections::BTreeMap<String, String> {
         let text = toml::to_string(self).unwrap_or_default();
         let mut m = spectral::durable::flatten_toml(&text).unwrap_or_default();
@@ -488,7 +521,8 @@ impl Config {
                 || k.starts_with("health.")
                 || k == "evaluation.backend"
                 || k == "evaluation.device"
-                || k == "evaluation.grid")
+                || k == "evaluation.grid"
+                || k == "evaluation.state")
         });
         m
     }

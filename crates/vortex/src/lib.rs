@@ -21,6 +21,8 @@
 //! * [`parallel`]: the same step over ranks (MPI, simulated ranks, or one process): owned
 //!   particles with global ids, the distributed FMM, redistribution, gathers on rank 0 for the
 //!   rare global operations ([`parallel::DistSimulation`]);
+//! * [`simulator`]: what the run loop asks of a simulation, whatever holds its state (the
+//!   host ranks, or one GPU in the `resident` crate);
 //! * [`run`]: the `vortex run` command ([`run::run`], [`run::run_on`] for any communicator);
 //! * [`vtp`]: binary particle snapshots (XML VTK PolyData) and their `.pvd` time series;
 //! * [`validate`]: cross-validation against the spectral solver (Taylor-Green, same initial field).
@@ -43,6 +45,7 @@ pub mod particles;
 pub mod reinterpolation;
 pub mod rhs;
 pub mod run;
+pub mod simulator;
 pub mod stepping;
 pub mod validate;
 pub mod vtp;
@@ -50,4 +53,5 @@ pub mod vtp;
 pub use config::Config;
 pub use error::{Error, Result};
 pub use particles::Particles;
+pub use simulator::Simulator;
 pub use stepping::{Simulation, State};

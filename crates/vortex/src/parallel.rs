@@ -913,3 +913,71 @@ impl<'c, B: Backend> DistSimulation<'c, B> {
         std::mem::take(&mut self.phases)
     }
 }
+
+impl<B: Backend> crate::simulator::Simulator for DistSimulation<'_, B> {
+    fn comm(&self) -> &dyn Comm {
+        self.comm
+    }
+    fn config(&self) -> &Config {
+        &self.config
+    }
+    fn step_index(&self) -> u64 {
+        self.state.step
+    }
+    fn t(&self) -> f64 {
+        DistSimulation::t(self)
+    }
+    fn n_global(&self) -> usize {
+        self.n_global
+    }
+    fn reinterpolations(&self) -> u64 {
+        self.state.reinterpolations
+    }
+    fn smallest_core(&self) -> f64 {
+        let mut m = [-self
+            .state
+            .particles
+            .sigma
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min)];
+        self.comm.allreduce_f64(&mut m, ReduceOp::Max);
+        -m[0]
+    }
+    fn take_initial_report(&mut self) -> Option<RbfReport> {
+        self.initial_report.take()
+    }
+    fn step_measures(&mut self) -> Result<[f64; 2]> {
+        DistSimulation::step_measures(self)
+    }
+    fn diagnostics(
+        &mut self,
+        grid: Option<usize>,
+    ) -> Result<Option<crate::diagnostics::Diagnostics>> {
+        let f = self.derivatives()?.clone();
+        let d = crate::diagnostics::compute_distributed(self, &f, grid);
+        agree(self.comm, d)
+    }
+    fn snapshot(&mut self) -> Result<Option<(Particles, Vec<[f64; 3]>)>> {
+        self.derivatives()?;
+        let f = self.current.as_ref().expect("evaluated");
+        Ok(self
+            .gather(&[&f.velocity])
+            .map(|(p, mut v)| (p, v.pop().unwrap_or_default())))
+    }
+    fn gather_state(&mut self) -> Result<Option<State>> {
+        Ok(DistSimulation::gather_state(self))
+    }
+    fn step(&mut self) -> Result<StepReport> {
+        DistSimulation::step(self)
+    }
+    fn check_finite(&mut self, last_checkpoint: &str) -> Result<()> {
+        DistSimulation::check_finite(self, last_checkpoint)
+    }
+    fn phases(&self) -> Phases {
+        self.phases
+    }
+    fn describe(&self) -> String {
+        self.rhs.backend.name()
+    }
+}

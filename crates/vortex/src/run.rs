@@ -38,6 +38,8 @@ use crate::energy_check::{EnergyMonitor, Verdict as EnergyVerdict};
 use crate::error::{Error, Result};
 use crate::health::{self, Verdict};
 use crate::parallel::{agree, check_same, DistSimulation};
+use crate::simulator::Simulator;
+use crate::stepping::State;
 use crate::vtp;
 use domain::{Comm, ReduceOp, SelfComm};
 use fmm::Backend;
@@ -259,7 +261,7 @@ pub fn run_loaded<B: Backend>(
 /// logs a summary that names the backend and the number of ranks, and the shares of the
 /// phases. Collective.
 #[allow(clippy::too_many_arguments)]
-pub fn run_loaded_on<'c, B: Backend>(
+pub fn run_loaded_on<'c, B: Backend + 'c>(
     comm: &'c dyn Comm,
     config: Config,
     config_path: &Path,
@@ -269,9 +271,6 @@ pub fn run_loaded_on<'c, B: Backend>(
     at_sources: Option<Box<dyn fmm::Evaluator + 'c>>,
     opts: &RunOptions,
 ) -> Result<RunSummary> {
-    let out = out
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| default_out(config_path));
     let name = match &at_sources {
         Some(e) => format!(
             "{} ({} for the particles at themselves)",
@@ -280,11 +279,39 @@ pub fn run_loaded_on<'c, B: Backend>(
         ),
         None => backend.name(),
     };
+    let build: Build<'c> = Box::new(move |config, start| {
+        let mut sim = match start {
+            Some(state) => DistSimulation::resume(comm, config, backend, state)?,
+            None => DistSimulation::new(comm, config, backend)?,
+        };
+        sim.rhs.at_sources = at_sources;
+        Ok(Box::new(sim) as Box<dyn Simulator + 'c>)
+    });
+    run_loaded_with(comm, config, config_path, out, restart, opts, &name, build)
+}
+
+/// [`run_with`] for the binary: the output directory defaulted from the configuration's
+/// name, and rank 0 logs `name` (what computes the steps), the summary and the shares of the
+/// phases. Collective.
+#[allow(clippy::too_many_arguments)]
+pub fn run_loaded_with<'c>(
+    comm: &'c dyn Comm,
+    config: Config,
+    config_path: &Path,
+    out: Option<&Path>,
+    restart: Option<&Path>,
+    opts: &RunOptions,
+    name: &str,
+    build: Build<'c>,
+) -> Result<RunSummary> {
+    let out = out
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| default_out(config_path));
     let root = comm.rank() == 0;
     if root {
         log::info!("backend: {name}, {} rank(s)", comm.size());
     }
-    let summary = run_on(comm, config, &out, restart, backend, at_sources, opts)?;
+    let summary = run_with(comm, config, &out, restart, opts, build)?;
     if root {
         let line = format!(
             "{} [backend {name}, {} rank(s)]",
@@ -404,10 +431,15 @@ fn setup_out(out: &Path, config: &Config, mode: OutMode) -> Result<()> {
     std::fs::write(&cfg_path, cfg_text).map_err(Error::io(&cfg_path))
 }
 
+/// How a run's simulation is made on every rank: from the configuration (a fresh start,
+/// `None`) or from a checkpoint's global state (`Some(state)`: rank 0's, `None` elsewhere).
+pub type Build<'c> =
+    Box<dyn FnOnce(Config, Option<Option<State>>) -> Result<Box<dyn Simulator + 'c>> + 'c>;
+
 /// Runs a configuration on the ranks of `comm` (each with its own `backend`), writing into `out`
-/// from rank 0. Every rank returns the same outcome; the summary's diagnostics are rank 0's.
-/// Collective.
-pub fn run_on<'c, B: Backend>(
+/// from rank 0: [`run_with`] over a [`DistSimulation`] (the state on the host ranks), with
+/// `at_sources` the planner's engine of the particles at themselves. Collective.
+pub fn run_on<'c, B: Backend + 'c>(
     comm: &'c dyn Comm,
     config: Config,
     out: &Path,
@@ -416,8 +448,29 @@ pub fn run_on<'c, B: Backend>(
     at_sources: Option<Box<dyn fmm::Evaluator + 'c>>,
     opts: &RunOptions,
 ) -> Result<RunSummary> {
+    let build: Build<'c> = Box::new(move |config, start| {
+        let mut sim = match start {
+            Some(state) => DistSimulation::resume(comm, config, backend, state)?,
+            None => DistSimulation::new(comm, config, backend)?,
+        };
+        sim.rhs.at_sources = at_sources;
+        Ok(Box::new(sim) as Box<dyn Simulator + 'c>)
+    });
+    run_with(comm, config, out, restart, opts, build)
+}
+
+/// Runs a configuration on the ranks of `comm` with the simulation that `build` makes, writing
+/// into `out` from rank 0. Every rank returns the same outcome; the summary's diagnostics are
+/// rank 0's. Collective.
+pub fn run_with<'c>(
+    comm: &'c dyn Comm,
+    config: Config,
+    out: &Path,
+    restart: Option<&Path>,
+    opts: &RunOptions,
+    build: Build<'c>,
+) -> Result<RunSummary> {
     let root = comm.rank() == 0;
-    let backend_name = backend.name();
     check_same(
         comm,
         "options",
@@ -457,20 +510,17 @@ pub fn run_on<'c, B: Backend>(
                 }
                 None => (None, None),
             };
-            (DistSimulation::resume(comm, config, backend, state)?, e0)
+            (build(config, Some(state))?, e0)
         }
-        None => {
-            let sim = DistSimulation::new(comm, config, backend)?;
-            if let Some(r) = &sim.initial_report {
-                log::info!("initial RBF solve: {}", r.summary());
-            }
-            (sim, None)
-        }
+        None => (build(config, None)?, None),
     };
-    sim.rhs.at_sources = at_sources;
-    let cfg = sim.config.clone();
+    if let Some(r) = sim.take_initial_report() {
+        log::info!("initial RBF solve: {}", r.summary());
+    }
+    let backend_name = sim.describe();
+    let cfg = sim.config().clone();
     let n_steps = cfg.steps();
-    let start_step = sim.state.step;
+    let start_step = sim.step_index();
     let stop = opts
         .max_steps
         .map_or(n_steps, |k| n_steps.min(start_step + k))
@@ -508,12 +558,7 @@ pub fn run_on<'c, B: Backend>(
     let h = if cfg.lattice_h().is_finite() {
         cfg.lattice_h()
     } else {
-        sim.state
-            .particles
-            .sigma
-            .iter()
-            .copied()
-            .fold(f64::INFINITY, f64::min)
+        sim.smallest_core()
     };
     let bar = if cfg.output.progress && root {
         let b = ProgressBar::new(stop);
@@ -543,8 +588,8 @@ pub fn run_on<'c, B: Backend>(
     loop {
         let it0 = Instant::now();
         // f_n may be evaluated for the diagnostics before the step: counted in this step's FMM
-        let phases0 = sim.phases;
-        let step = sim.state.step;
+        let phases0 = sim.phases();
+        let step = sim.step_index();
         // the stability verdict of the step about to be taken (its f_n is the step's own)
         let [max_speed, max_rate] = sim.step_measures().inspect_err(|_| bar.abandon())?;
         let m = health::StepMeasures {
@@ -589,11 +634,9 @@ pub fn run_on<'c, B: Backend>(
             cfg.output.snapshot_every > 0 && (every(cfg.output.snapshot_every, step) || last);
         let (mut t_diag, mut t_io) = (0.0, 0.0);
         if diag_due || snap_due {
-            let f = sim.derivatives()?.clone();
             if diag_due {
                 let td = Instant::now();
-                let d = diagnostics::compute_distributed(&mut sim, &f, grid);
-                let d = agree(comm, d)?;
+                let d = sim.diagnostics(grid)?;
                 t_diag += td.elapsed().as_secs_f64();
                 let tio = Instant::now();
                 let r = match (d, outputs.as_mut()) {
@@ -675,9 +718,9 @@ pub fn run_on<'c, B: Backend>(
             }
             if snap_due {
                 let tio = Instant::now();
-                let g = sim.gather(&[&f.velocity]);
+                let g = sim.snapshot()?;
                 let r = match g {
-                    Some((p, v)) => write_snapshot(out, &cfg, step, sim.t(), &p, &v[0], &mut pvd),
+                    Some((p, v)) => write_snapshot(out, &cfg, step, sim.t(), &p, &v, &mut pvd),
                     None => Ok(()),
                 };
                 agree(comm, r)?;
@@ -686,7 +729,7 @@ pub fn run_on<'c, B: Backend>(
         }
         if ck_due {
             let tio = Instant::now();
-            let state = sim.gather_state();
+            let state = sim.gather_state()?;
             let r = match state {
                 Some(state) => checkpoint::write_kept(
                     &ck_path,
@@ -719,13 +762,17 @@ pub fn run_on<'c, B: Backend>(
         let report = sim.step()?;
         if let Some(r) = &report.reinterpolation {
             if root {
-                log::info!("step {}: re-interpolated, {}", sim.state.step, r.summary());
+                log::info!(
+                    "step {}: re-interpolated, {}",
+                    sim.step_index(),
+                    r.summary()
+                );
             }
         }
         sim.check_finite(&last_ck).inspect_err(|_| bar.abandon())?;
-        let s = sim.state.step;
+        let s = sim.step_index();
         // this step's phases, the largest over the ranks
-        let ph = sim.phases;
+        let ph = sim.phases();
         let d = |a: f64, b: f64| (a - b).max(0.0);
         let mut row = [
             it0.elapsed().as_secs_f64(),
@@ -773,17 +820,17 @@ pub fn run_on<'c, B: Backend>(
             plot(&o.csv_path, &out.join("energy.png"), &cfg, &spectra, out);
         }
     }
-    let steps = sim.state.step - start_step;
+    let steps = sim.step_index() - start_step;
     let wall_s = wall0.elapsed().as_secs_f64();
     Ok(RunSummary {
         steps,
         t: sim.t(),
         wall_s,
         s_per_step: loop_start.elapsed().as_secs_f64() / steps.max(1) as f64,
-        n_particles: sim.n_global,
+        n_particles: sim.n_global(),
         last: last_diag,
         out: out.to_path_buf(),
-        reinterpolations: sim.state.reinterpolations,
+        reinterpolations: sim.reinterpolations(),
         phases: totals,
         ranks: comm.size(),
         interrupted,

@@ -53,7 +53,7 @@ impl UniformTimes {
 /// default (`UniformParams::default().core_cutoff`, in source core radii), so that the
 /// adaptive octree's smaller default never shrinks the grid's leaves; one rule for every
 /// caller (`vortex eval`, `vortex bench`, `vortex run`).
-fn grid_params(params: &EvalParams) -> UniformParams {
+pub fn grid_params(params: &EvalParams) -> UniformParams {
     let d = UniformParams::default();
     UniformParams {
         order: params.order,

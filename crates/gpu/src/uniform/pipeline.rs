@@ -560,42 +560,17 @@ impl UniformFmm {
         np: usize,
         pack: &dyn Fn(&mut [f32]) -> GpuResult<()>,
         region: &Region,
-        mut ex: Option<&mut dyn RankExchange>,
+        ex: Option<&mut dyn RankExchange>,
         per: Option<&PeriodicRun>,
         fields: &mut Fields,
     ) -> GpuResult<UniformTimes> {
-        if per.is_some() && (ex.is_some() || !region.is_whole()) {
-            return Err(GpuError::Unsupported(
-                "the periodic uniform grid runs on one device (no slabs)".into(),
-            ));
-        }
-        if np == 0 || np > i32::MAX as usize / 8 {
-            return Err(GpuError::Unsupported(format!(
-                "{np} particles: need 1..={} for i32 indices",
-                i32::MAX / 8
-            )));
-        }
+        check_region(p, np, region, ex.is_some(), per.is_some())?;
         let mut tm = UniformTimes::default();
         let mut bytes = Bytes::default();
         let s = self.dev.stream().clone();
-        let nc3 = 3 * ncoef(p);
 
         // ---- 1. host: packing, tables
         let t = Instant::now();
-        let g: UniformGrid = region.grid;
-        let (n, k, m) = (g.n(), g.k, g.m);
-        let plane = n * n;
-        let (c_own, nown) = (region.own.0 * plane, (region.own.1 - region.own.0) * plane);
-        let nleaf = g.leaves();
-        let ncell = g.total_cells();
-        if ncell.saturating_mul(2 * nc3) > i32::MAX as usize * 2 || nleaf > i32::MAX as usize / 16 {
-            return Err(GpuError::Unsupported(format!(
-                "grid of {n}^3 leaves too large for order {p}"
-            )));
-        }
-        (tm.n, tm.m, tm.k) = (n, m, k);
-        let r = g.max_offset();
-        self.ensure_tables(p, r)?;
         let mut staging_guard = self.staging.lock().expect("staging poisoned");
         let staging: &mut Staging = &mut staging_guard;
         let up = pinned(
@@ -606,7 +581,6 @@ impl UniformFmm {
         )?;
         pack(up)?;
         tm.host_prepare = t.elapsed().as_secs_f64();
-        self.warm_up(p)?; // compiled at the first call only (not part of the times after it)
 
         // ---- 2. upload
         let t = Instant::now();
@@ -617,11 +591,120 @@ impl UniformFmm {
         bytes.add(&input);
         tm.upload = t.elapsed().as_secs_f64();
 
+        let out6 = self.run_device(p, np, &input, region, ex, per, staging, &mut tm, &mut bytes)?;
+        drop(input);
+        self.download(&out6, np, per, staging, fields, &mut tm)?;
+        tm.total = tm.host_prepare
+            + tm.upload
+            + tm.sort
+            + tm.upward
+            + tm.m2l
+            + tm.downward
+            + tm.p2p
+            + tm.download;
+        Ok(tm)
+    }
+
+    /// Velocity and stretching of `np` particles at themselves from their packed rows already
+    /// on the device (`input`: `8 np` floats, the layout of [`pack_sources_into`]; periodic:
+    /// positions inside the box), for a caller that keeps the particles on the device between
+    /// evaluations: the fields stay on the device, `6 np` floats `(u, s)` per particle in input
+    /// order, **without** the factor `1/(4 pi)` and (periodic) without the surface correction
+    /// (both are the caller's: it has the sums of its particles). `sigma_max` is the largest
+    /// core radius, `lo`/`hi` the bounds of the positions (free space; ignored when periodic).
+    #[allow(clippy::too_many_arguments)]
+    pub fn evaluate_device(
+        &self,
+        input: &CudaSlice<f32>,
+        np: usize,
+        bounds: ([f64; 3], [f64; 3]),
+        sigma_max: f64,
+        params: &UniformParams,
+        periodic: Option<&Periodic>,
+    ) -> GpuResult<(CudaSlice<f32>, UniformTimes)> {
+        params.validate()?;
+        if input.len() < 8 * np {
+            return Err(GpuError::Unsupported(format!(
+                "a device input of {} floats for {np} particles (need {})",
+                input.len(),
+                8 * np
+            )));
+        }
+        let t = Instant::now();
+        let (region, run) = match periodic {
+            None => {
+                let ext = Extent::from_bounds(bounds.0, bounds.1, sigma_max);
+                (Region::whole(params.grid_for(&ext, np)), None)
+            }
+            Some(per) => {
+                per.validate()
+                    .map_err(|e| GpuError::Unsupported(e.to_string()))?;
+                let g = params.grid_for_periodic(&Extent::periodic(per, sigma_max), np)?;
+                let far = self.far_images(&g, params.order, per)?;
+                let run = PeriodicRun {
+                    box_length: per.box_length,
+                    far,
+                    receiver_level: g.receiver_level(),
+                    correction: OnceLock::new(),
+                };
+                (Region::whole(g), Some(run))
+            }
+        };
+        check_region(params.order, np, &region, false, run.is_some())?;
+        let mut tm = UniformTimes {
+            host_prepare: t.elapsed().as_secs_f64(),
+            ..Default::default()
+        };
+        let mut bytes = Bytes::default();
+        let mut staging_guard = self.staging.lock().expect("staging poisoned");
+        let out6 = self.run_device(
+            params.order,
+            np,
+            input,
+            &region,
+            None,
+            run.as_ref(),
+            &mut staging_guard,
+            &mut tm,
+            &mut bytes,
+        )?;
+        tm.total =
+            tm.host_prepare + tm.sort + tm.upward + tm.m2l + tm.downward + tm.p2p + tm.download;
+        Ok((out6, tm))
+    }
+
+    /// Phases 3-8 of the pipeline on particles already on the device (`input`, `8 np`
+    /// floats): sort, upward pass, P2P (with the rank exchanges of `ex`), M2L, downward pass,
+    /// and the fields scattered back to input order (`6 np` floats, raw sums: no `1/(4 pi)`).
+    #[allow(clippy::too_many_arguments)]
+    fn run_device(
+        &self,
+        p: usize,
+        np: usize,
+        input: &CudaSlice<f32>,
+        region: &Region,
+        mut ex: Option<&mut dyn RankExchange>,
+        per: Option<&PeriodicRun>,
+        staging: &mut Staging,
+        tm: &mut UniformTimes,
+        bytes: &mut Bytes,
+    ) -> GpuResult<CudaSlice<f32>> {
+        let s = self.dev.stream().clone();
+        let nc3 = 3 * ncoef(p);
+        let g: UniformGrid = region.grid;
+        let (n, k, m) = (g.n(), g.k, g.m);
+        let plane = n * n;
+        let (c_own, nown) = (region.own.0 * plane, (region.own.1 - region.own.0) * plane);
+        let ncell = g.total_cells();
+        (tm.n, tm.m, tm.k) = (n, m, k);
+        let r = g.max_offset();
+        self.ensure_tables(p, r)?;
+        self.warm_up(p)?; // compiled at the first call only (not part of the times after it)
+
         // ---- 3. sort and tasks
         let t = Instant::now();
         let n_i = n as i32;
-        let sorted = self.sort(p, &input, np, &g, &mut tm.k_sort, &mut bytes)?;
-        drop(input);
+        let sorted = self.sort(p, input, np, &g, &mut tm.k_sort, bytes)?;
         let (perm, starts, spos, sstr) = (sorted.perm, sorted.starts, sorted.pos, sorted.str);
         let mut nslices = s.alloc_zeros::<i32>(nown.max(1))?;
         let mut slice_starts = s.alloc_zeros::<i32>(nown + 1)?;
@@ -853,7 +936,7 @@ impl UniformFmm {
                 e.pack_halo(hup);
                 let mut hin = unsafe { s.alloc::<f32>(8 * nh) }?;
                 s.memcpy_htod(&*hup, &mut hin)?;
-                let hs = self.sort(p, &hin, nh, &g, &mut tm.k_sort, &mut bytes)?;
+                let hs = self.sort(p, &hin, nh, &g, &mut tm.k_sort, bytes)?;
                 halo = Some(hs);
             }
             let t = Instant::now();
@@ -1048,7 +1131,7 @@ impl UniformFmm {
         tm.downward = t.elapsed().as_secs_f64();
         drop(guard);
 
-        // ---- 9. back to input order, download
+        // ---- 9. back to input order
         let t = Instant::now();
         let np_i = np as i32;
         let mut out6 = s.alloc_zeros::<f32>(6 * np)?;
@@ -1062,7 +1145,24 @@ impl UniformFmm {
             unsafe { b.launch(grid1(np, THREADS)) }?;
             Ok(())
         })?;
-        // download in chunks, each converted (f64, 1/(4 pi)) while the next one copies
+        tm.download = t.elapsed().as_secs_f64();
+        Ok(out6)
+    }
+
+    /// Phase 9: the fields `out6` (device, `6 np` raw floats) into `fields` (f64, `1/(4 pi)`,
+    /// periodic: minus the surface correction), downloaded in pieces, each converted on the
+    /// host while the next one is copied.
+    fn download(
+        &self,
+        out6: &CudaSlice<f32>,
+        np: usize,
+        per: Option<&PeriodicRun>,
+        staging: &mut Staging,
+        fields: &mut Fields,
+        tm: &mut UniformTimes,
+    ) -> GpuResult<()> {
+        let t = Instant::now();
+        let s = self.dev.stream().clone();
         let host = pinned(&self.dev, &mut staging.down, 6 * np, 0)?;
         // every element is overwritten below: kept arrays of the right length are reused
         // as they are, others replaced by zeroed allocations (pages mapped lazily, at the
@@ -1098,17 +1198,34 @@ impl UniformFmm {
                 });
         }
         s.synchronize()?;
-        tm.download = t.elapsed().as_secs_f64();
-        tm.total = tm.host_prepare
-            + tm.upload
-            + tm.sort
-            + tm.upward
-            + tm.m2l
-            + tm.downward
-            + tm.p2p
-            + tm.download;
-        Ok(tm)
+        tm.download += t.elapsed().as_secs_f64();
+        Ok(())
     }
+}
+
+/// Refuses what the pipeline cannot run: slabs or rank exchanges with a periodic box, no
+/// particles or too many for i32 indices, a grid too large for the order.
+fn check_region(p: usize, np: usize, region: &Region, ex: bool, per: bool) -> GpuResult<()> {
+    if per && (ex || !region.is_whole()) {
+        return Err(GpuError::Unsupported(
+            "the periodic uniform grid runs on one device (no slabs)".into(),
+        ));
+    }
+    if np == 0 || np > i32::MAX as usize / 8 {
+        return Err(GpuError::Unsupported(format!(
+            "{np} particles: need 1..={} for i32 indices",
+            i32::MAX / 8
+        )));
+    }
+    let g = region.grid;
+    let (ncell, nleaf, nc3) = (g.total_cells(), g.leaves(), 3 * ncoef(p));
+    if ncell.saturating_mul(2 * nc3) > i32::MAX as usize * 2 || nleaf > i32::MAX as usize / 16 {
+        return Err(GpuError::Unsupported(format!(
+            "grid of {}^3 leaves too large for order {p}",
+            g.n()
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

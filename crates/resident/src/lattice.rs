@@ -1,0 +1,174 @@
+//! The lattice operations of the re-interpolation and of the diagnostics on the device: the
+//! particles binned into the cells of a lattice (counting sort: cell index and histogram,
+//! exclusive scan, scatter, then the particles of each cell in index order, so the sums below
+//! do not depend on the atomics' order), and the truncated Gaussian sums
+//! `omega(y) = sum_j alpha_j zeta_{sigma_j}(y - x_j)` at every lattice point (the definition of
+//! `method::cells::gaussian_sum`, core paper Eq. 3-4), gathered by one thread per point from
+//! the cells within [`reach`] cells along each axis, row by row along z. Host emulations of
+//! both: [`crate::emulate`].
+
+use crate::kernels::{per_element, Kernels, SCAN_THREADS};
+use crate::state::DeviceParticles;
+use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use gpu::device::{GpuError, GpuResult};
+use method::reinterpolation::Lattice;
+use std::sync::Arc;
+
+/// Cells of `lat.h` that a Gaussian of core `sigma_max` truncated at `cutoff * sigma_max`
+/// reaches from a lattice point along each axis: a particle in cell `c` lies in `[c h, (c+1) h)`
+/// (from the origin), so cells beyond `floor(R / h) + 1` are farther than `R`.
+pub fn reach(cutoff: f64, sigma_max: f64, h: f64) -> usize {
+    (cutoff * sigma_max / h).floor() as usize + 1
+}
+
+/// Refuses a reach that would visit a periodic cell twice.
+pub fn check_reach(lat: &Lattice, reach: usize) -> GpuResult<()> {
+    let nmin = lat.dims.iter().copied().min().unwrap_or(0);
+    if lat.periodic && 2 * reach + 1 > nmin {
+        return Err(GpuError::Unsupported(format!(
+            "Gaussian sums on a periodic lattice of {nmin} points per side reach {reach} cells \
+             each way (cores too large for the box: 2 reach + 1 must be <= {nmin})"
+        )));
+    }
+    Ok(())
+}
+
+/// The particles sorted by lattice cell: `starts[c]..starts[c+1]` are cell `c`'s, with their
+/// rows `sp = (x, y, z, sigma)` and `sa = (ax, ay, az, 0)` (`4 n` doubles each).
+pub struct Binned {
+    pub starts: CudaSlice<i32>,
+    pub sp: CudaSlice<f64>,
+    pub sa: CudaSlice<f64>,
+}
+
+fn cfg(blocks: usize, threads: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (blocks.max(1) as u32, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// Exclusive scan of `counts[..m]` into `starts[..=m]`.
+pub fn scan(
+    k: &Kernels,
+    s: &Arc<CudaStream>,
+    counts: &CudaSlice<i32>,
+    m: usize,
+    starts: &mut CudaSlice<i32>,
+) -> GpuResult<()> {
+    let nb = m.div_ceil(SCAN_THREADS as usize).max(1);
+    let mut sums = s.alloc_zeros::<i32>(nb + 1)?;
+    let (m_i, nb_i) = (m as i32, nb as i32);
+    let mut b = s.launch_builder(&k.scan_blocks);
+    b.arg(counts).arg(&m_i).arg(&mut sums);
+    unsafe { b.launch(cfg(nb, SCAN_THREADS)) }?;
+    let mut b = s.launch_builder(&k.scan_sums);
+    b.arg(&mut sums).arg(&nb_i);
+    unsafe { b.launch(cfg(1, SCAN_THREADS)) }?;
+    let mut b = s.launch_builder(&k.scan_apply);
+    b.arg(counts).arg(&m_i).arg(&sums).arg(starts);
+    unsafe { b.launch(cfg(nb, SCAN_THREADS)) }?;
+    Ok(())
+}
+
+/// Bins the particles into the cells of `lat` (periodic: positions wrapped; free space: the
+/// cells at the lattice's faces take what lies beyond them).
+pub fn bin(
+    k: &Kernels,
+    s: &Arc<CudaStream>,
+    p: &DeviceParticles,
+    lat: &Lattice,
+) -> GpuResult<Binned> {
+    let n = p.n;
+    let ncell = lat.len();
+    if n > i32::MAX as usize || ncell >= i32::MAX as usize {
+        return Err(GpuError::Unsupported(format!(
+            "{n} particles on {ncell} cells: beyond i32 indices"
+        )));
+    }
+    let mut cell = s.alloc_zeros::<i32>(n.max(1))?;
+    let mut counts = s.alloc_zeros::<i32>(ncell)?;
+    let mut starts = s.alloc_zeros::<i32>(ncell + 1)?;
+    let [nx, ny, nz] = lat.dims.map(|d| d as i32);
+    let (n_i, per) = (n as i32, lat.periodic as i32);
+    let o = lat.origin;
+    let mut b = s.launch_builder(&k.bin_count);
+    b.arg(&p.pos)
+        .arg(&n_i)
+        .arg(&o[0])
+        .arg(&o[1])
+        .arg(&o[2])
+        .arg(&lat.h);
+    b.arg(&nx)
+        .arg(&ny)
+        .arg(&nz)
+        .arg(&per)
+        .arg(&mut cell)
+        .arg(&mut counts);
+    unsafe { b.launch(per_element(n)) }?;
+    scan(k, s, &counts, ncell, &mut starts)?;
+    let mut fill = counts; // reused as the fill counters
+    s.memset_zeros(&mut fill)?;
+    let mut order = s.alloc_zeros::<i32>(n.max(1))?;
+    let mut b = s.launch_builder(&k.bin_scatter);
+    b.arg(&cell)
+        .arg(&n_i)
+        .arg(&starts)
+        .arg(&mut fill)
+        .arg(&mut order);
+    unsafe { b.launch(per_element(n)) }?;
+    let nc_i = ncell as i32;
+    let mut b = s.launch_builder(&k.bin_sort);
+    b.arg(&starts).arg(&nc_i).arg(&mut order);
+    unsafe { b.launch(per_element(ncell)) }?;
+    let mut sp = s.alloc_zeros::<f64>(4 * n.max(1))?;
+    let mut sa = s.alloc_zeros::<f64>(4 * n.max(1))?;
+    let mut b = s.launch_builder(&k.bin_gather);
+    b.arg(&order)
+        .arg(&n_i)
+        .arg(&p.pos)
+        .arg(&p.alpha)
+        .arg(&p.sigma);
+    b.arg(&mut sp).arg(&mut sa);
+    unsafe { b.launch(per_element(n)) }?;
+    Ok(Binned { starts, sp, sa })
+}
+
+/// `omega` at every point of `lat` (`3` doubles per point, lattice order) from the binned
+/// particles, the Gaussians truncated at `cutoff * sigma_j`; `reach` from [`reach`] with the
+/// largest core. Periodic lattices cover the box `[-L/2, L/2)^3`, `L = n h`.
+pub fn gaussian_sums(
+    k: &Kernels,
+    s: &Arc<CudaStream>,
+    b: &Binned,
+    lat: &Lattice,
+    reach: usize,
+    cutoff: f64,
+) -> GpuResult<CudaSlice<f64>> {
+    check_reach(lat, reach)?;
+    let npts = lat.len();
+    let mut omega = s.alloc_zeros::<f64>(3 * npts)?;
+    let [nx, ny, nz] = lat.dims.map(|d| d as i32);
+    let per = lat.periodic as i32;
+    let reach_i = reach as i32;
+    let box_length = if lat.periodic {
+        lat.dims[0] as f64 * lat.h
+    } else {
+        0.0
+    };
+    let o = lat.origin;
+    let mut l = s.launch_builder(&k.gauss_lattice);
+    l.arg(&b.sp).arg(&b.sa).arg(&b.starts);
+    l.arg(&o[0]).arg(&o[1]).arg(&o[2]).arg(&lat.h);
+    l.arg(&nx)
+        .arg(&ny)
+        .arg(&nz)
+        .arg(&per)
+        .arg(&reach_i)
+        .arg(&cutoff)
+        .arg(&box_length);
+    l.arg(&mut omega);
+    unsafe { l.launch(cfg(npts.div_ceil(128), 128)) }?;
+    Ok(omega)
+}

@@ -1,0 +1,25 @@
+//! The vortex-method time step resident on one GPU (periodic box): the particle state stays on
+//! the device for the whole run, and the host sees it only for checkpoints, snapshots and the
+//! diagnostics' grid velocity.
+//!
+//! * [`kernels`]: `kernels/resident.cu` (updates, deterministic reductions, packing for the
+//!   FMM, binning, Gaussian sums, Fourier factors);
+//! * [`state`]: the particle buffers and their moments;
+//! * [`lattice`]: particles binned into lattice cells and the truncated Gaussian sums at the
+//!   lattice points (core paper Eq. 3-4);
+//! * [`fourier`]: cuFFT steps: the periodic RBF lattice solve, the Biot-Savart law;
+//! * [`reinterpolation`]: the RBF re-interpolation (core paper Sec. 2) on the device;
+//! * [`diagnostics`]: energy, enstrophy, spectrum from the device's grid velocity;
+//! * [`simulation`]: [`ResidentSimulation`], the `method::Simulator` the run loop drives;
+//! * [`emulate`]: host emulations of the device algorithms (tested without a GPU).
+
+pub mod diagnostics;
+pub mod emulate;
+pub mod fourier;
+pub mod kernels;
+pub mod lattice;
+pub mod reinterpolation;
+pub mod simulation;
+pub mod state;
+
+pub use simulation::{unsupported, ResidentSimulation, DEVICE_BYTES_PER_PARTICLE};

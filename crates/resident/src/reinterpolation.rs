@@ -1,0 +1,150 @@
+//! The RBF re-interpolation of `method::reinterpolation` on the device, periodic box: the
+//! vorticity of the blobs at the lattice points by the Gaussian sums of [`crate::lattice`],
+//! the lattice system solved in Fourier space ([`crate::fourier::Fourier::solve_rbf`]: the
+//! eigenvalues of the host's circulant axis factors, `method::reinterpolation::separable`),
+//! and the fresh particles on the lattice with the initial core (the caller removes the mean
+//! strength). The same lattice operations give the diagnostics' grid velocity
+//! ([`Reinterpolator::grid_velocity`]: the blob vorticity on the grid, then Biot-Savart in
+//! Fourier space).
+
+use crate::fourier::Fourier;
+use crate::kernels::{per_element, Kernels};
+use crate::lattice::{bin, gaussian_sums, reach};
+use crate::state::DeviceParticles;
+use cudarc::driver::{CudaSlice, CudaStream, PushKernelArg};
+use gpu::device::{GpuError, GpuResult};
+use method::reinterpolation::separable::{axis_weights, AxisSolver};
+use method::reinterpolation::{Lattice, RbfReport};
+use method::Config;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Settings of the periodic re-interpolation and the transforms and eigenvalues it keeps.
+pub struct Reinterpolator {
+    n: usize,
+    box_length: f64,
+    sigma0: f64,
+    cutoff: f64,
+    ffts: HashMap<usize, Fourier>,
+    inv_eig: Option<CudaSlice<f64>>,
+}
+
+/// `1 / S(k)`, `k = 0..n`, of the circulant axis factor (the host's `AxisSolver`), or the
+/// reason the system is not safely positive definite.
+pub fn inverse_eigenvalues(n: usize, h: f64, sigma: f64, cutoff: f64) -> Result<Vec<f64>, String> {
+    match AxisSolver::new(n, &axis_weights(h, sigma, cutoff), true)? {
+        AxisSolver::Circulant { inv_eig, .. } => Ok(inv_eig),
+        AxisSolver::Banded { .. } => Err("a periodic axis gave a banded factor".into()),
+    }
+}
+
+impl Reinterpolator {
+    pub fn new(config: &Config) -> Self {
+        Self {
+            n: config.lattice_n().unwrap_or(0),
+            box_length: config.domain.box_length,
+            sigma0: config.sigma0(),
+            cutoff: config.reinterpolation.cutoff,
+            ffts: HashMap::new(),
+            inv_eig: None,
+        }
+    }
+
+    fn fourier(&mut self, s: &Arc<CudaStream>, n: usize) -> GpuResult<&mut Fourier> {
+        if !self.ffts.contains_key(&n) {
+            self.ffts.insert(n, Fourier::new(s, n)?);
+        }
+        Ok(self.ffts.get_mut(&n).expect("inserted above"))
+    }
+
+    /// The vorticity of the blobs `p` at the points of `lat` (`3` doubles per point).
+    fn lattice_vorticity(
+        &self,
+        k: &Kernels,
+        s: &Arc<CudaStream>,
+        p: &DeviceParticles,
+        lat: &Lattice,
+        sigma_max: f64,
+    ) -> GpuResult<CudaSlice<f64>> {
+        let b = bin(k, s, p, lat)?;
+        gaussian_sums(
+            k,
+            s,
+            &b,
+            lat,
+            reach(self.cutoff, sigma_max, lat.h),
+            self.cutoff,
+        )
+    }
+
+    /// Fresh particles on the `n^3` lattice of the box (index = lattice order) whose blob
+    /// field interpolates the vorticity of `p` at the lattice points; the mean strength is
+    /// not yet removed.
+    pub fn reinterpolate(
+        &mut self,
+        k: &Kernels,
+        s: &Arc<CudaStream>,
+        p: &DeviceParticles,
+        sigma_max: f64,
+    ) -> GpuResult<(DeviceParticles, RbfReport)> {
+        let (n, l) = (self.n, self.box_length);
+        let lat = Lattice::periodic_box(n, l);
+        let mut field = self.lattice_vorticity(k, s, p, &lat, sigma_max)?;
+        if self.inv_eig.is_none() {
+            let e = inverse_eigenvalues(n, lat.h, self.sigma0, self.cutoff)
+                .map_err(|e| GpuError::Unsupported(format!("{e}; lower initial.overlap")))?;
+            self.inv_eig = Some(s.clone_htod(&e)?);
+        }
+        let c = (2.0 * std::f64::consts::PI * self.sigma0 * self.sigma0).powf(-1.5);
+        let inv_eig = self.inv_eig.take().expect("set above");
+        let r = self.fourier(s, n)?.solve_rbf(k, s, &mut field, &inv_eig, c);
+        self.inv_eig = Some(inv_eig);
+        r?;
+        let n3 = n * n * n;
+        let mut fresh = DeviceParticles {
+            n: n3,
+            pos: s.alloc_zeros(3 * n3)?,
+            alpha: field,
+            sigma: s.alloc_zeros(n3)?,
+            sigma0: s.alloc_zeros(n3)?,
+        };
+        let (n_i, o, h, s0) = (n as i32, lat.origin[0], lat.h, self.sigma0);
+        let mut b = s.launch_builder(&k.lattice_particles);
+        b.arg(&n_i).arg(&o).arg(&h).arg(&s0);
+        b.arg(&mut fresh.pos)
+            .arg(&mut fresh.sigma)
+            .arg(&mut fresh.sigma0);
+        unsafe { b.launch(per_element(n3)) }?;
+        let report = RbfReport {
+            iterations: [0; 3],
+            residual: 0.0,
+            lattice_points: n3,
+            kept: n3,
+            seconds: 0.0,
+        };
+        Ok((fresh, report))
+    }
+
+    /// The velocity of the blobs `p` on the `n^3` grid of the box of length `l` (the spectral
+    /// solver's points, z fastest): the blob vorticity at the grid points (Gaussian sums
+    /// truncated at `cutoff` core radii), then `u_hat = i k x omega_hat / |k|^2`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn grid_velocity(
+        &mut self,
+        k: &Kernels,
+        s: &Arc<CudaStream>,
+        p: &DeviceParticles,
+        n: usize,
+        l: f64,
+        cutoff: f64,
+        sigma_max: f64,
+    ) -> GpuResult<Vec<[f64; 3]>> {
+        let lat = Lattice::periodic_box(n, l);
+        let b = bin(k, s, p, &lat)?;
+        let mut field = gaussian_sums(k, s, &b, &lat, reach(cutoff, sigma_max, lat.h), cutoff)?;
+        drop(b);
+        self.fourier(s, n)?.biot_savart(k, s, &mut field, l)?;
+        let v = s.clone_dtoh(&field)?;
+        Ok(v.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect())
+    }
+}

@@ -1,0 +1,540 @@
+//! [`ResidentSimulation`]: the vortex-method step of `method::stepping` with the particle
+//! state on one GPU for the whole run (periodic box). Per step:
+//!
+//! 1. `f_n`: moments of the particles (deterministic reduction: sums for the periodic checks
+//!    and the surface correction, largest core), f32 packing on the device, the uniform-grid
+//!    FMM on the device buffers (`gpu::UniformFmm::evaluate_device`), the fields scaled to
+//!    f64 velocity and stretching;
+//! 2. AB2 (`y += dt (3/2 f_n - 1/2 f_{n-1})`) or, after a start or a re-interpolation, Heun
+//!    (predictor on a device copy, a second evaluation), core spreading (core paper Eq. 11),
+//!    wrapping and mean-strength removal;
+//! 3. the criteria of `method::stepping::Stepper::reinterpolation_due` from the moments, and
+//!    when due the re-interpolation of [`crate::reinterpolation`];
+//! 4. at output times the diagnostics of [`crate::diagnostics`]; the host sees the state only
+//!    for checkpoints and snapshots.
+
+use crate::diagnostics::grid_diagnostics;
+use crate::kernels::{per_element, Kernels, THREADS};
+use crate::reinterpolation::Reinterpolator;
+use crate::state::{first_non_finite, DeviceFields, DeviceParticles, Moments};
+use cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
+use domain::Comm;
+use fmm::kernel::INV_4PI;
+use fmm::periodic::Periodic;
+use gpu::device::{GpuDevice, GpuError};
+use gpu::uniform::{UniformFmm, UniformParams};
+use method::diagnostics::Diagnostics;
+use method::parallel::Phases;
+use method::reinterpolation::RbfReport;
+use method::stepping::{Scheme, State, StepReport, Stepper};
+use method::{Config, Error, Particles, Result, Simulator};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Device bytes per particle at the peak of a step (state 160, Heun copy and its fields 104,
+/// FMM buffers ~150), measured against `cudaMemGetInfo` on an H100 (BENCHMARKS.md).
+pub const DEVICE_BYTES_PER_PARTICLE: f64 = 440.0;
+
+fn gpu_err(what: &'static str) -> impl Fn(GpuError) -> Error {
+    move |e| Error::Other(format!("GPU ({what}): {e}"))
+}
+
+/// Why the resident step cannot run a configuration (the caller falls back to the host path
+/// or refuses).
+pub fn unsupported(config: &Config, ranks: usize) -> Option<String> {
+    if config.periodic().is_none() {
+        return Some("the device-resident step covers periodic boxes only".into());
+    }
+    if ranks > 1 {
+        return Some("the device-resident step runs on one rank".into());
+    }
+    if config.lattice_n().is_none() {
+        return Some("the device-resident step needs the lattice of a periodic box".into());
+    }
+    None
+}
+
+/// A vortex-method simulation whose particle state lives on one GPU.
+pub struct ResidentSimulation<'c> {
+    comm: &'c dyn Comm,
+    config: Config,
+    stepper: Stepper,
+    periodic: Periodic,
+    s: Arc<CudaStream>,
+    k: Kernels,
+    fmm: UniformFmm,
+    params: UniformParams,
+    p: DeviceParticles,
+    current: Option<DeviceFields>,
+    previous: Option<DeviceFields>,
+    step: u64,
+    step_reset: u64,
+    reinterpolations: u64,
+    rbf: Reinterpolator,
+    phases: Phases,
+    initial_report: Option<RbfReport>,
+    name: String,
+}
+
+impl<'c> ResidentSimulation<'c> {
+    /// A fresh start (`start = None`: the initial particles built on the host and uploaded)
+    /// or a restart from a checkpoint's state, on visible device `index`.
+    pub fn new(
+        comm: &'c dyn Comm,
+        config: Config,
+        index: usize,
+        start: Option<Option<State>>,
+    ) -> Result<Self> {
+        if let Some(why) = unsupported(&config, comm.size()) {
+            return Err(Error::Other(why));
+        }
+        let periodic = config.periodic().expect("checked above");
+        let dev = GpuDevice::get(index).map_err(gpu_err("device"))?;
+        let s = dev.stream().clone();
+        let (state, initial_report) = match start {
+            Some(Some(st)) => (st, None),
+            Some(None) => return Err(Error::Other("restart without a state".into())),
+            None => {
+                let (particles, report) = method::initial::build(&config)?;
+                let st = State {
+                    step: 0,
+                    step_reset: 0,
+                    particles,
+                    previous: None,
+                    reinterpolations: 0,
+                };
+                (st, report)
+            }
+        };
+        let n = state
+            .particles
+            .len()
+            .max(config.lattice_n().map_or(0, |l| l.pow(3)));
+        check_device_memory(&dev, n)?;
+        let k = Kernels::load(&dev).map_err(gpu_err("kernels"))?;
+        let p = DeviceParticles::upload(&s, &state.particles).map_err(gpu_err("upload"))?;
+        let previous = match &state.previous {
+            Some(d) if d.velocity.len() == p.n => {
+                Some(DeviceFields::upload(&s, d).map_err(gpu_err("upload"))?)
+            }
+            _ => None,
+        };
+        let eval = config.eval_params();
+        let params = gpu::uniform::evaluator::grid_params(&eval);
+        let fmm = UniformFmm::new(dev.clone());
+        fmm.warm_up(params.order).map_err(gpu_err("FMM kernels"))?;
+        let name = format!(
+            "{} (state resident on the device, uniform grid p = {})",
+            dev.name(),
+            params.order
+        );
+        Ok(Self {
+            comm,
+            stepper: Stepper::from_config(&config),
+            rbf: Reinterpolator::new(&config),
+            config,
+            periodic,
+            s,
+            k,
+            fmm,
+            params,
+            p,
+            current: None,
+            previous,
+            step: state.step,
+            step_reset: state.step_reset,
+            reinterpolations: state.reinterpolations,
+            phases: Phases::default(),
+            initial_report,
+            name,
+        })
+    }
+
+    fn box_length(&self) -> f64 {
+        self.periodic.box_length
+    }
+
+    fn moments_of(&self, p: &DeviceParticles) -> Result<Moments> {
+        p.moments(&self.k, &self.s, self.box_length())
+            .map_err(gpu_err("moments"))
+    }
+
+    /// Velocity and stretching of `p` at itself: the FMM on the device buffers.
+    fn evaluate(&mut self, which: Which) -> Result<DeviceFields> {
+        let t0 = Instant::now();
+        let l = self.box_length();
+        let p = match which {
+            Which::State => &self.p,
+            Which::Other(q) => q,
+        };
+        let m = p.moments(&self.k, &self.s, l).map_err(gpu_err("moments"))?;
+        let sums = m.periodic_sums();
+        sums.check(&self.periodic)
+            .map_err(|e| Error::Other(format!("step {}: {e}", self.step)))?;
+        let u0 = sums.surface_correction(l);
+        let n = p.n;
+        let s = &self.s;
+        let mut input = s
+            .alloc_zeros::<f32>(8 * n)
+            .map_err(|e| gpu_err("alloc")(e.into()))?;
+        let n_i = n as i32;
+        let mut b = s.launch_builder(&self.k.pack);
+        b.arg(&p.pos)
+            .arg(&p.alpha)
+            .arg(&p.sigma)
+            .arg(&n_i)
+            .arg(&l)
+            .arg(&mut input);
+        unsafe { b.launch(per_element(n)) }.map_err(|e| gpu_err("pack")(e.into()))?;
+        let (out6, tm) = self
+            .fmm
+            .evaluate_device(
+                &input,
+                n,
+                (m.lo, m.hi),
+                m.sigma_max,
+                &self.params,
+                Some(&self.periodic),
+            )
+            .map_err(|e| Error::Other(format!("step {}: uniform grid: {e}", self.step)))?;
+        drop(input);
+        let mut f = DeviceFields::zeros(s, n).map_err(gpu_err("alloc"))?;
+        let mut b = s.launch_builder(&self.k.fields);
+        b.arg(&out6)
+            .arg(&n_i)
+            .arg(&INV_4PI)
+            .arg(&u0[0])
+            .arg(&u0[1])
+            .arg(&u0[2]);
+        b.arg(&mut f.vel).arg(&mut f.str);
+        unsafe { b.launch(per_element(n)) }.map_err(|e| gpu_err("fields")(e.into()))?;
+        s.synchronize().map_err(|e| gpu_err("fields")(e.into()))?;
+        log::debug!(
+            "step {}: uniform grid {}^3 leaves: {}",
+            self.step,
+            tm.n,
+            tm.kernel_report()
+        );
+        self.phases.fmm += t0.elapsed().as_secs_f64();
+        Ok(f)
+    }
+
+    fn current(&mut self) -> Result<&DeviceFields> {
+        if self.current.is_none() {
+            self.current = Some(self.evaluate(Which::State)?);
+        }
+        Ok(self.current.as_ref().expect("evaluated above"))
+    }
+
+    /// `y += a x` over `3 n` doubles.
+    fn axpy(
+        &self,
+        y: &mut cudarc::driver::CudaSlice<f64>,
+        a: f64,
+        x: &cudarc::driver::CudaSlice<f64>,
+    ) -> Result<()> {
+        let m = y.len() as i32;
+        let mut b = self.s.launch_builder(&self.k.axpy);
+        b.arg(y).arg(&a).arg(x).arg(&m);
+        unsafe { b.launch(per_element(m as usize)) }.map_err(|e| gpu_err("axpy")(e.into()))?;
+        Ok(())
+    }
+
+    fn ab2(
+        &self,
+        y: &mut cudarc::driver::CudaSlice<f64>,
+        f: &cudarc::driver::CudaSlice<f64>,
+        g: &cudarc::driver::CudaSlice<f64>,
+    ) -> Result<()> {
+        let m = y.len() as i32;
+        let dt = self.stepper.dt;
+        let mut b = self.s.launch_builder(&self.k.ab2);
+        b.arg(y).arg(f).arg(g).arg(&m).arg(&dt);
+        unsafe { b.launch(per_element(m as usize)) }.map_err(|e| gpu_err("ab2")(e.into()))?;
+        Ok(())
+    }
+
+    /// Core spreading to `elapsed`, wrapping and mean-strength removal (the host's `tidy`).
+    fn spread_and_tidy(&self, p: &mut DeviceParticles, elapsed: f64) -> Result<()> {
+        let (k, s, l) = (&self.k, &self.s, self.box_length());
+        p.spread(k, s, self.stepper.nu, elapsed)
+            .map_err(gpu_err("spread"))?;
+        let m = self.moments_of(p)?;
+        p.tidy(k, s, l, m.mean_strength()).map_err(gpu_err("tidy"))
+    }
+
+    /// The update of one step (`method::stepping::Stepper::update` on the device).
+    fn update(&mut self, f_n: DeviceFields) -> Result<Scheme> {
+        let dt = self.stepper.dt;
+        let elapsed = self.stepper.time(self.step + 1) - self.stepper.time(self.step_reset);
+        let scheme = match self.previous.take() {
+            Some(prev) if prev.vel.len() == f_n.vel.len() => {
+                let mut p = std::mem::replace(
+                    &mut self.p,
+                    DeviceParticles::zeros(&self.s, 0).map_err(gpu_err("alloc"))?,
+                );
+                self.ab2(&mut p.pos, &f_n.vel, &prev.vel)?;
+                self.ab2(&mut p.alpha, &f_n.str, &prev.str)?;
+                self.p = p;
+                Scheme::AdamsBashforth2
+            }
+            _ => {
+                let mut star = self.p.duplicate(&self.s).map_err(gpu_err("copy"))?;
+                self.axpy(&mut star.pos, dt, &f_n.vel)?;
+                self.axpy(&mut star.alpha, dt, &f_n.str)?;
+                self.spread_and_tidy(&mut star, elapsed)?;
+                let f_star = self.evaluate(Which::Other(&star))?;
+                drop(star);
+                let mut p = std::mem::replace(
+                    &mut self.p,
+                    DeviceParticles::zeros(&self.s, 0).map_err(gpu_err("alloc"))?,
+                );
+                self.axpy(&mut p.pos, 0.5 * dt, &f_n.vel)?;
+                self.axpy(&mut p.pos, 0.5 * dt, &f_star.vel)?;
+                self.axpy(&mut p.alpha, 0.5 * dt, &f_n.str)?;
+                self.axpy(&mut p.alpha, 0.5 * dt, &f_star.str)?;
+                self.p = p;
+                Scheme::Heun
+            }
+        };
+        let mut p = std::mem::replace(
+            &mut self.p,
+            DeviceParticles::zeros(&self.s, 0).map_err(gpu_err("alloc"))?,
+        );
+        let r = self.spread_and_tidy(&mut p, elapsed);
+        self.p = p;
+        r?;
+        self.previous = Some(f_n);
+        self.step += 1;
+        Ok(scheme)
+    }
+}
+
+/// The particles an evaluation is for: the state, or a predictor copy.
+enum Which<'a> {
+    State,
+    Other(&'a DeviceParticles),
+}
+
+/// Refuses a run that cannot fit on the device, with the estimate and the free memory.
+fn check_device_memory(dev: &GpuDevice, n: usize) -> Result<()> {
+    let (free, total) = dev.mem_info().map_err(gpu_err("memory"))?;
+    let need = n as f64 * DEVICE_BYTES_PER_PARTICLE;
+    if need > free as f64 {
+        return Err(Error::Memory(format!(
+            "{n} particles need about {:.1} GiB on {} ({DEVICE_BYTES_PER_PARTICLE} B each), \
+             {:.1} of {:.1} GiB are free",
+            need / (1u64 << 30) as f64,
+            dev.name(),
+            free as f64 / (1u64 << 30) as f64,
+            total as f64 / (1u64 << 30) as f64
+        )));
+    }
+    Ok(())
+}
+
+impl Simulator for ResidentSimulation<'_> {
+    fn comm(&self) -> &dyn Comm {
+        self.comm
+    }
+    fn config(&self) -> &Config {
+        &self.config
+    }
+    fn step_index(&self) -> u64 {
+        self.step
+    }
+    fn t(&self) -> f64 {
+        self.stepper.time(self.step)
+    }
+    fn n_global(&self) -> usize {
+        self.p.n
+    }
+    fn reinterpolations(&self) -> u64 {
+        self.reinterpolations
+    }
+    fn smallest_core(&self) -> f64 {
+        self.config.lattice_h()
+    }
+    fn take_initial_report(&mut self) -> Option<RbfReport> {
+        self.initial_report.take()
+    }
+
+    fn step_measures(&mut self) -> Result<[f64; 2]> {
+        let n = self.p.n;
+        self.current()?;
+        let (k, s) = (&self.k, &self.s);
+        let f = self.current.as_ref().expect("evaluated");
+        if let Some(i) = f.first_non_finite(k, s, n).map_err(gpu_err("check"))? {
+            let x = s
+                .clone_dtoh(&self.p.pos.slice(3 * i..3 * i + 3))
+                .map_err(|e| gpu_err("check")(e.into()))?;
+            return Err(Error::NonFiniteField {
+                step: self.step,
+                what: "velocity or stretching".into(),
+                particle: i as u64,
+                position: [x[0], x[1], x[2]],
+                cause: "the uniform-grid FMM on the device gave NaN or Inf".into(),
+            });
+        }
+        let nb = n.div_ceil(THREADS as usize).max(1);
+        let mut partial = s
+            .alloc_zeros::<f64>(2 * nb)
+            .map_err(|e| gpu_err("alloc")(e.into()))?;
+        let n_i = n as i32;
+        let mut b = s.launch_builder(&k.rates);
+        b.arg(&f.vel)
+            .arg(&f.str)
+            .arg(&self.p.alpha)
+            .arg(&n_i)
+            .arg(&mut partial);
+        let cfg = LaunchConfig {
+            grid_dim: (nb as u32, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        unsafe { b.launch(cfg) }.map_err(|e| gpu_err("rates")(e.into()))?;
+        let v = s
+            .clone_dtoh(&partial)
+            .map_err(|e| gpu_err("rates")(e.into()))?;
+        let mut m = [0.0f64; 2];
+        for c in v.chunks_exact(2) {
+            m[0] = m[0].max(c[0]);
+            m[1] = m[1].max(c[1]);
+        }
+        Ok(m)
+    }
+
+    fn diagnostics(&mut self, grid: Option<usize>) -> Result<Option<Diagnostics>> {
+        let t0 = Instant::now();
+        let m = self.moments_of(&self.p)?;
+        let mut d = Diagnostics {
+            step: self.step,
+            t: self.t(),
+            total_strength: m.total_strength,
+            impulse: m.cross.map(|c| 0.5 * c),
+            centroid: if m.weight == 0.0 {
+                [0.0; 3]
+            } else {
+                m.weighted.map(|c| c / m.weight)
+            },
+            n_particles: m.n,
+            max_sigma: m.sigma_max,
+            re_lambda: f64::NAN,
+            ..Default::default()
+        };
+        if let Some(n) = grid {
+            let cutoff = self.config.reinterpolation.cutoff;
+            let u = self
+                .rbf
+                .grid_velocity(
+                    &self.k,
+                    &self.s,
+                    &self.p,
+                    n,
+                    self.box_length(),
+                    cutoff,
+                    m.sigma_max,
+                )
+                .map_err(gpu_err("grid velocity"))?;
+            grid_diagnostics(&mut d, &u, n, self.box_length(), self.config.nu);
+        }
+        d.seconds = t0.elapsed().as_secs_f64();
+        Ok(Some(d))
+    }
+
+    fn snapshot(&mut self) -> Result<Option<(Particles, Vec<[f64; 3]>)>> {
+        self.current()?;
+        let p = self.p.download(&self.s).map_err(gpu_err("download"))?;
+        let f = self
+            .current
+            .as_ref()
+            .expect("evaluated")
+            .download(&self.s)
+            .map_err(gpu_err("download"))?;
+        Ok(Some((p, f.velocity)))
+    }
+
+    fn gather_state(&mut self) -> Result<Option<State>> {
+        let particles = self.p.download(&self.s).map_err(gpu_err("download"))?;
+        let previous = match &self.previous {
+            Some(f) => Some(f.download(&self.s).map_err(gpu_err("download"))?),
+            None => None,
+        };
+        Ok(Some(State {
+            step: self.step,
+            step_reset: self.step_reset,
+            particles,
+            previous,
+            reinterpolations: self.reinterpolations,
+        }))
+    }
+
+    fn step(&mut self) -> Result<StepReport> {
+        let t0 = Instant::now();
+        let fmm0 = self.phases.fmm;
+        self.current()?;
+        let f_n = self.current.take().expect("evaluated");
+        let scheme = self.update(f_n)?;
+        let m = self.moments_of(&self.p)?;
+        self.s
+            .synchronize()
+            .map_err(|e| gpu_err("update")(e.into()))?;
+        let fmm = self.phases.fmm - fmm0;
+        self.phases.update += (t0.elapsed().as_secs_f64() - fmm).max(0.0);
+        self.phases.steps += 1;
+        let since = self.step - self.step_reset;
+        let strain = self.stepper.strain(since, m.alpha_max);
+        let mut reinterpolation = None;
+        if self.stepper.reinterpolation_due(since, m.ratio_max, strain) {
+            let t1 = Instant::now();
+            let (fresh, mut report) = self
+                .rbf
+                .reinterpolate(&self.k, &self.s, &self.p, m.sigma_max)
+                .map_err(|e| Error::Rbf(format!("step {}: {e}", self.step)))?;
+            self.p = fresh;
+            let mm = self.moments_of(&self.p)?;
+            let mut p = std::mem::replace(
+                &mut self.p,
+                DeviceParticles::zeros(&self.s, 0).map_err(gpu_err("alloc"))?,
+            );
+            let r = p.tidy(&self.k, &self.s, self.box_length(), mm.mean_strength());
+            self.p = p;
+            r.map_err(gpu_err("tidy"))?;
+            self.s.synchronize().map_err(|e| gpu_err("rbf")(e.into()))?;
+            self.step_reset = self.step;
+            self.previous = None;
+            self.current = None;
+            self.reinterpolations += 1;
+            report.seconds = t1.elapsed().as_secs_f64();
+            self.phases.rbf += report.seconds;
+            reinterpolation = Some(report);
+        }
+        Ok(StepReport {
+            scheme,
+            extra_evaluations: (scheme == Scheme::Heun) as u32,
+            reinterpolation,
+        })
+    }
+
+    fn check_finite(&mut self, last_checkpoint: &str) -> Result<()> {
+        let bad = first_non_finite(&self.k, &self.s, &self.p.pos, &self.p.alpha, self.p.n)
+            .map_err(gpu_err("check"))?;
+        match bad {
+            Some(i) => Err(Error::BlowUp {
+                step: self.step,
+                t: self.t(),
+                what: format!("position or strength of particle {i} is not finite"),
+                last_checkpoint: last_checkpoint.to_string(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn phases(&self) -> Phases {
+        self.phases
+    }
+
+    fn describe(&self) -> String {
+        self.name.clone()
+    }
+}

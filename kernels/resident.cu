@@ -1,0 +1,499 @@
+// The vortex-method time step on the device (crates/resident): the particle state in f64
+// (positions, strengths, core radii, the AB2 history, all [N][3] or [N]), its updates, the
+// deterministic reductions the method needs, the packing for the uniform-grid FMM, and the
+// lattice operations of the RBF re-interpolation and of the diagnostics (binning of the
+// particles into lattice cells, truncated Gaussian sums at lattice points, the Fourier
+// factors of the lattice solve and of the Biot-Savart law).
+//
+// Every sum is reduced in a fixed order (per-block tree, then one block over the blocks in
+// block order), so results do not depend on scheduling. Host emulations of the binning and of
+// the lattice sums are in crates/resident/src/emulate.rs.
+
+#define RTHREADS 256
+#define RED_THREADS 128
+#define RED_PER_THREAD 8
+// slots of r_moments: 0-2 sum a, 3 sum |a_c|, 4-12 D[c][l] = sum a_c x_l (wrapped x),
+// 13-15 sum x cross a, 16-18 sum |a| x, 19 sum |a|, 20 non-finite count,
+// 21 max sigma, 22 max |a|, 23 max sigma / sigma0, 24-26 max x, 27-29 max -x
+#define NSUM 21
+#define NEG_INF (-__longlong_as_double(0x7ff0000000000000LL))
+#define NSLOT 30
+
+__device__ __forceinline__ double wrap1(double c, double l) {
+    double w = c - l * floor(c / l + 0.5);
+    return (w >= 0.5 * l) ? w - l : w;
+}
+
+// Per-block partial moments of the particles (slots above), block b covers
+// [b * RED_THREADS * RED_PER_THREAD, ...). `box_length` > 0: positions wrapped for the dipole.
+extern "C" __global__ void r_moments(const double* __restrict__ pos, const double* __restrict__ a,
+                                     const double* __restrict__ sigma,
+                                     const double* __restrict__ sigma0, int n, double box_length,
+                                     double* __restrict__ partial) {
+    __shared__ double sh[NSLOT][RED_THREADS];
+    double v[NSLOT];
+    for (int q = 0; q < NSLOT; ++q) v[q] = (q < NSUM) ? 0.0 : NEG_INF;
+    int base = blockIdx.x * RED_THREADS * RED_PER_THREAD + threadIdx.x;
+    for (int j = 0; j < RED_PER_THREAD; ++j) {
+        int i = base + j * RED_THREADS;
+        if (i >= n) break;
+        double x[3], w[3], al[3];
+        for (int c = 0; c < 3; ++c) {
+            x[c] = pos[3 * i + c];
+            al[c] = a[3 * i + c];
+            w[c] = box_length > 0.0 ? wrap1(x[c], box_length) : x[c];
+        }
+        double s = sigma[i], s0 = sigma0[i];
+        bool finite = isfinite(s) && s > 0.0;
+        for (int c = 0; c < 3; ++c) finite = finite && isfinite(x[c]) && isfinite(al[c]);
+        double na = sqrt(al[0] * al[0] + al[1] * al[1] + al[2] * al[2]);
+        for (int c = 0; c < 3; ++c) {
+            v[c] += al[c];
+            v[3] += fabs(al[c]);
+            for (int l = 0; l < 3; ++l) v[4 + 3 * c + l] += al[c] * w[l];
+            v[16 + c] += na * x[c];
+        }
+        v[13] += x[1] * al[2] - x[2] * al[1];
+        v[14] += x[2] * al[0] - x[0] * al[2];
+        v[15] += x[0] * al[1] - x[1] * al[0];
+        v[19] += na;
+        v[20] += finite ? 0.0 : 1.0;
+        v[21] = fmax(v[21], s);
+        v[22] = fmax(v[22], na);
+        v[23] = fmax(v[23], s / s0);
+        for (int c = 0; c < 3; ++c) {
+            v[24 + c] = fmax(v[24 + c], x[c]);
+            v[27 + c] = fmax(v[27 + c], -x[c]);
+        }
+    }
+    for (int q = 0; q < NSLOT; ++q) sh[q][threadIdx.x] = v[q];
+    __syncthreads();
+    for (int h = RED_THREADS / 2; h > 0; h >>= 1) {
+        if (threadIdx.x < h) {
+            for (int q = 0; q < NSLOT; ++q) {
+                double o = sh[q][threadIdx.x + h];
+                sh[q][threadIdx.x] = (q < NSUM) ? sh[q][threadIdx.x] + o : fmax(sh[q][threadIdx.x], o);
+            }
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x < NSLOT) partial[blockIdx.x * NSLOT + threadIdx.x] = sh[threadIdx.x][0];
+}
+
+// One block of RED_THREADS: the partials of `nblocks` blocks reduced in block order (each
+// thread a strided set in order, then a tree), into out[NSLOT].
+extern "C" __global__ void r_moments_finish(const double* __restrict__ partial, int nblocks,
+                                            double* __restrict__ out) {
+    __shared__ double sh[NSLOT][RED_THREADS];
+    double v[NSLOT];
+    for (int q = 0; q < NSLOT; ++q) v[q] = (q < NSUM) ? 0.0 : NEG_INF;
+    for (int b = threadIdx.x; b < nblocks; b += RED_THREADS)
+        for (int q = 0; q < NSLOT; ++q) {
+            double o = partial[b * NSLOT + q];
+            v[q] = (q < NSUM) ? v[q] + o : fmax(v[q], o);
+        }
+    for (int q = 0; q < NSLOT; ++q) sh[q][threadIdx.x] = v[q];
+    __syncthreads();
+    for (int h = RED_THREADS / 2; h > 0; h >>= 1) {
+        if (threadIdx.x < h)
+            for (int q = 0; q < NSLOT; ++q) {
+                double o = sh[q][threadIdx.x + h];
+                sh[q][threadIdx.x] = (q < NSUM) ? sh[q][threadIdx.x] + o : fmax(sh[q][threadIdx.x], o);
+            }
+        __syncthreads();
+    }
+    if (threadIdx.x < NSLOT) out[threadIdx.x] = sh[threadIdx.x][0];
+}
+
+// The packed rows of the uniform-grid FMM: float4 (x, y, z, 1/sigma) (wrapped when
+// box_length > 0), then float4 (ax, ay, az, 0).
+extern "C" __global__ void r_pack(const double* __restrict__ pos, const double* __restrict__ a,
+                                  const double* __restrict__ sigma, int n, double box_length,
+                                  float* __restrict__ out) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float4 p, s;
+    double x = pos[3 * i], y = pos[3 * i + 1], z = pos[3 * i + 2];
+    if (box_length > 0.0) {
+        x = wrap1(x, box_length);
+        y = wrap1(y, box_length);
+        z = wrap1(z, box_length);
+    }
+    p.x = (float)x;
+    p.y = (float)y;
+    p.z = (float)z;
+    p.w = (float)(1.0 / sigma[i]);
+    s.x = (float)a[3 * i];
+    s.y = (float)a[3 * i + 1];
+    s.z = (float)a[3 * i + 2];
+    s.w = 0.0f;
+    reinterpret_cast<float4*>(out)[i] = p;
+    reinterpret_cast<float4*>(out)[n + i] = s;
+}
+
+// The FMM's raw fields (6 floats per particle) as f64 velocity and stretching: times
+// 1/(4 pi), minus the constant u0 from the velocity (periodic surface term).
+extern "C" __global__ void r_fields(const float* __restrict__ out6, int n, double inv4pi,
+                                    double u0x, double u0y, double u0z, double* __restrict__ vel,
+                                    double* __restrict__ str) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float* h = out6 + 6 * i;
+    vel[3 * i] = (double)h[0] * inv4pi - u0x;
+    vel[3 * i + 1] = (double)h[1] * inv4pi - u0y;
+    vel[3 * i + 2] = (double)h[2] * inv4pi - u0z;
+    str[3 * i] = (double)h[3] * inv4pi;
+    str[3 * i + 1] = (double)h[4] * inv4pi;
+    str[3 * i + 2] = (double)h[5] * inv4pi;
+}
+
+// The lowest index whose velocity or stretching is not finite (atomicMin into *first).
+extern "C" __global__ void r_first_nonfinite(const double* __restrict__ vel,
+                                             const double* __restrict__ str, int n,
+                                             int* __restrict__ first) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    bool ok = true;
+    for (int c = 0; c < 3; ++c) ok = ok && isfinite(vel[3 * i + c]) && isfinite(str[3 * i + c]);
+    if (!ok) atomicMin(first, i);
+}
+
+// Stability measures of the step: per-block max |u| and max |s| / |a| (into partial[2 b]).
+extern "C" __global__ void r_rates(const double* __restrict__ vel, const double* __restrict__ str,
+                                   const double* __restrict__ a, int n,
+                                   double* __restrict__ partial) {
+    __shared__ double su[RTHREADS], sr[RTHREADS];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    double u = 0.0, r = 0.0;
+    if (i < n) {
+        double u2 = 0.0, s2 = 0.0, a2 = 0.0;
+        for (int c = 0; c < 3; ++c) {
+            u2 += vel[3 * i + c] * vel[3 * i + c];
+            s2 += str[3 * i + c] * str[3 * i + c];
+            a2 += a[3 * i + c] * a[3 * i + c];
+        }
+        u = sqrt(u2);
+        r = a2 > 0.0 ? sqrt(s2 / a2) : 0.0;
+    }
+    su[threadIdx.x] = u;
+    sr[threadIdx.x] = r;
+    __syncthreads();
+    for (int h = RTHREADS / 2; h > 0; h >>= 1) {
+        if (threadIdx.x < h) {
+            su[threadIdx.x] = fmax(su[threadIdx.x], su[threadIdx.x + h]);
+            sr[threadIdx.x] = fmax(sr[threadIdx.x], sr[threadIdx.x + h]);
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        partial[2 * blockIdx.x] = su[0];
+        partial[2 * blockIdx.x + 1] = sr[0];
+    }
+}
+
+// y += dt (3/2 f - 1/2 g) over m doubles (AB2).
+extern "C" __global__ void r_ab2(double* __restrict__ y, const double* __restrict__ f,
+                                 const double* __restrict__ g, int m, double dt) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < m) y[i] += dt * (1.5 * f[i] - 0.5 * g[i]);
+}
+
+// y += a x over m doubles.
+extern "C" __global__ void r_axpy(double* __restrict__ y, double a, const double* __restrict__ x,
+                                  int m) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < m) y[i] += a * x[i];
+}
+
+// Core spreading (core paper Eq. 11): sigma = sqrt(sigma0^2 + 2 nu elapsed).
+extern "C" __global__ void r_spread(double* __restrict__ sigma, const double* __restrict__ sigma0,
+                                    int n, double nu, double elapsed) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) sigma[i] = sqrt(sigma0[i] * sigma0[i] + 2.0 * nu * elapsed);
+}
+
+// Periodic tidy-up: positions wrapped into [-L/2, L/2), the mean strength m subtracted.
+extern "C" __global__ void r_tidy(double* __restrict__ pos, double* __restrict__ a, int n,
+                                  double box_length, double m0, double m1, double m2) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    for (int c = 0; c < 3; ++c) pos[3 * i + c] = wrap1(pos[3 * i + c], box_length);
+    a[3 * i] -= m0;
+    a[3 * i + 1] -= m1;
+    a[3 * i + 2] -= m2;
+}
+
+// ---- binning into the cells of a lattice (cell (i,j,k) = [o + i h, o + (i+1) h) per axis,
+// index (i * ny + j) * nz + k; periodic: wrapped; free space: clamped to the lattice)
+
+__device__ __forceinline__ int cell_axis(double x, double o, double h, int nc, int periodic) {
+    int c = (int)floor((x - o) / h);
+    if (periodic) {
+        c %= nc;
+        if (c < 0) c += nc;
+    } else {
+        c = c < 0 ? 0 : (c >= nc ? nc - 1 : c);
+    }
+    return c;
+}
+
+extern "C" __global__ void r_bin_count(const double* __restrict__ pos, int n, double ox, double oy,
+                                       double oz, double h, int nx, int ny, int nz, int periodic,
+                                       int* __restrict__ cell, int* __restrict__ counts) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int cx = cell_axis(pos[3 * i], ox, h, nx, periodic);
+    int cy = cell_axis(pos[3 * i + 1], oy, h, ny, periodic);
+    int cz = cell_axis(pos[3 * i + 2], oz, h, nz, periodic);
+    int c = (cx * ny + cy) * nz + cz;
+    cell[i] = c;
+    atomicAdd(&counts[c], 1);
+}
+
+// Exclusive scan of counts[0..m) into starts[0..m] (starts[m] = total), in three launches:
+// per-block sums, one block scanning the block sums in order, per-block scans plus offsets.
+#define SCAN_THREADS 1024
+extern "C" __global__ void r_scan_blocks(const int* __restrict__ counts, int m,
+                                         int* __restrict__ block_sums) {
+    __shared__ int sh[SCAN_THREADS];
+    int i = blockIdx.x * SCAN_THREADS + threadIdx.x;
+    sh[threadIdx.x] = i < m ? counts[i] : 0;
+    __syncthreads();
+    for (int h = SCAN_THREADS / 2; h > 0; h >>= 1) {
+        if (threadIdx.x < h) sh[threadIdx.x] += sh[threadIdx.x + h];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) block_sums[blockIdx.x] = sh[0];
+}
+
+// One block of SCAN_THREADS: the exclusive scan of the nb block sums in place (each thread a
+// contiguous chunk, a scan over the chunk totals, then the chunks), bs[nb] = the total.
+extern "C" __global__ void r_scan_sums(int* __restrict__ bs, int nb) {
+    __shared__ int sh[SCAN_THREADS];
+    int per = (nb + SCAN_THREADS - 1) / SCAN_THREADS;
+    int a = threadIdx.x * per, b = min(a + per, nb);
+    int acc = 0;
+    for (int i = a; i < b; ++i) acc += bs[i];
+    sh[threadIdx.x] = acc;
+    __syncthreads();
+    for (int h = 1; h < SCAN_THREADS; h <<= 1) {
+        int o = threadIdx.x >= h ? sh[threadIdx.x - h] : 0;
+        __syncthreads();
+        sh[threadIdx.x] += o;
+        __syncthreads();
+    }
+    int run = sh[threadIdx.x] - acc;
+    for (int i = a; i < b; ++i) {
+        int v = bs[i];
+        bs[i] = run;
+        run += v;
+    }
+    if (threadIdx.x == SCAN_THREADS - 1) bs[nb] = sh[threadIdx.x];
+}
+
+extern "C" __global__ void r_scan_apply(const int* __restrict__ counts, int m,
+                                        const int* __restrict__ block_sums,
+                                        int* __restrict__ starts) {
+    __shared__ int sh[SCAN_THREADS];
+    int i = blockIdx.x * SCAN_THREADS + threadIdx.x;
+    int v = i < m ? counts[i] : 0;
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    // Hillis-Steele inclusive scan
+    for (int h = 1; h < SCAN_THREADS; h <<= 1) {
+        int o = threadIdx.x >= h ? sh[threadIdx.x - h] : 0;
+        __syncthreads();
+        sh[threadIdx.x] += o;
+        __syncthreads();
+    }
+    if (i < m) starts[i] = block_sums[blockIdx.x] + sh[threadIdx.x] - v;
+    if (i == m - 1) starts[m] = block_sums[gridDim.x];
+}
+
+extern "C" __global__ void r_bin_scatter(const int* __restrict__ cell, int n,
+                                         const int* __restrict__ starts, int* __restrict__ fill,
+                                         int* __restrict__ order) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int c = cell[i];
+    order[starts[c] + atomicAdd(&fill[c], 1)] = i;
+}
+
+// Within each cell the particles in increasing index (insertion sort: a few per cell), then
+// their rows gathered: sp = (x, y, z, sigma), sa = (ax, ay, az, 0) in cell order.
+extern "C" __global__ void r_bin_sort(const int* __restrict__ starts, int ncell,
+                                      int* __restrict__ order) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= ncell) return;
+    int a = starts[c], b = starts[c + 1];
+    for (int i = a + 1; i < b; ++i) {
+        int v = order[i];
+        int j = i - 1;
+        while (j >= a && order[j] > v) {
+            order[j + 1] = order[j];
+            --j;
+        }
+        order[j + 1] = v;
+    }
+}
+
+extern "C" __global__ void r_bin_gather(const int* __restrict__ order, int n,
+                                        const double* __restrict__ pos,
+                                        const double* __restrict__ a,
+                                        const double* __restrict__ sigma, double4* __restrict__ sp,
+                                        double4* __restrict__ sa) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n) return;
+    int i = order[j];
+    sp[j] = make_double4(pos[3 * i], pos[3 * i + 1], pos[3 * i + 2], sigma[i]);
+    sa[j] = make_double4(a[3 * i], a[3 * i + 1], a[3 * i + 2], 0.0);
+}
+
+// omega(y) = sum_j a_j zeta_{sigma_j}(y - x_j), truncated at |y - x_j| < cutoff sigma_j, at the
+// lattice points y = o + h (i, j, k) (one thread each, output [3] per point in lattice order),
+// from the particles binned into the cells of the same lattice: the cells within `reach`
+// cells of the point's own along each axis, row by row along z (one or two contiguous runs).
+// Periodic: minimum-image differences (the caller ensures 2 reach + 1 <= n per axis).
+extern "C" __global__ void r_gauss_lattice(const double4* __restrict__ sp,
+                                           const double4* __restrict__ sa,
+                                           const int* __restrict__ starts, double ox, double oy,
+                                           double oz, double h, int nx, int ny, int nz,
+                                           int periodic, int reach, double cutoff,
+                                           double box_length, double* __restrict__ omega) {
+    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    long long npts = (long long)nx * ny * nz;
+    if (t >= npts) return;
+    int k = (int)(t % nz);
+    int j = (int)((t / nz) % ny);
+    int i = (int)(t / ((long long)ny * nz));
+    double y0 = ox + h * i, y1 = oy + h * j, y2 = oz + h * k;
+    const double c3 = 0.063493635934240970;  // (2 pi)^(-3/2)
+    double w0 = 0.0, w1 = 0.0, w2 = 0.0;
+    for (int dx = -reach; dx <= reach; ++dx) {
+        int cx = i + dx;
+        if (periodic) cx = (cx + nx) % nx;
+        else if (cx < 0 || cx >= nx) continue;
+        for (int dy = -reach; dy <= reach; ++dy) {
+            int cy = j + dy;
+            if (periodic) cy = (cy + ny) % ny;
+            else if (cy < 0 || cy >= ny) continue;
+            int row = (cx * ny + cy) * nz;
+            int za = k - reach, zb = k + reach;  // inclusive cell range along z
+            int runs[4];
+            int nr = 0;
+            if (periodic) {
+                if (za < 0) {
+                    runs[nr++] = za + nz; runs[nr++] = nz - 1; za = 0;
+                }
+                if (zb >= nz) {
+                    runs[nr++] = 0; runs[nr++] = zb - nz; zb = nz - 1;
+                }
+            } else {
+                za = za < 0 ? 0 : za;
+                zb = zb >= nz ? nz - 1 : zb;
+            }
+            runs[nr++] = za; runs[nr++] = zb;
+            for (int r = 0; r < nr; r += 2) {
+                int pa = starts[row + runs[r]], pb = starts[row + runs[r + 1] + 1];
+                for (int p = pa; p < pb; ++p) {
+                    double4 x = sp[p];
+                    double d0 = y0 - x.x, d1 = y1 - x.y, d2 = y2 - x.z;
+                    if (periodic) {
+                        d0 -= box_length * rint(d0 / box_length);
+                        d1 -= box_length * rint(d1 / box_length);
+                        d2 -= box_length * rint(d2 / box_length);
+                    }
+                    double r2 = d0 * d0 + d1 * d1 + d2 * d2;
+                    double s = x.w;
+                    if (r2 < cutoff * cutoff * s * s) {
+                        double z = c3 / (s * s * s) * exp(-0.5 * r2 / (s * s));
+                        double4 al = sa[p];
+                        w0 += al.x * z;
+                        w1 += al.y * z;
+                        w2 += al.z * z;
+                    }
+                }
+            }
+        }
+    }
+    omega[3 * t] = w0;
+    omega[3 * t + 1] = w1;
+    omega[3 * t + 2] = w2;
+}
+
+// ---- Fourier space (the R2C half of an n^3 lattice, cuFFT layout: (i * n + j) * (n/2+1) + k,
+// three components one after the other, `clen` complex each)
+
+__device__ __forceinline__ int wavenumber(int i, int n) { return i <= n / 2 ? i : i - n; }
+
+// The lattice solve of the periodic RBF system: beta_hat = omega_hat * scale / (S(kx) S(ky)
+// S(kz)), inv_eig[k] = 1 / S(k) of the circulant 1-D factor, scale = 1/(c n^3).
+extern "C" __global__ void r_solve_fourier(double2* __restrict__ spec, int n, long long clen,
+                                           const double* __restrict__ inv_eig, double scale) {
+    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= clen) return;
+    int nh = n / 2 + 1;
+    int kz = (int)(t % nh);
+    int ky = (int)((t / nh) % n);
+    int kx = (int)(t / ((long long)nh * n));
+    double f = scale * inv_eig[kx] * inv_eig[ky] * inv_eig[kz];
+    for (int c = 0; c < 3; ++c) {
+        double2 v = spec[c * clen + t];
+        v.x *= f;
+        v.y *= f;
+        spec[c * clen + t] = v;
+    }
+}
+
+// Biot-Savart in Fourier space: u_hat = i k x omega_hat / |k|^2 with the physical wavevector
+// k = (2 pi / L) m for the integer m, i.e. (L / 2 pi) i m x omega_hat / |m|^2 (inv_kscale =
+// L / 2 pi), scaled by `scale` (1/n^3 of the inverse transform); the mean and the Nyquist
+// planes set to zero.
+extern "C" __global__ void r_biot_savart_fourier(double2* __restrict__ spec, int n, long long clen,
+                                                 double inv_kscale, double scale) {
+    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= clen) return;
+    int nh = n / 2 + 1;
+    int iz = (int)(t % nh);
+    int iy = (int)((t / nh) % n);
+    int ix = (int)(t / ((long long)nh * n));
+    int k0 = wavenumber(ix, n), k1 = wavenumber(iy, n), k2 = iz;
+    bool nyq = (n % 2 == 0) && (ix == n / 2 || iy == n / 2 || iz == n / 2);
+    double k2sum = (double)k0 * k0 + (double)k1 * k1 + (double)k2 * k2;
+    double2 w0 = spec[t], w1 = spec[clen + t], w2 = spec[2 * clen + t];
+    double2 u0, u1, u2;
+    if (k2sum == 0.0 || nyq) {
+        u0 = u1 = u2 = make_double2(0.0, 0.0);
+    } else {
+        double f = scale * inv_kscale / k2sum;
+        // (k x w) component-wise, complex w; times i: (re, im) -> (-im, re)
+        double c0r = k1 * w2.x - k2 * w1.x, c0i = k1 * w2.y - k2 * w1.y;
+        double c1r = k2 * w0.x - k0 * w2.x, c1i = k2 * w0.y - k0 * w2.y;
+        double c2r = k0 * w1.x - k1 * w0.x, c2i = k0 * w1.y - k1 * w0.y;
+        u0 = make_double2(-c0i * f, c0r * f);
+        u1 = make_double2(-c1i * f, c1r * f);
+        u2 = make_double2(-c2i * f, c2r * f);
+    }
+    spec[t] = u0;
+    spec[clen + t] = u1;
+    spec[2 * clen + t] = u2;
+}
+
+// The fresh particles of a periodic re-interpolation: positions the lattice points, strengths
+// beta - mean, cores sigma0 (the mean is subtracted by r_tidy afterwards).
+extern "C" __global__ void r_lattice_particles(int n, double o, double h, double sigma0,
+                                               double* __restrict__ pos,
+                                               double* __restrict__ sigma,
+                                               double* __restrict__ s0) {
+    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    long long n3 = (long long)n * n * n;
+    if (t >= n3) return;
+    int k = (int)(t % n);
+    int j = (int)((t / n) % n);
+    int i = (int)(t / ((long long)n * n));
+    pos[3 * t] = o + h * i;
+    pos[3 * t + 1] = o + h * j;
+    pos[3 * t + 2] = o + h * k;
+    sigma[t] = sigma0;
+    s0[t] = sigma0;
+}
