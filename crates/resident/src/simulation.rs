@@ -423,6 +423,7 @@ impl Simulator for ResidentSimulation<'_> {
             ..Default::default()
         };
         if let Some(n) = grid {
+            let n = method::diagnostics::vorticity_grid(&self.config, n);
             let cutoff = self.config.reinterpolation.cutoff;
             let u = self
                 .rbf
