@@ -337,6 +337,8 @@ extern "C" __global__ void r_bin_sort(const int* __restrict__ starts, int ncell,
     }
 }
 
+// sp = (x, y, z, 1 / sigma^2), sa = (ax, ay, az, (2 pi)^(-3/2) / sigma^3) in cell order: the
+// per-particle factors of the Gaussian computed once, not per pair.
 extern "C" __global__ void r_bin_gather(const int* __restrict__ order, int n,
                                         const double* __restrict__ pos,
                                         const double* __restrict__ a,
@@ -345,21 +347,25 @@ extern "C" __global__ void r_bin_gather(const int* __restrict__ order, int n,
     int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= n) return;
     int i = order[j];
-    sp[j] = make_double4(pos[3 * i], pos[3 * i + 1], pos[3 * i + 2], sigma[i]);
-    sa[j] = make_double4(a[3 * i], a[3 * i + 1], a[3 * i + 2], 0.0);
+    double s = sigma[i];
+    const double c3 = 0.063493635934240970;  // (2 pi)^(-3/2)
+    sp[j] = make_double4(pos[3 * i], pos[3 * i + 1], pos[3 * i + 2], 1.0 / (s * s));
+    sa[j] = make_double4(a[3 * i], a[3 * i + 1], a[3 * i + 2], c3 / (s * s * s));
 }
 
 // omega(y) = sum_j a_j zeta_{sigma_j}(y - x_j), truncated at |y - x_j| < cutoff sigma_j, at the
 // lattice points y = o + h (i, j, k) (one thread each, output [3] per point in lattice order),
 // from the particles binned into the cells of the same lattice: the cells within `reach`
-// cells of the point's own along each axis, row by row along z (one or two contiguous runs).
+// cells of the point's own along each axis, row by row along z (one or two contiguous runs),
+// rows and z ranges beyond the largest truncation radius sqrt(rmax2) skipped.
 // Periodic: minimum-image differences (the caller ensures 2 reach + 1 <= n per axis).
 extern "C" __global__ void r_gauss_lattice(const double4* __restrict__ sp,
                                            const double4* __restrict__ sa,
                                            const int* __restrict__ starts, double ox, double oy,
                                            double oz, double h, int nx, int ny, int nz,
                                            int periodic, int reach, double cutoff,
-                                           double box_length, double* __restrict__ omega) {
+                                           double box_length, double rmax2,
+                                           double* __restrict__ omega) {
     long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     long long npts = (long long)nx * ny * nz;
     if (t >= npts) return;
@@ -367,18 +373,26 @@ extern "C" __global__ void r_gauss_lattice(const double4* __restrict__ sp,
     int j = (int)((t / nz) % ny);
     int i = (int)(t / ((long long)ny * nz));
     double y0 = ox + h * i, y1 = oy + h * j, y2 = oz + h * k;
-    const double c3 = 0.063493635934240970;  // (2 pi)^(-3/2)
+    const double cut2 = cutoff * cutoff;
     double w0 = 0.0, w1 = 0.0, w2 = 0.0;
     for (int dx = -reach; dx <= reach; ++dx) {
         int cx = i + dx;
         if (periodic) cx = (cx + nx) % nx;
         else if (cx < 0 || cx >= nx) continue;
+        // a particle of cell offset d lies at least (|d| - 1) h away along that axis
+        double ex = (abs(dx) - 1 > 0 ? abs(dx) - 1 : 0) * h;
+        if (ex * ex > rmax2) continue;
         for (int dy = -reach; dy <= reach; ++dy) {
             int cy = j + dy;
             if (periodic) cy = (cy + ny) % ny;
             else if (cy < 0 || cy >= ny) continue;
+            double ey = (abs(dy) - 1 > 0 ? abs(dy) - 1 : 0) * h;
+            double rest = rmax2 - ex * ex - ey * ey;
+            if (rest < 0.0) continue;
+            int zr = (int)floor(sqrt(rest) / h) + 1;
+            zr = zr < reach ? zr : reach;
             int row = (cx * ny + cy) * nz;
-            int za = k - reach, zb = k + reach;  // inclusive cell range along z
+            int za = k - zr, zb = k + zr;  // inclusive cell range along z
             int runs[4];
             int nr = 0;
             if (periodic) {
@@ -403,11 +417,12 @@ extern "C" __global__ void r_gauss_lattice(const double4* __restrict__ sp,
                         d1 -= box_length * rint(d1 / box_length);
                         d2 -= box_length * rint(d2 / box_length);
                     }
-                    double r2 = d0 * d0 + d1 * d1 + d2 * d2;
-                    double s = x.w;
-                    if (r2 < cutoff * cutoff * s * s) {
-                        double z = c3 / (s * s * s) * exp(-0.5 * r2 / (s * s));
+                    // the exponent in f64, the exponential in f32 (relative error ~1e-7, the
+                    // level of the f32 FMM), the sums in f64
+                    double q = (d0 * d0 + d1 * d1 + d2 * d2) * x.w;
+                    if (q < cut2) {
                         double4 al = sa[p];
+                        double z = al.w * (double)__expf((float)(-0.5 * q));
                         w0 += al.x * z;
                         w1 += al.y * z;
                         w2 += al.z * z;
@@ -496,4 +511,67 @@ extern "C" __global__ void r_lattice_particles(int n, double o, double h, double
     pos[3 * t + 2] = o + h * k;
     sigma[t] = sigma0;
     s0[t] = sigma0;
+}
+
+// Shell spectrum, energy and enstrophy of a velocity half spectrum (normalised coefficients,
+// the layout above; the host's spectral::diagnostics conventions: wavenumbers i < n/2 -> i,
+// else i - n; weight 1 for kz = 0 and kz = n/2, 2 otherwise; shell round(|k|)). Per block:
+// the shells by shared-memory atomics, energy and enstrophy by a tree; partial[b] holds
+// nshell shells, then E, then Z (integer wavenumbers: multiply Z by (2 pi / L)^2).
+extern "C" __global__ void r_spectrum_partial(const double2* __restrict__ spec, int n,
+                                              long long clen, int nshell,
+                                              double* __restrict__ partial) {
+    extern __shared__ double sh[];  // nshell + 2 * blockDim.x
+    double* se = sh + nshell;
+    double* sz = se + blockDim.x;
+    for (int i = threadIdx.x; i < nshell; i += blockDim.x) sh[i] = 0.0;
+    __syncthreads();
+    int nh = n / 2 + 1;
+    double e_acc = 0.0, z_acc = 0.0;
+    for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < clen;
+         t += (long long)gridDim.x * blockDim.x) {
+        int iz = (int)(t % nh);
+        int iy = (int)((t / nh) % n);
+        int ix = (int)(t / ((long long)nh * n));
+        double kx = ix < n / 2 ? ix : ix - n;
+        double ky = iy < n / 2 ? iy : iy - n;
+        double kz = iz;
+        double w = (iz == 0 || iz == n / 2) ? 1.0 : 2.0;
+        double2 a = spec[t], b = spec[clen + t], c = spec[2 * clen + t];
+        double e = a.x * a.x + a.y * a.y + b.x * b.x + b.y * b.y + c.x * c.x + c.y * c.y;
+        double wxr = ky * c.x - kz * b.x, wxi = ky * c.y - kz * b.y;
+        double wyr = kz * a.x - kx * c.x, wyi = kz * a.y - kx * c.y;
+        double wzr = kx * b.x - ky * a.x, wzi = kx * b.y - ky * a.y;
+        double z = wxr * wxr + wxi * wxi + wyr * wyr + wyi * wyi + wzr * wzr + wzi * wzi;
+        int shell = (int)rint(sqrt(kx * kx + ky * ky + kz * kz));
+        if (shell < nshell) atomicAdd(&sh[shell], 0.5 * w * e);
+        e_acc += 0.5 * w * e;
+        z_acc += 0.5 * w * z;
+    }
+    se[threadIdx.x] = e_acc;
+    sz[threadIdx.x] = z_acc;
+    __syncthreads();
+    for (int h = blockDim.x / 2; h > 0; h >>= 1) {
+        if (threadIdx.x < h) {
+            se[threadIdx.x] += se[threadIdx.x + h];
+            sz[threadIdx.x] += sz[threadIdx.x + h];
+        }
+        __syncthreads();
+    }
+    double* out = partial + (long long)blockIdx.x * (nshell + 2);
+    for (int i = threadIdx.x; i < nshell; i += blockDim.x) out[i] = sh[i];
+    if (threadIdx.x == 0) {
+        out[nshell] = se[0];
+        out[nshell + 1] = sz[0];
+    }
+}
+
+// Sums the partials of `nblocks` blocks slot by slot in block order (one thread per slot).
+extern "C" __global__ void r_sum_partials(const double* __restrict__ partial, int nblocks,
+                                          int width, double* __restrict__ out) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= width) return;
+    double acc = 0.0;
+    for (int b = 0; b < nblocks; ++b) acc += partial[(long long)b * width + i];
+    out[i] = acc;
 }

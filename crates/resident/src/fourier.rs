@@ -19,6 +19,18 @@ fn fft_err(what: &'static str) -> impl Fn(cufft_result::CufftError) -> GpuError 
     move |e| GpuError::Unsupported(format!("cuFFT {what}: {e:?}"))
 }
 
+/// Energy statistics of a periodic velocity from its Fourier coefficients, in integer
+/// wavenumbers (`k = 0, 1, ...`; multiply by `2 pi / L`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct GridSpectrum {
+    /// `E(k)` of the shells `round(|k|) = 0, 1, ...`.
+    pub shells: Vec<f64>,
+    /// `(1/2) <|u|^2>`.
+    pub energy: f64,
+    /// `(1/2) sum |k x u_hat|^2` (integer `k`).
+    pub enstrophy: f64,
+}
+
 /// The batched transforms of one lattice size and their spectrum buffer.
 pub struct Fourier {
     pub n: usize,
@@ -132,13 +144,16 @@ impl Fourier {
         self.inverse(s, field)
     }
 
-    /// The periodic velocity of the vorticity `field` (box length `l`), in place.
+    /// The periodic velocity of the vorticity `field` (box length `l`): its normalised half
+    /// spectrum is left in the spectrum buffer ([`Fourier::spectrum`]); with `physical`, the
+    /// velocity replaces `field`.
     pub fn biot_savart(
         &mut self,
         k: &Kernels,
         s: &Arc<CudaStream>,
         field: &mut CudaSlice<f64>,
         l: f64,
+        physical: bool,
     ) -> GpuResult<()> {
         self.check_len(field)?;
         self.forward(s, field)?;
@@ -152,7 +167,49 @@ impl Fourier {
             .arg(&inv_kscale)
             .arg(&scale);
         unsafe { b.launch(per_element(self.clen)) }?;
-        self.inverse(s, field)
+        if physical {
+            // cuFFT's C2R overwrites its input: the statistics come from a copy
+            let keep = s.clone_dtod(&self.spec)?;
+            self.inverse(s, field)?;
+            self.spec = keep;
+        }
+        Ok(())
+    }
+
+    /// Shell spectrum, energy and enstrophy of the normalised velocity half spectrum in the
+    /// buffer (after [`Fourier::biot_savart`]), in integer wavenumbers, with the conventions of
+    /// `spectral::diagnostics` (`spectrum_spectral`, `energy_spectral`, `enstrophy_spectral`).
+    pub fn spectrum(&self, k: &Kernels, s: &Arc<CudaStream>) -> GpuResult<GridSpectrum> {
+        let n = self.n;
+        let nshell = (3.0f64.sqrt() * n as f64 / 2.0).ceil() as usize + 1;
+        let width = nshell + 2;
+        let threads = 256usize;
+        let blocks = self.clen.div_ceil(threads).clamp(1, 1024);
+        let mut partial = s.alloc_zeros::<f64>(blocks * width)?;
+        let (n_i, clen_i, ns_i) = (n as i32, self.clen as i64, nshell as i32);
+        let mut b = s.launch_builder(&k.spectrum_partial);
+        b.arg(&self.spec)
+            .arg(&n_i)
+            .arg(&clen_i)
+            .arg(&ns_i)
+            .arg(&mut partial);
+        let cfg = cudarc::driver::LaunchConfig {
+            grid_dim: (blocks as u32, 1, 1),
+            block_dim: (threads as u32, 1, 1),
+            shared_mem_bytes: ((nshell + 2 * threads) * 8) as u32,
+        };
+        unsafe { b.launch(cfg) }?;
+        let mut out = s.alloc_zeros::<f64>(width)?;
+        let (nb_i, w_i) = (blocks as i32, width as i32);
+        let mut b = s.launch_builder(&k.sum_partials);
+        b.arg(&partial).arg(&nb_i).arg(&w_i).arg(&mut out);
+        unsafe { b.launch(per_element(width)) }?;
+        let v = s.clone_dtoh(&out)?;
+        Ok(GridSpectrum {
+            shells: v[..nshell].to_vec(),
+            energy: v[nshell],
+            enstrophy: v[nshell + 1],
+        })
     }
 }
 

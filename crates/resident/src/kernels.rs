@@ -60,6 +60,8 @@ kernel_set!(
     solve_fourier,
     biot_savart_fourier,
     lattice_particles,
+    spectrum_partial,
+    sum_partials,
 );
 
 /// One thread per element of `n`.

@@ -136,16 +136,17 @@ pub fn bin(
 }
 
 /// `omega` at every point of `lat` (`3` doubles per point, lattice order) from the binned
-/// particles, the Gaussians truncated at `cutoff * sigma_j`; `reach` from [`reach`] with the
-/// largest core. Periodic lattices cover the box `[-L/2, L/2)^3`, `L = n h`.
+/// particles, the Gaussians truncated at `cutoff * sigma_j`, `sigma_max` the largest core.
+/// Periodic lattices cover the box `[-L/2, L/2)^3`, `L = n h`.
 pub fn gaussian_sums(
     k: &Kernels,
     s: &Arc<CudaStream>,
     b: &Binned,
     lat: &Lattice,
-    reach: usize,
     cutoff: f64,
+    sigma_max: f64,
 ) -> GpuResult<CudaSlice<f64>> {
+    let reach = reach(cutoff, sigma_max, lat.h);
     check_reach(lat, reach)?;
     let npts = lat.len();
     let mut omega = s.alloc_zeros::<f64>(3 * npts)?;
@@ -157,6 +158,7 @@ pub fn gaussian_sums(
     } else {
         0.0
     };
+    let rmax2 = (cutoff * sigma_max).powi(2);
     let o = lat.origin;
     let mut l = s.launch_builder(&k.gauss_lattice);
     l.arg(&b.sp).arg(&b.sa).arg(&b.starts);
@@ -168,7 +170,7 @@ pub fn gaussian_sums(
         .arg(&reach_i)
         .arg(&cutoff)
         .arg(&box_length);
-    l.arg(&mut omega);
+    l.arg(&rmax2).arg(&mut omega);
     unsafe { l.launch(cfg(npts.div_ceil(128), 128)) }?;
     Ok(omega)
 }

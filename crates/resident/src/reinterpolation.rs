@@ -7,9 +7,9 @@
 //! ([`Reinterpolator::grid_velocity`]: the blob vorticity on the grid, then Biot-Savart in
 //! Fourier space).
 
-use crate::fourier::Fourier;
+use crate::fourier::{Fourier, GridSpectrum};
 use crate::kernels::{per_element, Kernels};
-use crate::lattice::{bin, gaussian_sums, reach};
+use crate::lattice::{bin, gaussian_sums};
 use crate::state::DeviceParticles;
 use cudarc::driver::{CudaSlice, CudaStream, PushKernelArg};
 use gpu::device::{GpuError, GpuResult};
@@ -67,14 +67,7 @@ impl Reinterpolator {
         sigma_max: f64,
     ) -> GpuResult<CudaSlice<f64>> {
         let b = bin(k, s, p, lat)?;
-        gaussian_sums(
-            k,
-            s,
-            &b,
-            lat,
-            reach(self.cutoff, sigma_max, lat.h),
-            self.cutoff,
-        )
+        gaussian_sums(k, s, &b, lat, self.cutoff, sigma_max)
     }
 
     /// Fresh particles on the `n^3` lattice of the box (index = lattice order) whose blob
@@ -125,9 +118,10 @@ impl Reinterpolator {
         Ok((fresh, report))
     }
 
-    /// The velocity of the blobs `p` on the `n^3` grid of the box of length `l` (the spectral
-    /// solver's points, z fastest): the blob vorticity at the grid points (Gaussian sums
-    /// truncated at `cutoff` core radii), then `u_hat = i k x omega_hat / |k|^2`.
+    /// The velocity statistics of the blobs `p` on the `n^3` grid of the box of length `l`
+    /// (the spectral solver's points, z fastest): the blob vorticity at the grid points
+    /// (Gaussian sums truncated at `cutoff` core radii), `u_hat = i k x omega_hat / |k|^2`, the
+    /// spectrum on the device; with `physical`, also the grid velocity itself (downloaded).
     #[allow(clippy::too_many_arguments)]
     pub fn grid_velocity(
         &mut self,
@@ -138,13 +132,21 @@ impl Reinterpolator {
         l: f64,
         cutoff: f64,
         sigma_max: f64,
-    ) -> GpuResult<Vec<[f64; 3]>> {
+        physical: bool,
+    ) -> GpuResult<(GridSpectrum, Option<Vec<[f64; 3]>>)> {
         let lat = Lattice::periodic_box(n, l);
         let b = bin(k, s, p, &lat)?;
-        let mut field = gaussian_sums(k, s, &b, &lat, reach(cutoff, sigma_max, lat.h), cutoff)?;
+        let mut field = gaussian_sums(k, s, &b, &lat, cutoff, sigma_max)?;
         drop(b);
-        self.fourier(s, n)?.biot_savart(k, s, &mut field, l)?;
-        let v = s.clone_dtoh(&field)?;
-        Ok(v.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect())
+        let f = self.fourier(s, n)?;
+        f.biot_savart(k, s, &mut field, l, physical)?;
+        let spectrum = f.spectrum(k, s)?;
+        let velocity = if physical {
+            let v = s.clone_dtoh(&field)?;
+            Some(v.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect())
+        } else {
+            None
+        };
+        Ok((spectrum, velocity))
     }
 }

@@ -13,7 +13,7 @@
 //! 4. at output times the diagnostics of [`crate::diagnostics`]; the host sees the state only
 //!    for checkpoints and snapshots.
 
-use crate::diagnostics::grid_diagnostics;
+use crate::diagnostics::{spectrum_diagnostics, velocity_field};
 use crate::kernels::{per_element, Kernels, THREADS};
 use crate::reinterpolation::Reinterpolator;
 use crate::state::{first_non_finite, DeviceFields, DeviceParticles, Moments};
@@ -404,7 +404,11 @@ impl Simulator for ResidentSimulation<'_> {
         Ok(m)
     }
 
-    fn diagnostics(&mut self, grid: Option<usize>) -> Result<Option<Diagnostics>> {
+    fn diagnostics(
+        &mut self,
+        grid: Option<usize>,
+        with_field: bool,
+    ) -> Result<Option<Diagnostics>> {
         let t0 = Instant::now();
         let m = self.moments_of(&self.p)?;
         let mut d = Diagnostics {
@@ -425,19 +429,22 @@ impl Simulator for ResidentSimulation<'_> {
         if let Some(n) = grid {
             let n = method::diagnostics::vorticity_grid(&self.config, n);
             let cutoff = self.config.reinterpolation.cutoff;
-            let u = self
+            let l = self.box_length();
+            let (spec, u) = self
                 .rbf
                 .grid_velocity(
                     &self.k,
                     &self.s,
                     &self.p,
                     n,
-                    self.box_length(),
+                    l,
                     cutoff,
                     m.sigma_max,
+                    with_field,
                 )
                 .map_err(gpu_err("grid velocity"))?;
-            grid_diagnostics(&mut d, &u, n, self.box_length(), self.config.nu);
+            spectrum_diagnostics(&mut d, &spec, n, l, self.config.nu);
+            d.grid_velocity = u.map(|u| velocity_field(&u, n));
         }
         d.seconds = t0.elapsed().as_secs_f64();
         Ok(Some(d))

@@ -953,6 +953,7 @@ impl<B: Backend> crate::simulator::Simulator for DistSimulation<'_, B> {
     fn diagnostics(
         &mut self,
         grid: Option<usize>,
+        _with_field: bool,
     ) -> Result<Option<crate::diagnostics::Diagnostics>> {
         let f = self.derivatives()?.clone();
         let d = crate::diagnostics::compute_distributed(self, &f, grid);

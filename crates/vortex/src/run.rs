@@ -553,6 +553,7 @@ pub fn run_with<'c>(
         None => String::from("(none written yet)"),
     };
     let mut last_ck_wall = Instant::now();
+    let mut writer = CheckpointWriter::default();
     let mut interrupted: Option<usize>;
     let mut warned = false;
     let h = if cfg.lattice_h().is_finite() {
@@ -636,7 +637,7 @@ pub fn run_with<'c>(
         if diag_due || snap_due {
             if diag_due {
                 let td = Instant::now();
-                let d = sim.diagnostics(grid)?;
+                let d = sim.diagnostics(grid, snap_due)?;
                 t_diag += td.elapsed().as_secs_f64();
                 let tio = Instant::now();
                 let r = match (d, outputs.as_mut()) {
@@ -729,17 +730,19 @@ pub fn run_with<'c>(
         }
         if ck_due {
             let tio = Instant::now();
+            // the previous checkpoint's writer finishes first (one file written at a time)
+            if let Some(done) = writer.finish(comm)? {
+                last_ck = done;
+            }
             let state = sim.gather_state()?;
-            let r = match state {
-                Some(state) => checkpoint::write_kept(
-                    &ck_path,
-                    &Checkpoint::new(&cfg, e0.unwrap_or(f64::NAN), state),
-                    cfg.output.checkpoints_kept,
-                ),
-                None => Ok(()),
-            };
-            agree(comm, r)?;
-            last_ck = format!("{} (step {step})", ck_path.display());
+            let ck = state.map(|state| Checkpoint::new(&cfg, e0.unwrap_or(f64::NAN), state));
+            writer.start(ck, &ck_path, cfg.output.checkpoints_kept, step);
+            if last {
+                // the run ends here: its checkpoint is on disk before the outcome is reported
+                if let Some(done) = writer.finish(comm)? {
+                    last_ck = done;
+                }
+            }
             last_ck_wall = Instant::now();
             t_io += tio.elapsed().as_secs_f64();
         }
@@ -836,6 +839,47 @@ pub fn run_with<'c>(
         interrupted,
         backend: backend_name,
     })
+}
+
+/// Writes checkpoints on a thread of rank 0 while the run goes on (the step never waits for
+/// the disk, only for the copy of the state to the host): one write at a time, finished
+/// before the next one starts and before the run ends; its outcome agreed over the ranks.
+#[derive(Default)]
+struct CheckpointWriter {
+    pending: Option<(std::thread::JoinHandle<Result<()>>, String)>,
+    /// Every rank: a write was started and not yet finished (the agreement is collective).
+    active: bool,
+}
+
+impl CheckpointWriter {
+    /// Starts writing `ck` (rank 0's; `None` elsewhere) to `path`, keeping `keep` files.
+    fn start(&mut self, ck: Option<Checkpoint>, path: &Path, keep: usize, step: u64) {
+        if let Some(ck) = ck {
+            let p = path.to_path_buf();
+            let name = format!("{} (step {step})", path.display());
+            let h = std::thread::spawn(move || checkpoint::write_kept(&p, &ck, keep));
+            self.pending = Some((h, name));
+        }
+        self.active = true;
+    }
+
+    /// Waits for the write in progress; returns the name of the checkpoint it completed.
+    /// Collective when a write was started.
+    fn finish(&mut self, comm: &dyn Comm) -> Result<Option<String>> {
+        if !self.active {
+            return Ok(None);
+        }
+        self.active = false;
+        let r = match self.pending.take() {
+            Some((h, name)) => match h.join() {
+                Ok(r) => r.map(|_| Some(name)),
+                Err(_) => Err(Error::Other("the checkpoint writer panicked".into())),
+            },
+            None => Ok(None),
+        };
+        let name = agree(comm, r)?;
+        Ok(name)
+    }
 }
 
 /// The time series of the `.vtp` particle snapshots.

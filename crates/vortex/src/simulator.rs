@@ -31,8 +31,10 @@ pub trait Simulator {
     /// `[max|u|, max|s|/|alpha|]` of the current state (for [`crate::health::check_step`]),
     /// after refusing a non-finite velocity or stretching with the particle's id.
     fn step_measures(&mut self) -> Result<[f64; 2]>;
-    /// The diagnostics of the current state (`grid`: points per side of the periodic grid).
-    fn diagnostics(&mut self, grid: Option<usize>) -> Result<Option<Diagnostics>>;
+    /// The diagnostics of the current state (`grid`: points per side of the periodic grid;
+    /// `with_field`: keep the grid velocity in the result, for a grid snapshot).
+    fn diagnostics(&mut self, grid: Option<usize>, with_field: bool)
+        -> Result<Option<Diagnostics>>;
     /// The particles in global-id order with their velocities (snapshots).
     fn snapshot(&mut self) -> Result<Option<(Particles, Vec<[f64; 3]>)>>;
     /// The global state in global-id order (what a checkpoint holds).
