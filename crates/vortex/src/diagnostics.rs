@@ -221,8 +221,8 @@ pub fn vorticity_grid_velocity(p: &Particles, n: usize, l: f64, cutoff: f64) -> 
             o[0] * k.2 - o[2] * k.0,
             o[1] * k.0 - o[0] * k.1,
         ];
-        for c in 0..3 {
-            u.c[c][idx] = cr[c] * num_complex::Complex64::new(0.0, f);
+        for (uc, crc) in u.c.iter_mut().zip(cr) {
+            uc[idx] = crc * num_complex::Complex64::new(0.0, f);
         }
     }
     let v = u.to_physical();
