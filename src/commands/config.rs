@@ -44,6 +44,7 @@ core_cutoff = 4.0      # far interactions only beyond this many core radii
 backend = "auto"       # auto | cpu | cuda (may change at a restart)
 device = 0             # GPU index for cuda
 grid = "adaptive"      # adaptive | uniform (GPU uniform grid, one rank)
+state = "auto"         # auto | host | device (particles kept on the GPU: uniform grid, periodic, one rank)
 
 [initial]
 kind = "taylor-green"  # taylor-green | taylor-green-2d | isotropic | ring | two-rings | blob (required)
@@ -78,6 +79,7 @@ drop = 1e-6            # free space: drop strengths below drop * max |alpha|
 [output]
 diagnostics_every = 10 # a row of diagnostics.csv every this many steps
 # grid = 16            # grid points per direction for energy and spectra (default: initial.n)
+# grid_velocity = "fmm" # fmm | vorticity (default: fmm on the host state, vorticity on the device)
 spectra = true         # spectrum with each diagnostics row (periodic)
 snapshot_every = 0     # particle snapshots every this many steps (0: none)
 snapshot_format = "vtp"  # vtp (binary XML VTK + particles.pvd with the times) | vtk (legacy ASCII)
