@@ -187,6 +187,7 @@ fn in_fourier(
             s
         })
         .collect();
+    #[allow(clippy::needless_range_loop)] // three arrays at the same index
     for t in 0..fft.complex_len() {
         let u = f(t, [spec[0][t], spec[1][t], spec[2][t]]);
         for c in 0..3 {

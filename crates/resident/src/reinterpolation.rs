@@ -51,10 +51,10 @@ impl Reinterpolator {
     }
 
     fn fourier(&mut self, s: &Arc<CudaStream>, n: usize) -> GpuResult<&mut Fourier> {
-        if !self.ffts.contains_key(&n) {
-            self.ffts.insert(n, Fourier::new(s, n)?);
+        match self.ffts.entry(n) {
+            std::collections::hash_map::Entry::Occupied(e) => Ok(e.into_mut()),
+            std::collections::hash_map::Entry::Vacant(e) => Ok(e.insert(Fourier::new(s, n)?)),
         }
-        Ok(self.ffts.get_mut(&n).expect("inserted above"))
     }
 
     /// The vorticity of the blobs `p` at the points of `lat` (`3` doubles per point).
