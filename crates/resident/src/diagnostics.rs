@@ -3,48 +3,25 @@
 //! ([`crate::reinterpolation::Reinterpolator::grid_velocity`]), energy, enstrophy and the
 //! shell spectrum reduced on the device ([`crate::fourier::Fourier::spectrum`], the
 //! conventions of `spectral::diagnostics`), `Re_lambda` from them on the host
-//! (`spectral::diagnostics::stats_from_parts`); the moments by the device reduction. The grid
-//! velocity itself reaches the host only when a grid snapshot is written. The host computes the
-//! same definition with `method::diagnostics::vorticity_grid_velocity`
-//! (`output.grid_velocity = "vorticity"`), so host and device runs compare like for like.
+//! (`method::diagnostics::set_spectral_statistics`, shared with the host path); the moments by
+//! the device reduction. The grid velocity itself reaches the host only when a grid snapshot is
+//! written. The host computes the same definition with
+//! `method::diagnostics::vorticity_grid_velocity` (`output.grid_velocity = "vorticity"`), so
+//! host and device runs compare like for like.
 
 use crate::fourier::GridSpectrum;
-use method::diagnostics::Diagnostics;
-use spectral::VelocityField;
+use method::diagnostics::{set_spectral_statistics, Diagnostics};
 
-/// Energy, enstrophy, spectrum and `Re_lambda` of `d` from the statistics of the `n^3` grid of
-/// the box of length `l` (`nu`: kinematic viscosity).
+pub use method::diagnostics::velocity_field;
+
+/// Energy, enstrophy, spectrum and `Re_lambda` of `d` from the device statistics of the `n^3`
+/// grid of the box of length `l` (`nu`: kinematic viscosity).
 pub fn spectrum_diagnostics(d: &mut Diagnostics, s: &GridSpectrum, n: usize, l: f64, nu: f64) {
-    let kscale = 2.0 * std::f64::consts::PI / l;
-    d.energy = s.energy;
-    d.enstrophy = s.enstrophy * kscale * kscale;
-    let spec: Vec<(f64, f64)> = s
+    let shells = s
         .shells
         .iter()
         .enumerate()
-        .map(|(k, e)| (k as f64 * kscale, *e))
+        .map(|(k, e)| (k as f64, *e))
         .collect();
-    if nu > 0.0 {
-        let st = spectral::diagnostics::stats_from_parts(
-            d.t,
-            d.energy,
-            d.enstrophy,
-            &spec,
-            nu,
-            (n / 2) as f64 * kscale,
-        );
-        d.re_lambda = st.re_lambda;
-    }
-    d.spectrum = Some(spec);
-}
-
-/// Rows `[n^3][3]` as the spectral crate's field.
-pub fn velocity_field(u: &[[f64; 3]], n: usize) -> VelocityField {
-    let mut vf = VelocityField::zeros(n);
-    for (i, v) in u.iter().enumerate() {
-        for (c, &vc) in v.iter().enumerate() {
-            vf.u[c][i] = vc;
-        }
-    }
-    vf
+    set_spectral_statistics(d, s.energy, s.enstrophy, shells, n, l, nu);
 }

@@ -196,13 +196,7 @@ pub fn vorticity_grid_velocity(p: &Particles, n: usize, l: f64, cutoff: f64) -> 
         cutoff,
         Some(l),
     );
-    let mut w = VelocityField::zeros(n);
-    for (i, v) in omega.iter().enumerate() {
-        for (c, &vc) in v.iter().enumerate() {
-            w.u[c][i] = vc;
-        }
-    }
-    let s = SpectralField::from_physical(&w);
+    let s = SpectralField::from_physical(&velocity_field(&omega, n));
     let mut u = SpectralField::zeros(n);
     let inv_ks = l / (2.0 * std::f64::consts::PI);
     let half = n / 2;
@@ -234,19 +228,41 @@ pub fn vorticity_grid_velocity(p: &Particles, n: usize, l: f64, cutoff: f64) -> 
 /// Energy, enstrophy, spectrum and `Re_lambda` from the velocity on the `n^3` grid of
 /// [`grid_points`] in the box of length `l`.
 pub fn grid_diagnostics(d: &mut Diagnostics, velocity: &[[f64; 3]], n: usize, l: f64, nu: f64) {
+    let vf = velocity_field(velocity, n);
+    let spectrum = spectral::diagnostics::spectrum(&vf);
+    let energy = spectral::diagnostics::energy(&vf);
+    let enstrophy = spectral::diagnostics::enstrophy(&vf);
+    set_spectral_statistics(d, energy, enstrophy, spectrum, n, l, nu);
+    d.grid_velocity = Some(vf);
+}
+
+/// Rows `[n^3][3]` (z fastest) as the spectral crate's field.
+pub fn velocity_field(u: &[[f64; 3]], n: usize) -> VelocityField {
     let mut vf = VelocityField::zeros(n);
-    for (i, v) in velocity.iter().enumerate() {
+    for (i, v) in u.iter().enumerate() {
         for (c, &vc) in v.iter().enumerate() {
             vf.u[c][i] = vc;
         }
     }
+    vf
+}
+
+/// Energy, enstrophy, spectrum and `Re_lambda` of `d` from the statistics of a velocity on the
+/// `n^3` grid of the box of length `l` in integer wavenumbers (`enstrophy` = `(1/2) sum |k x
+/// u_hat|^2`, `spectrum` = `(k, E(k))` of the shells `k = 0, 1, ...`), `nu` the viscosity.
+pub fn set_spectral_statistics(
+    d: &mut Diagnostics,
+    energy: f64,
+    enstrophy: f64,
+    spectrum: Vec<(f64, f64)>,
+    n: usize,
+    l: f64,
+    nu: f64,
+) {
     let kscale = 2.0 * std::f64::consts::PI / l;
-    d.energy = spectral::diagnostics::energy(&vf);
-    d.enstrophy = spectral::diagnostics::enstrophy(&vf) * kscale * kscale;
-    let spec: Vec<(f64, f64)> = spectral::diagnostics::spectrum(&vf)
-        .into_iter()
-        .map(|(k, e)| (k * kscale, e))
-        .collect();
+    d.energy = energy;
+    d.enstrophy = enstrophy * kscale * kscale;
+    let spec: Vec<(f64, f64)> = spectrum.into_iter().map(|(k, e)| (k * kscale, e)).collect();
     if nu > 0.0 {
         let st = spectral::diagnostics::stats_from_parts(
             d.t,
@@ -259,7 +275,6 @@ pub fn grid_diagnostics(d: &mut Diagnostics, velocity: &[[f64; 3]], n: usize, l:
         d.re_lambda = st.re_lambda;
     }
     d.spectrum = Some(spec);
-    d.grid_velocity = Some(vf);
 }
 
 /// The moments of all particles (total strength, impulse, centroid, count, largest core) from

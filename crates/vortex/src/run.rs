@@ -90,6 +90,19 @@ pub const TIMING_HEADER: &str =
     "step,t,s_step,fmm,fmm_comm,redistribute,update,rbf,diagnostics,io,other";
 
 impl PhaseTotals {
+    /// The mean seconds per step of these totals (the timing columns of a diagnostics row).
+    fn per_step(&self) -> RowTimes {
+        let nst = self.steps.max(1) as f64;
+        RowTimes {
+            s_per_step: self.step / nst,
+            fmm: self.fmm / nst,
+            rbf: self.rbf / nst,
+            update: self.update / nst,
+            diagnostics: self.diagnostics / nst,
+            io: self.io / nst,
+        }
+    }
+
     fn values(&self) -> [f64; 9] {
         [
             self.step,
@@ -279,15 +292,25 @@ pub fn run_loaded_on<'c, B: Backend + 'c>(
         ),
         None => backend.name(),
     };
-    let build: Build<'c> = Box::new(move |config, start| {
+    let build = host_build(comm, backend, at_sources);
+    run_loaded_with(comm, config, config_path, out, restart, opts, &name, build)
+}
+
+/// The [`Build`] of a [`DistSimulation`] (the state on the host ranks) with `backend` and the
+/// planner's engine of the particles at themselves, `at_sources`.
+fn host_build<'c, B: Backend + 'c>(
+    comm: &'c dyn Comm,
+    backend: B,
+    at_sources: Option<Box<dyn fmm::Evaluator + 'c>>,
+) -> Build<'c> {
+    Box::new(move |config, start| {
         let mut sim = match start {
             Some(state) => DistSimulation::resume(comm, config, backend, state)?,
             None => DistSimulation::new(comm, config, backend)?,
         };
         sim.rhs.at_sources = at_sources;
         Ok(Box::new(sim) as Box<dyn Simulator + 'c>)
-    });
-    run_loaded_with(comm, config, config_path, out, restart, opts, &name, build)
+    })
 }
 
 /// [`run_with`] for the binary: the output directory defaulted from the configuration's
@@ -448,14 +471,7 @@ pub fn run_on<'c, B: Backend + 'c>(
     at_sources: Option<Box<dyn fmm::Evaluator + 'c>>,
     opts: &RunOptions,
 ) -> Result<RunSummary> {
-    let build: Build<'c> = Box::new(move |config, start| {
-        let mut sim = match start {
-            Some(state) => DistSimulation::resume(comm, config, backend, state)?,
-            None => DistSimulation::new(comm, config, backend)?,
-        };
-        sim.rhs.at_sources = at_sources;
-        Ok(Box::new(sim) as Box<dyn Simulator + 'c>)
-    });
+    let build = host_build(comm, backend, at_sources);
     run_with(comm, config, out, restart, opts, build)
 }
 
@@ -642,70 +658,26 @@ pub fn run_with<'c>(
                 let tio = Instant::now();
                 let r = match (d, outputs.as_mut()) {
                     (Some(d), Some(o)) => {
-                        let e_ref = *e0.get_or_insert(d.energy);
-                        let verdict = monitor.observe(step, d.t, d.energy);
-                        if let EnergyVerdict::Rising { message, .. } = &verdict {
-                            log::warn!("{message}");
-                        }
-                        if let EnergyVerdict::Unstable { message } = verdict {
-                            bar.abandon();
-                            Err(Error::BlowUp {
-                                step,
-                                t: d.t,
-                                what: message,
-                                last_checkpoint: last_ck.clone(),
+                        check_energy(&mut monitor, &mut e0, &d, step, &cfg, &last_ck)
+                            .inspect_err(|_| bar.abandon())
+                            .and_then(|()| {
+                                let rt = since_row.per_step();
+                                since_row = PhaseTotals::default();
+                                let progress = (start_step, stop, loop_start.elapsed());
+                                report_row(&bar, &d, &rt, step, progress);
+                                write_diag_row(
+                                    o,
+                                    &d,
+                                    &rt,
+                                    out,
+                                    step,
+                                    box_l,
+                                    &cfg,
+                                    &mut spectra,
+                                    snap_due,
+                                )
+                                .map(|_| d)
                             })
-                        } else if d.energy.abs() > cfg.output.energy_growth_limit * e_ref.abs() {
-                            bar.abandon();
-                            Err(Error::BlowUp {
-                                step,
-                                t: d.t,
-                                what: format!(
-                                    "energy {:.4e} against {:.4e} initially (limit: {} times)",
-                                    d.energy, e_ref, cfg.output.energy_growth_limit
-                                ),
-                                last_checkpoint: last_ck.clone(),
-                            })
-                        } else {
-                            let nst = since_row.steps.max(1) as f64;
-                            let rt = RowTimes {
-                                s_per_step: since_row.step / nst,
-                                fmm: since_row.fmm / nst,
-                                rbf: since_row.rbf / nst,
-                                update: since_row.update / nst,
-                                diagnostics: since_row.diagnostics / nst,
-                                io: since_row.io / nst,
-                            };
-                            since_row = PhaseTotals::default();
-                            let msg = format!(
-                                "step {step}/{stop} t = {:.4} E = {:.6e} Z = {:.6e} N = {} | {:.3} s/step (fmm {:.3}, rbf {:.3}, diag {:.3})",
-                                d.t, d.energy, d.enstrophy, d.n_particles, rt.s_per_step, rt.fmm, rt.rbf, rt.diagnostics
-                            );
-                            if bar.is_hidden() {
-                                let done = (step - start_step) as f64;
-                                let el = loop_start.elapsed().as_secs_f64();
-                                let eta = if done > 0.0 {
-                                    el / done * (stop - step) as f64
-                                } else {
-                                    f64::NAN
-                                };
-                                log::info!("{msg} ETA {eta:.0} s");
-                            } else {
-                                bar.println(msg);
-                            }
-                            write_diag_row(
-                                o,
-                                &d,
-                                &rt,
-                                out,
-                                step,
-                                box_l,
-                                &cfg,
-                                &mut spectra,
-                                snap_due,
-                            )
-                            .map(|_| d)
-                        }
                     }
                     _ => Ok(Diagnostics::default()),
                 };
@@ -839,6 +811,65 @@ pub fn run_with<'c>(
         interrupted,
         backend: backend_name,
     })
+}
+
+/// The energy checks of a diagnostics row: a decaying flow's energy may not rise
+/// ([`EnergyMonitor`]; a warning, then an error) nor exceed `energy_growth_limit` times the
+/// initial energy `e0` (set from the first row).
+fn check_energy(
+    monitor: &mut EnergyMonitor,
+    e0: &mut Option<f64>,
+    d: &Diagnostics,
+    step: u64,
+    cfg: &Config,
+    last_ck: &str,
+) -> Result<()> {
+    let e_ref = *e0.get_or_insert(d.energy);
+    let blow_up = |what: String| Error::BlowUp {
+        step,
+        t: d.t,
+        what,
+        last_checkpoint: last_ck.to_string(),
+    };
+    match monitor.observe(step, d.t, d.energy) {
+        EnergyVerdict::Unstable { message } => return Err(blow_up(message)),
+        EnergyVerdict::Rising { message, .. } => log::warn!("{message}"),
+        _ => {}
+    }
+    if d.energy.abs() > cfg.output.energy_growth_limit * e_ref.abs() {
+        return Err(blow_up(format!(
+            "energy {:.4e} against {:.4e} initially (limit: {} times)",
+            d.energy, e_ref, cfg.output.energy_growth_limit
+        )));
+    }
+    Ok(())
+}
+
+/// The progress line of a diagnostics row (on the bar, or logged with the ETA when the bar is
+/// hidden); `progress` = (first step of the run, last step, time since the loop started).
+fn report_row(
+    bar: &ProgressBar,
+    d: &Diagnostics,
+    rt: &RowTimes,
+    step: u64,
+    progress: (u64, u64, std::time::Duration),
+) {
+    let (start_step, stop, elapsed) = progress;
+    let msg = format!(
+        "step {step}/{stop} t = {:.4} E = {:.6e} Z = {:.6e} N = {} | {:.3} s/step (fmm {:.3}, rbf {:.3}, diag {:.3})",
+        d.t, d.energy, d.enstrophy, d.n_particles, rt.s_per_step, rt.fmm, rt.rbf, rt.diagnostics
+    );
+    if bar.is_hidden() {
+        let done = (step - start_step) as f64;
+        let eta = if done > 0.0 {
+            elapsed.as_secs_f64() / done * (stop - step) as f64
+        } else {
+            f64::NAN
+        };
+        log::info!("{msg} ETA {eta:.0} s");
+    } else {
+        bar.println(msg);
+    }
 }
 
 /// Writes checkpoints on a thread of rank 0 while the run goes on (the step never waits for
