@@ -16,21 +16,30 @@ fn flat(v: &[[f64; 3]]) -> Vec<f64> {
     v.iter().flatten().copied().collect()
 }
 
+/// Compares two checkpoints of the same run state; exit status 1 when they differ beyond TOL,
+/// 2 when one cannot be read.
+#[derive(clap::Parser)]
+struct Args {
+    /// First checkpoint (`checkpoint.bin`).
+    a: std::path::PathBuf,
+    /// Second checkpoint.
+    b: std::path::PathBuf,
+    /// Largest accepted difference relative to the largest magnitude of each quantity.
+    #[arg(default_value_t = 1e-12)]
+    tol: f64,
+}
+
 fn main() {
-    let a: Vec<String> = std::env::args().collect();
-    if a.len() < 3 {
-        eprintln!("usage: ckdiff A.bin B.bin [TOL]");
-        std::process::exit(2);
-    }
-    let tol: f64 = a.get(3).map_or(1e-12, |t| t.parse().expect("TOL"));
-    let read = |p: &str| match method::checkpoint::read(std::path::Path::new(p)) {
+    let args = <Args as clap::Parser>::parse();
+    let tol = args.tol;
+    let read = |p: &std::path::Path| match method::checkpoint::read(p) {
         Ok(c) => c.state,
         Err(e) => {
             eprintln!("{e}");
             std::process::exit(2);
         }
     };
-    let (x, y) = (read(&a[1]), read(&a[2]));
+    let (x, y) = (read(&args.a), read(&args.b));
     let mut bad = Vec::new();
     if (x.step, x.step_reset, x.reinterpolations) != (y.step, y.step_reset, y.reinterpolations)
         || x.particles.len() != y.particles.len()

@@ -20,7 +20,6 @@ use crate::error::{Error, Result};
 use crate::parallel::DistSimulation;
 use crate::particles::{chunked_sum, norm, Particles};
 use crate::rhs::Derivatives;
-use crate::stepping::Simulation;
 use domain::{Comm, ReduceOp};
 use fmm::kernel::{cross, dot};
 use fmm::{Backend, Targets};
@@ -123,55 +122,6 @@ pub fn free_space_enstrophy(p: &Particles, cutoff: f64) -> f64 {
         None,
     );
     0.5 * chunked_sum(p.len(), |i| dot(p.strength[i], w[i]))
-}
-
-/// Computes the diagnostics of the current state. `f` are the derivatives at this state (the
-/// particle velocities). `grid`: points per direction of the diagnostics grid (periodic).
-pub fn compute<B: Backend>(
-    sim: &mut Simulation<B>,
-    f: &Derivatives,
-    grid: Option<usize>,
-) -> Result<Diagnostics> {
-    let t0 = std::time::Instant::now();
-    let p = &sim.state.particles;
-    let mut d = Diagnostics {
-        step: sim.state.step,
-        t: sim.t(),
-        total_strength: p.total_strength(),
-        impulse: p.linear_impulse(),
-        centroid: p.centroid(),
-        n_particles: p.len(),
-        max_sigma: p.sigma.iter().copied().fold(0.0, f64::max),
-        re_lambda: f64::NAN,
-        ..Default::default()
-    };
-    match (sim.config.periodic(), grid) {
-        (Some(per), Some(n)) => {
-            let l = per.box_length;
-            let velocity = match sim.config.output.grid_velocity {
-                Some(GridVelocity::Vorticity) => {
-                    let cutoff = sim.config.reinterpolation.cutoff;
-                    let n = vorticity_grid(&sim.config, n);
-                    let v = vorticity_grid_velocity(&sim.state.particles, n, l, cutoff);
-                    grid_diagnostics(&mut d, &v, n, l, sim.config.nu);
-                    d.seconds = t0.elapsed().as_secs_f64();
-                    return Ok(d);
-                }
-                _ => {
-                    let targets = Targets::points(grid_points(n, l));
-                    let p = sim.state.particles.clone();
-                    sim.rhs.evaluate_at(&p, &targets)?.velocity
-                }
-            };
-            grid_diagnostics(&mut d, &velocity, n, l, sim.config.nu);
-        }
-        _ => {
-            d.energy = free_space_energy(p, &f.velocity);
-            d.enstrophy = free_space_enstrophy(p, sim.config.reinterpolation.cutoff);
-        }
-    }
-    d.seconds = t0.elapsed().as_secs_f64();
-    Ok(d)
 }
 
 /// Points per side of the grid on which the vorticity is sampled for the diagnostics: the
@@ -321,7 +271,7 @@ fn global_moments(comm: &dyn Comm, p: &Particles, d: &mut Diagnostics) {
 /// a contiguous piece), gathered on rank 0 for the spectral routines. Free space: the particles
 /// and their velocities gathered on rank 0 in global-id order (the enstrophy needs the Gaussian
 /// sums over all particles). Collective.
-pub fn compute_distributed<B: Backend>(
+pub fn compute<B: Backend>(
     sim: &mut DistSimulation<'_, B>,
     f: &Derivatives,
     grid: Option<usize>,

@@ -7,20 +7,20 @@
 //! * [`config`]: the TOML run configuration and its checks;
 //! * [`particles`]: the particle state and its invariants (total strength, impulse, centroid);
 //! * [`initial`]: initial particles (spectral fields, vortex rings, a blob);
-//! * [`rhs`]: velocity and stretching through `fmm::evaluate` (generic over `fmm::Backend`);
-//! * [`stepping`]: AB2 with a Heun start, [`stepping::Simulation`]; the re-interpolation
+//! * [`rhs`]: the derivatives of a particle state (the [`rhs::RightHandSide`] the stepper calls);
+//! * [`stepping`]: AB2 with a Heun start ([`stepping::Stepper`]); the re-interpolation
 //!   criteria (core growth, step count, Lagrangian strain);
 //! * [`core_spreading`]: `sigma^2 = sigma0^2 + 2 nu (t - t_reset)`;
 //! * [`reinterpolation`]: the Gaussian interpolation system solved by CG; [`cells`]: cell lists;
 //! * [`diagnostics`]: energy, enstrophy, spectra, impulse, VTK and CSV outputs;
 //! * [`energy_check`]: a decaying flow's energy must not rise (warning, then an error);
-//! * [`checkpoint`]: atomic, versioned bincode checkpoints;
 //! * [`checkpoint`]: atomic, versioned, checksummed bincode checkpoints (through
 //!   `spectral::durable`, shared with the spectral solver);
 //! * [`health`]: the per-step verdict (stability, non-finite fields, memory) that the run obeys;
 //! * [`parallel`]: the same step over ranks (MPI, simulated ranks, or one process): owned
 //!   particles with global ids, the distributed FMM, redistribution, gathers on rank 0 for the
-//!   rare global operations ([`parallel::DistSimulation`]);
+//!   rare global operations ([`parallel::DistSimulation`], the one simulation driver: on one
+//!   process it runs over `domain::SelfComm`);
 //! * [`simulator`]: what the run loop asks of a simulation, whatever holds its state (the
 //!   host ranks, or one GPU in the `resident` crate);
 //! * [`run`]: the `vortex run` command ([`run::run`], [`run::run_on`] for any communicator);
@@ -52,6 +52,7 @@ pub mod vtp;
 
 pub use config::Config;
 pub use error::{Error, Result};
+pub use parallel::DistSimulation;
 pub use particles::Particles;
 pub use simulator::Simulator;
-pub use stepping::{Simulation, State};
+pub use stepping::State;

@@ -956,7 +956,7 @@ impl<B: Backend> crate::simulator::Simulator for DistSimulation<'_, B> {
         _with_field: bool,
     ) -> Result<Option<crate::diagnostics::Diagnostics>> {
         let f = self.derivatives()?.clone();
-        let d = crate::diagnostics::compute_distributed(self, &f, grid);
+        let d = crate::diagnostics::compute(self, &f, grid);
         agree(self.comm, d)
     }
     fn snapshot(&mut self) -> Result<Option<(Particles, Vec<[f64; 3]>)>> {

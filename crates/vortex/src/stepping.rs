@@ -16,10 +16,8 @@ use crate::core_spreading;
 use crate::error::{Error, Result};
 use crate::particles::Particles;
 use crate::reinterpolation::{reinterpolate, LatticeSpec, RbfReport, RbfSettings};
-use crate::rhs::{Derivatives, FmmRhs, RightHandSide};
-use fmm::Backend;
+use crate::rhs::{Derivatives, RightHandSide};
 use serde::{Deserialize, Serialize};
-use std::time::Instant;
 
 /// Everything that evolves (what a checkpoint holds).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -228,100 +226,5 @@ impl Stepper {
         st.step_reset = st.step;
         st.previous = None;
         st.reinterpolations += 1;
-    }
-}
-
-/// Wall-clock seconds of the phases of the steps since the last [`Simulation::take_times`].
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct StepTimes {
-    pub fmm: f64,
-    pub rbf: f64,
-    pub update: f64,
-    pub steps: u64,
-}
-
-/// A vortex-method simulation on one backend: state, stepper, right-hand side.
-pub struct Simulation<B: Backend> {
-    pub config: Config,
-    pub stepper: Stepper,
-    pub state: State,
-    pub rhs: FmmRhs<B>,
-    current: Option<Derivatives>,
-    pub times: StepTimes,
-    /// Report of the initial RBF solve (fresh start only).
-    pub initial_report: Option<RbfReport>,
-}
-
-impl<B: Backend> Simulation<B> {
-    /// A fresh start from the configuration's initial condition.
-    pub fn new(config: Config, backend: B) -> Result<Self> {
-        let (particles, report) = crate::initial::build(&config)?;
-        let state = State {
-            step: 0,
-            step_reset: 0,
-            particles,
-            previous: None,
-            reinterpolations: 0,
-        };
-        let mut s = Self::resume(config, backend, state);
-        s.initial_report = report;
-        Ok(s)
-    }
-
-    /// Continues from a saved state.
-    pub fn resume(config: Config, backend: B, state: State) -> Self {
-        let stepper = Stepper::from_config(&config);
-        let rhs = FmmRhs::new(backend, config.eval_params());
-        Self {
-            config,
-            stepper,
-            state,
-            rhs,
-            current: None,
-            times: StepTimes::default(),
-            initial_report: None,
-        }
-    }
-
-    pub fn t(&self) -> f64 {
-        self.stepper.time(self.state.step)
-    }
-
-    pub fn particles(&self) -> &Particles {
-        &self.state.particles
-    }
-
-    /// `f_n`: velocity and stretching at the current state (evaluated once, then cached).
-    pub fn derivatives(&mut self) -> Result<&Derivatives> {
-        if self.current.is_none() {
-            let t0 = Instant::now();
-            self.rhs.step = self.state.step;
-            let f = self.rhs.eval(&self.state.particles)?;
-            self.times.fmm += t0.elapsed().as_secs_f64();
-            self.current = Some(f);
-        }
-        Ok(self.current.as_ref().unwrap())
-    }
-
-    /// One time step.
-    pub fn step(&mut self) -> Result<StepReport> {
-        self.derivatives()?;
-        let f_n = self.current.take().unwrap();
-        let t0 = Instant::now();
-        let fmm_before = self.rhs.times.total;
-        self.rhs.step = self.state.step;
-        let report = self.stepper.advance(&mut self.state, f_n, &mut self.rhs)?;
-        let total = t0.elapsed().as_secs_f64();
-        let fmm = self.rhs.times.total - fmm_before;
-        let rbf = report.reinterpolation.as_ref().map_or(0.0, |r| r.seconds);
-        self.times.fmm += fmm;
-        self.times.rbf += rbf;
-        self.times.update += (total - fmm - rbf).max(0.0);
-        self.times.steps += 1;
-        Ok(report)
-    }
-
-    pub fn take_times(&mut self) -> StepTimes {
-        std::mem::take(&mut self.times)
     }
 }

@@ -5,9 +5,10 @@ mod common;
 use common::coarse_ring;
 use method::cells::gaussian_sum;
 use method::config::Config;
+use method::parallel::DistRhs;
 use method::reinterpolation::{particles_from_lattice_vorticity, Lattice, RbfSettings, RbfSolver};
-use method::rhs::{FmmRhs, RightHandSide};
-use method::stepping::Simulation;
+use method::rhs::RightHandSide;
+use method::DistSimulation;
 use rand::{Rng, SeedableRng};
 
 fn exact_gaussian(x: [f64; 3], a: [f64; 3], s: f64) -> [f64; 3] {
@@ -80,7 +81,7 @@ fn core_spreading_of_a_blob_matches_the_heat_equation() {
         a[0]
     );
     let cfg = Config::from_str_named(&text, "blob.toml").unwrap();
-    let mut sim = Simulation::new(cfg, fmm::CpuBackend).unwrap();
+    let mut sim = DistSimulation::new(&domain::SelfComm, cfg, fmm::CpuBackend).unwrap();
     for _ in 0..10 {
         sim.step().unwrap();
     }
@@ -92,7 +93,7 @@ fn core_spreading_of_a_blob_matches_the_heat_equation() {
             [r * th.cos(), r * th.sin() * 0.6, r * th.sin() * 0.8]
         })
         .collect();
-    let p = sim.particles();
+    let p = &sim.state.particles;
     let got = gaussian_sum(&p.position, &p.strength, &p.sigma, &ys, 8.0, None);
     let want: Vec<[f64; 3]> = ys.iter().map(|&y| exact_gaussian(y, a, st)).collect();
     let e = rel_err(&got, &want);
@@ -115,9 +116,10 @@ fn ring_translates_at_saffman_speed() {
         [reinterpolation]\nratio = 0.0\ndrop = 1e-4\n";
     let cfg = Config::from_str_named(text, "ring.toml").unwrap();
     let ring = method::initial::rings_of(&cfg)[0];
-    let mut sim = Simulation::new(cfg, fmm::CpuBackend).unwrap();
-    let p0 = sim.particles().clone();
+    let mut sim = DistSimulation::new(&domain::SelfComm, cfg, fmm::CpuBackend).unwrap();
+    // the derivatives first: the simulation may reorder its particles (by Morton key) there
     let f = sim.derivatives().unwrap().clone();
+    let p0 = sim.state.particles.clone();
     // dZ/dt of the impulse-weighted centroid Z = sum a_t rho^2 z / sum a_t rho^2 (Saffman's ring
     // position); a_t/rho is carried by the flow, so dZ/dt = sum a_t (rho^2 u_z + 3 rho u_rho z) / ...
     let (mut num, mut den) = (0.0, 0.0);
@@ -153,7 +155,8 @@ fn inviscid_rings_conserve_impulse_and_total_strength() {
     }
     let i0 = p.linear_impulse();
     let s0 = p.total_strength();
-    let mut rhs = FmmRhs::new(
+    let mut rhs = DistRhs::new(
+        &domain::SelfComm,
         fmm::CpuBackend,
         fmm::EvalParams {
             method: fmm::Method::Direct,
@@ -212,14 +215,18 @@ fn taylor_green_2d_decays_exactly() {
          [reinterpolation]\nratio = 1.2\n"
     );
     let cfg = Config::from_str_named(&text, "tg2d.toml").unwrap();
-    let mut sim = Simulation::new(cfg, fmm::CpuBackend).unwrap();
+    let mut sim = DistSimulation::new(&domain::SelfComm, cfg, fmm::CpuBackend).unwrap();
     let f = sim.derivatives().unwrap().clone();
-    let d0 = method::diagnostics::compute(&mut sim, &f, Some(8)).unwrap();
+    let d0 = method::diagnostics::compute(&mut sim, &f, Some(8))
+        .unwrap()
+        .expect("one rank");
     for _ in 0..36 {
         sim.step().unwrap();
     }
     let f = sim.derivatives().unwrap().clone();
-    let d1 = method::diagnostics::compute(&mut sim, &f, Some(8)).unwrap();
+    let d1 = method::diagnostics::compute(&mut sim, &f, Some(8))
+        .unwrap()
+        .expect("one rank");
     let exact = d0.energy * (-4.0 * nu * sim.t()).exp();
     let dev = d1.energy / exact - 1.0;
     eprintln!(

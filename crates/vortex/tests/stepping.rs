@@ -2,8 +2,9 @@
 
 mod common;
 use common::{coarse_ring, max_abs_diff};
+use method::parallel::DistRhs;
 use method::reinterpolation::{LatticeSpec, RbfSettings};
-use method::rhs::{Derivatives, FmmRhs, RightHandSide};
+use method::rhs::{Derivatives, RightHandSide};
 use method::stepping::{Scheme, State, Stepper};
 use method::{Particles, Result};
 
@@ -130,7 +131,8 @@ fn ab2_is_second_order_on_leapfrogging_rings() {
             p.push(q.position[i], q.strength[i], 0.35);
         }
         let s = stepper(dt);
-        let mut rhs = FmmRhs::new(
+        let mut rhs = DistRhs::new(
+            &domain::SelfComm,
             fmm::CpuBackend,
             fmm::EvalParams {
                 method: fmm::Method::Direct,
