@@ -1,7 +1,7 @@
 //! Communication volume of the decomposition with simulated ranks (threads), for the scaling
 //! tables of `docs/SCALING.md`.
 //!
-//! `comm_volume N[,N...] R[,R...|Rmin-Rmax] [uniform|ring|clumps] [periodic] [--ranks]`
+//! `comm_volume N[,N...] R[,R...|Rmin-Rmax] [--distribution uniform|ring|clumps] [--periodic] [--ranks]`
 //!
 //! e.g. `comm_volume 1e5,1e6,1e7 1-8`. Every rank holds a contiguous piece of the set (the
 //! input distribution of `mpirun vortex eval`). The evaluation runs with a backend that
@@ -25,25 +25,52 @@ fn piece<T: Clone>(v: &[T], r: usize, n: usize) -> Vec<T> {
     v[v.len() * r / n..v.len() * (r + 1) / n].to_vec()
 }
 
-fn list(s: &str) -> Vec<usize> {
-    s.split(',')
-        .flat_map(|p| match p.split_once('-') {
-            Some((a, b)) => (a.parse().unwrap()..=b.parse().unwrap()).collect::<Vec<usize>>(),
-            None => vec![p.parse::<f64>().unwrap() as usize],
-        })
-        .collect()
+/// A list of counts: `1e5,1e6` or a range `1-8` (or both, comma-separated).
+fn list(s: &str) -> Result<Vec<usize>, String> {
+    let num = |v: &str| {
+        v.parse::<f64>()
+            .map(|x| x as usize)
+            .map_err(|_| format!("'{v}' is not a number"))
+    };
+    let mut out = Vec::new();
+    for p in s.split(',') {
+        match p.split_once('-') {
+            Some((a, b)) => out.extend(num(a)?..=num(b)?),
+            None => out.push(num(p)?),
+        }
+    }
+    Ok(out)
+}
+
+/// Communication volume of the decomposition per (N, R).
+#[derive(clap::Parser)]
+struct Args {
+    /// Particle counts, e.g. `1e5,1e6`.
+    #[arg(default_value = "1e5", value_parser = list)]
+    ns: ::std::vec::Vec<usize>,
+    /// Rank counts, e.g. `1-8` or `2,4`.
+    #[arg(default_value = "1-8", value_parser = list)]
+    rs: ::std::vec::Vec<usize>,
+    /// Particle distribution: uniform, ring or clumps.
+    #[arg(long, default_value = "uniform")]
+    distribution: Distribution,
+    /// Periodic box (side 2 pi, two image levels).
+    #[arg(long)]
+    periodic: bool,
+    /// One line per rank as well.
+    #[arg(long)]
+    ranks: bool,
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let ns = list(args.first().map_or("1e5", |s| s.as_str()));
-    let rs = list(args.get(1).map_or("1-8", |s| s.as_str()));
-    let dist: Distribution = args
-        .get(2)
-        .filter(|s| !s.starts_with('-') && *s != "periodic")
-        .map_or(Distribution::Uniform, |s| s.parse().unwrap());
-    let periodic = args.iter().any(|s| s == "periodic");
-    let per_rank = args.iter().any(|s| s == "--ranks");
+    let args = <Args as clap::Parser>::parse();
+    let (ns, rs, dist, periodic, per_rank) = (
+        args.ns,
+        args.rs,
+        args.distribution,
+        args.periodic,
+        args.ranks,
+    );
     let params = EvalParams {
         periodic: periodic.then_some(Periodic {
             box_length: 2.0 * std::f64::consts::PI,

@@ -1,6 +1,6 @@
 //! Per-phase profile of [`domain::evaluate_distributed`] with simulated ranks (threads).
 //!
-//! `cargo run --release -p vortex-domain --example profile_let -- N R [uniform|ring|clumps] [null|cpu] [periodic]`
+//! `cargo run --release -p vortex-domain --example profile_let -- N R [--distribution uniform|ring|clumps] [--cpu] [--periodic]`
 //!
 //! With the `null` backend (default) the FMM kernels are skipped (multipoles and fields are
 //! zeros), so the times are those of the decomposition alone: partition, exchanges, locally
@@ -21,17 +21,41 @@ fn piece<T: Clone>(v: &[T], r: usize, n: usize) -> Vec<T> {
     v[v.len() * r / n..v.len() * (r + 1) / n].to_vec()
 }
 
+/// Per-phase profile of the distributed evaluation with simulated ranks.
+#[derive(clap::Parser)]
+struct Args {
+    /// Particle count (e.g. `1e6`).
+    #[arg(default_value = "1e6", value_parser = count)]
+    n: usize,
+    /// Simulated ranks (threads).
+    #[arg(default_value_t = 1)]
+    ranks: usize,
+    /// Particle distribution: uniform, ring or clumps.
+    #[arg(long, default_value = "uniform")]
+    distribution: Distribution,
+    /// Run the CPU kernels (default: a backend that computes nothing).
+    #[arg(long)]
+    cpu: bool,
+    /// Periodic box (side 2 pi, two image levels).
+    #[arg(long)]
+    periodic: bool,
+}
+
+fn count(s: &str) -> Result<usize, String> {
+    s.parse::<f64>()
+        .map(|x| x as usize)
+        .map_err(|_| format!("'{s}' is not a number"))
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let n: usize = args
-        .first()
-        .map_or(1_000_000, |s| s.parse::<f64>().unwrap() as usize);
-    let ranks: usize = args.get(1).map_or(1, |s| s.parse().unwrap());
-    let dist: Distribution = args
-        .get(2)
-        .map_or(Distribution::Uniform, |s| s.parse().unwrap());
-    let cpu = args.get(3).is_some_and(|s| s == "cpu");
-    let periodic = args.iter().any(|s| s == "periodic");
+    let args = <Args as clap::Parser>::parse();
+    let (n, ranks, dist, cpu, periodic) = (
+        args.n,
+        args.ranks,
+        args.distribution,
+        args.cpu,
+        args.periodic,
+    );
     let s = generate(dist, n, 1, periodic);
     let params = EvalParams {
         periodic: periodic.then_some(Periodic {

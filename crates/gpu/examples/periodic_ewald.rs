@@ -16,16 +16,36 @@ use fmm::testsets::{generate, Distribution};
 use fmm::{evaluate, relative_l2_error, EvalParams, Method, Targets};
 use std::time::Instant;
 
+/// Periodic FMM and PPM on the GPU against the Ewald reference.
+#[derive(clap::Parser)]
+struct Args {
+    /// Particle counts, comma-separated (e.g. `1e5,1e6`).
+    #[arg(default_value = "1e5", value_parser = counts)]
+    ns: ::std::vec::Vec<usize>,
+    /// Expansion order p.
+    #[arg(default_value_t = 10)]
+    order: usize,
+    /// Image levels K.
+    #[arg(default_value_t = 4)]
+    levels: usize,
+    /// Targets sampled for the error.
+    #[arg(default_value_t = 1000)]
+    targets: usize,
+}
+
+fn counts(s: &str) -> Result<Vec<usize>, String> {
+    s.split(',')
+        .map(|v| {
+            v.parse::<f64>()
+                .map(|x| x as usize)
+                .map_err(|_| format!("'{v}' is not a number"))
+        })
+        .collect()
+}
+
 fn main() {
-    let a: Vec<String> = std::env::args().skip(1).collect();
-    let arg = |i: usize, d: &str| a.get(i).cloned().unwrap_or_else(|| d.to_string());
-    let ns: Vec<usize> = arg(0, "1e5")
-        .split(',')
-        .map(|v| v.parse::<f64>().expect("N list") as usize)
-        .collect();
-    let order: usize = arg(1, "10").parse().expect("order");
-    let levels: usize = arg(2, "4").parse().expect("image levels");
-    let m: usize = arg(3, "1000").parse().expect("targets");
+    let a = <Args as clap::Parser>::parse();
+    let (ns, order, levels, m) = (a.ns, a.order, a.levels, a.targets);
     if !gpu::available() {
         eprintln!("periodic_ewald: no usable GPU (driver or device missing)");
         std::process::exit(2);

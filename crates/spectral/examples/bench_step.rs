@@ -1,11 +1,25 @@
-//! Time per RK4 step: `bench_step N [STEPS] [two-thirds]` on the Taylor-Green vortex.
+//! Time per RK4 step: `bench_step N [STEPS] [--two-thirds]` on the Taylor-Green vortex (CPU).
 use spectral::{config::Dealias, initial, Solver, StepMode};
 use std::time::Instant;
+
+/// Time per RK4 step of the CPU solver on the Taylor-Green vortex.
+#[derive(clap::Parser)]
+struct Args {
+    /// Grid points per side.
+    #[arg(default_value_t = 64)]
+    n: usize,
+    /// Timed steps (after one warm-up step).
+    #[arg(default_value_t = 10)]
+    steps: usize,
+    /// Two-thirds truncation instead of 3/2 padding.
+    #[arg(long)]
+    two_thirds: bool,
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let n: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(64);
-    let steps: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(10);
-    let dealias = if args.iter().any(|a| a == "two-thirds") {
+    let args = <Args as clap::Parser>::parse();
+    let (n, steps) = (args.n, args.steps);
+    let dealias = if args.two_thirds {
         Dealias::TwoThirds
     } else {
         Dealias::ThreeHalves
