@@ -41,7 +41,9 @@ use crate::rhs::{add_times, Derivatives, RightHandSide};
 use crate::stepping::{State, StepReport, Stepper};
 use domain::partition::{global_cube, Partition};
 use domain::wire::{Reader, Writer};
-use domain::{Comm, CommStats, DomainParams, OwnedSources, OwnedTargets, ReduceOp};
+use domain::{
+    Comm, CommStats, DistributedEvaluator, DomainParams, OwnedSources, OwnedTargets, ReduceOp,
+};
 use fmm::{
     Backend, EvalParams, Evaluator, Fields, Method, PhaseTimes, PlanEvaluator, Sources, TargetSpec,
     Targets,
@@ -343,27 +345,19 @@ impl<'c, B: Backend> DistRhs<'c, B> {
     /// any distribution. Collective.
     pub fn evaluate_at(&mut self, sources: &Sources, targets: &Targets) -> Result<Fields> {
         let t0 = Instant::now();
-        let fields = if self.comm.size() == 1 {
-            let step = self.step;
-            let ev = PlanEvaluator::new(&self.backend, self.params.clone())
-                .and_then(|mut e| e.evaluate(sources, TargetSpec::Points(targets)))
-                .map_err(|source| Error::Fmm { step, source })?;
-            add_times(&mut self.times, &ev.times);
-            ev.fields
+        let step = self.step;
+        let at = TargetSpec::Points(targets);
+        let ev = if self.comm.size() == 1 {
+            PlanEvaluator::new(&self.backend, self.params.clone())
+                .and_then(|mut e| e.evaluate(sources, at))
         } else {
-            let ev = domain::evaluate_distributed(
-                self.comm,
-                &self.backend,
-                &self.params,
-                &self.dparams,
-                sources,
-                targets,
-            )
-            .map_err(self.domain_err())?;
-            add_times(&mut self.times, &ev.times);
-            self.comm_seconds += comm_seconds(&ev.stats);
-            ev.fields
-        };
+            DistributedEvaluator::new(self.comm, &self.backend, self.params.clone())
+                .and_then(|mut e| e.evaluate(sources, at))
+        }
+        .map_err(|source| Error::Fmm { step, source })?;
+        add_times(&mut self.times, &ev.times);
+        self.comm_seconds += comm_seconds(&ev.comm);
+        let fields = ev.fields;
         self.evaluations += 1;
         self.seconds += t0.elapsed().as_secs_f64();
         Ok(fields)
