@@ -12,8 +12,8 @@
 use crate::kernels::{per_element, Kernels};
 use cudarc::cufft::{result as cufft_result, sys as cufft_sys, CudaFft};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, PushKernelArg};
-use gpu::device::{GpuError, GpuResult};
 use std::sync::Arc;
+use vortex_cuda::{GpuError, GpuResult};
 
 fn fft_err(what: &'static str) -> impl Fn(cufft_result::CufftError) -> GpuError {
     move |e| GpuError::Unsupported(format!("cuFFT {what}: {e:?}"))

@@ -10,9 +10,9 @@
 use crate::kernels::{per_element, Kernels, SCAN_THREADS};
 use crate::state::DeviceParticles;
 use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
-use gpu::device::{GpuError, GpuResult};
 use method::reinterpolation::Lattice;
 use std::sync::Arc;
+use vortex_cuda::{GpuError, GpuResult};
 
 /// Cells of `lat.h` that a Gaussian of core `sigma_max` truncated at `cutoff * sigma_max`
 /// reaches from a lattice point along each axis: a particle in cell `c` lies in `[c h, (c+1) h)`

@@ -12,12 +12,12 @@ use crate::kernels::{per_element, Kernels};
 use crate::lattice::{bin, gaussian_sums};
 use crate::state::DeviceParticles;
 use cudarc::driver::{CudaSlice, CudaStream, PushKernelArg};
-use gpu::device::{GpuError, GpuResult};
 use method::reinterpolation::separable::{axis_weights, AxisSolver};
 use method::reinterpolation::{Lattice, RbfReport};
 use method::Config;
 use std::collections::HashMap;
 use std::sync::Arc;
+use vortex_cuda::{GpuError, GpuResult};
 
 /// Settings of the periodic re-interpolation and the transforms and eigenvalues it keeps.
 pub struct Reinterpolator {

@@ -21,7 +21,6 @@ use cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
 use domain::Comm;
 use fmm::kernel::INV_4PI;
 use fmm::periodic::Periodic;
-use gpu::device::{GpuDevice, GpuError};
 use gpu::uniform::{UniformFmm, UniformParams};
 use method::diagnostics::Diagnostics;
 use method::parallel::Phases;
@@ -30,6 +29,7 @@ use method::stepping::{Scheme, State, StepReport, Stepper};
 use method::{Config, Error, Particles, Result, Simulator};
 use std::sync::Arc;
 use std::time::Instant;
+use vortex_cuda::{GpuDevice, GpuError};
 
 /// Device bytes per particle at the peak of a step (state 160, Heun copy and its fields 104,
 /// FMM buffers ~150), measured against `cudaMemGetInfo` on an H100 (BENCHMARKS.md).

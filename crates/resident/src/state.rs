@@ -3,10 +3,10 @@
 
 use crate::kernels::{per_element, Kernels, NSLOT, RED_PER_THREAD, RED_THREADS};
 use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
-use gpu::device::GpuResult;
 use method::rhs::Derivatives;
 use method::Particles;
 use std::sync::Arc;
+use vortex_cuda::GpuResult;
 
 /// Positions, strengths, core radii (current and at the last reset) of `n` particles, index =
 /// global id.

@@ -5,19 +5,16 @@ use super::layout::{self, BLOCK};
 use crate::config::Dealias;
 use crate::field::SpectralField;
 use crate::solver::{choose_dt, product_grid, SolverError, StepInfo, StepMode};
-use ::gpu::device::{GpuDevice, GpuError, KernelSource};
 use cudarc::cufft::{result as cufft_result, sys as cufft_sys, CudaFft};
 use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, DevicePtrMut, LaunchConfig, PushKernelArg,
 };
 use num_complex::Complex64;
 use std::sync::Arc;
+use vortex_cuda::{GpuDevice, GpuError};
 
 /// The kernel source, embedded in the binary and compiled by NVRTC at first use on a device.
-pub const SPECTRAL: KernelSource = KernelSource {
-    name: "spectral",
-    source: include_str!("../../../../kernels/spectral.cu"),
-};
+pub use vortex_cuda::SPECTRAL;
 
 /// The kernels of [`SPECTRAL`].
 pub const KERNELS: [&str; 6] = [
@@ -45,7 +42,7 @@ pub fn cufft_present() -> bool {
 
 /// Why the CUDA backend cannot run here, or `Ok` with the device when it can.
 pub fn probe(index: usize) -> Result<Arc<GpuDevice>, SolverError> {
-    if !::gpu::driver_present() {
+    if !vortex_cuda::driver_present() {
         return Err(gpu_err(GpuError::NoDriver));
     }
     if !cufft_present() {
