@@ -107,6 +107,10 @@ impl Reinterpolator {
         b.arg(&mut fresh.pos)
             .arg(&mut fresh.sigma)
             .arg(&mut fresh.sigma0);
+        // SAFETY: r_lattice_particles(int n, double o, double h, double sigma0, double* pos,
+        // double* sigma, double* s0): the arguments in this order and of these types; pos holds 3
+        // n^3 doubles, sigma and sigma0 n^3 (allocated above); one thread per lattice point,
+        // threads t >= n^3 return.
         unsafe { b.launch(per_element(n3)) }?;
         let report = RbfReport {
             iterations: [0; 3],
