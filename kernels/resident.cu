@@ -6,8 +6,11 @@
 // factors of the lattice solve and of the Biot-Savart law).
 //
 // Every sum is reduced in a fixed order (per-block tree, then one block over the blocks in
-// block order), so results do not depend on scheduling. Host emulations of the binning and of
-// the lattice sums are in crates/resident/src/emulate.rs.
+// block order), so results do not depend on scheduling: the block-wide tree and scan are those
+// of common.cuh. Host emulations of the binning and of the lattice sums are in
+// crates/resident/src/emulate.rs.
+
+#include "common.cuh"
 
 #define RTHREADS 256
 #define RED_THREADS 128
@@ -18,6 +21,11 @@
 #define NSUM 21
 #define NEG_INF (-__longlong_as_double(0x7ff0000000000000LL))
 #define NSLOT 30
+
+// Slot q of two partial moments combined: a sum for q < NSUM, a maximum above.
+__device__ __forceinline__ double moment_combine(int q, double acc, double o) {
+    return (q < NSUM) ? acc + o : fmax(acc, o);
+}
 
 __device__ __forceinline__ double wrap1(double c, double l) {
     double w = c - l * floor(c / l + 0.5);
@@ -68,15 +76,12 @@ extern "C" __global__ void r_moments(const double* __restrict__ pos, const doubl
     }
     for (int q = 0; q < NSLOT; ++q) sh[q][threadIdx.x] = v[q];
     __syncthreads();
-    for (int h = RED_THREADS / 2; h > 0; h >>= 1) {
-        if (threadIdx.x < h) {
-            for (int q = 0; q < NSLOT; ++q) {
-                double o = sh[q][threadIdx.x + h];
-                sh[q][threadIdx.x] = (q < NSUM) ? sh[q][threadIdx.x] + o : fmax(sh[q][threadIdx.x], o);
-            }
+    block_tree_reduce(RED_THREADS, [&](unsigned d, unsigned s) {
+        for (int q = 0; q < NSLOT; ++q) {
+            double o = sh[q][s];
+            sh[q][d] = moment_combine(q, sh[q][d], o);
         }
-        __syncthreads();
-    }
+    });
     if (threadIdx.x < NSLOT) partial[blockIdx.x * NSLOT + threadIdx.x] = sh[threadIdx.x][0];
 }
 
@@ -90,18 +95,16 @@ extern "C" __global__ void r_moments_finish(const double* __restrict__ partial, 
     for (int b = threadIdx.x; b < nblocks; b += RED_THREADS)
         for (int q = 0; q < NSLOT; ++q) {
             double o = partial[b * NSLOT + q];
-            v[q] = (q < NSUM) ? v[q] + o : fmax(v[q], o);
+            v[q] = moment_combine(q, v[q], o);
         }
     for (int q = 0; q < NSLOT; ++q) sh[q][threadIdx.x] = v[q];
     __syncthreads();
-    for (int h = RED_THREADS / 2; h > 0; h >>= 1) {
-        if (threadIdx.x < h)
-            for (int q = 0; q < NSLOT; ++q) {
-                double o = sh[q][threadIdx.x + h];
-                sh[q][threadIdx.x] = (q < NSUM) ? sh[q][threadIdx.x] + o : fmax(sh[q][threadIdx.x], o);
-            }
-        __syncthreads();
-    }
+    block_tree_reduce(RED_THREADS, [&](unsigned d, unsigned s) {
+        for (int q = 0; q < NSLOT; ++q) {
+            double o = sh[q][s];
+            sh[q][d] = moment_combine(q, sh[q][d], o);
+        }
+    });
     if (threadIdx.x < NSLOT) out[threadIdx.x] = sh[threadIdx.x][0];
 }
 
@@ -178,13 +181,10 @@ extern "C" __global__ void r_rates(const double* __restrict__ vel, const double*
     su[threadIdx.x] = u;
     sr[threadIdx.x] = r;
     __syncthreads();
-    for (int h = RTHREADS / 2; h > 0; h >>= 1) {
-        if (threadIdx.x < h) {
-            su[threadIdx.x] = fmax(su[threadIdx.x], su[threadIdx.x + h]);
-            sr[threadIdx.x] = fmax(sr[threadIdx.x], sr[threadIdx.x + h]);
-        }
-        __syncthreads();
-    }
+    block_tree_reduce(RTHREADS, [&](unsigned d, unsigned s) {
+        su[d] = fmax(su[d], su[s]);
+        sr[d] = fmax(sr[d], sr[s]);
+    });
     if (threadIdx.x == 0) {
         partial[2 * blockIdx.x] = su[0];
         partial[2 * blockIdx.x + 1] = sr[0];
@@ -259,10 +259,7 @@ extern "C" __global__ void r_scan_blocks(const int* __restrict__ counts, int m,
     int i = blockIdx.x * SCAN_THREADS + threadIdx.x;
     sh[threadIdx.x] = i < m ? counts[i] : 0;
     __syncthreads();
-    for (int h = SCAN_THREADS / 2; h > 0; h >>= 1) {
-        if (threadIdx.x < h) sh[threadIdx.x] += sh[threadIdx.x + h];
-        __syncthreads();
-    }
+    block_tree_reduce(SCAN_THREADS, [&](unsigned d, unsigned s) { sh[d] += sh[s]; });
     if (threadIdx.x == 0) block_sums[blockIdx.x] = sh[0];
 }
 
@@ -276,12 +273,7 @@ extern "C" __global__ void r_scan_sums(int* __restrict__ bs, int nb) {
     for (int i = a; i < b; ++i) acc += bs[i];
     sh[threadIdx.x] = acc;
     __syncthreads();
-    for (int h = 1; h < SCAN_THREADS; h <<= 1) {
-        int o = threadIdx.x >= h ? sh[threadIdx.x - h] : 0;
-        __syncthreads();
-        sh[threadIdx.x] += o;
-        __syncthreads();
-    }
+    block_inclusive_scan<SCAN_THREADS>(sh);
     int run = sh[threadIdx.x] - acc;
     for (int i = a; i < b; ++i) {
         int v = bs[i];
@@ -299,13 +291,7 @@ extern "C" __global__ void r_scan_apply(const int* __restrict__ counts, int m,
     int v = i < m ? counts[i] : 0;
     sh[threadIdx.x] = v;
     __syncthreads();
-    // Hillis-Steele inclusive scan
-    for (int h = 1; h < SCAN_THREADS; h <<= 1) {
-        int o = threadIdx.x >= h ? sh[threadIdx.x - h] : 0;
-        __syncthreads();
-        sh[threadIdx.x] += o;
-        __syncthreads();
-    }
+    block_inclusive_scan<SCAN_THREADS>(sh);
     if (i < m) starts[i] = block_sums[blockIdx.x] + sh[threadIdx.x] - v;
     if (i == m - 1) starts[m] = block_sums[gridDim.x];
 }
@@ -551,13 +537,10 @@ extern "C" __global__ void r_spectrum_partial(const double2* __restrict__ spec, 
     se[threadIdx.x] = e_acc;
     sz[threadIdx.x] = z_acc;
     __syncthreads();
-    for (int h = blockDim.x / 2; h > 0; h >>= 1) {
-        if (threadIdx.x < h) {
-            se[threadIdx.x] += se[threadIdx.x + h];
-            sz[threadIdx.x] += sz[threadIdx.x + h];
-        }
-        __syncthreads();
-    }
+    block_tree_reduce(blockDim.x, [&](unsigned d, unsigned s) {
+        se[d] += se[s];
+        sz[d] += sz[s];
+    });
     double* out = partial + (long long)blockIdx.x * (nshell + 2);
     for (int i = threadIdx.x; i < nshell; i += blockDim.x) out[i] = sh[i];
     if (threadIdx.x == 0) {

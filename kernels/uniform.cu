@@ -1,7 +1,7 @@
-#line 2 "uniform.cu"
-// Uniform-grid FMM built on the device (crates/gpu/src/uniform). Compiled by NVRTC appended to
-// kernels/p2p.cu and kernels/fmm.cu (one module, -DORDER=p -DEVAL_BLOCK=32): it reuses their
-// device functions and the kernels p2m, l2p and p2p_near, fed with task arrays built here.
+// Uniform-grid FMM built on the device (crates/gpu/src/uniform). Compiled by NVRTC with
+// kernels/p2p.cu and kernels/fmm.cu included (named headers, crates/cuda/src/kernels.rs; one
+// module, -DORDER=p -DEVAL_BLOCK=32): it reuses their device functions and the kernels p2m,
+// l2p and p2p_near, fed with task arrays built here.
 // Every kernel below has a host emulation in crates/gpu/src/uniform/sort.rs (sort, scan, tasks)
 // or a CPU f64 reference (crates/gpu/src/uniform/reference.rs: translations).
 //
@@ -10,6 +10,9 @@
 // Rotation records: one per integer vector v in [-R, R]^3 (v = target - source centre in
 // cells of the level; M2M / L2L use (+-1, +-1, +-1)), record index
 // (vx + R) + D ((vy + R) + D (vz + R)), D = 2R + 1.
+
+#include "p2p.cu"
+#include "fmm.cu"
 
 #define SCAN_THREADS 256
 #define SCAN_ITEMS 4

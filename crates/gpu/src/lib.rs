@@ -1,7 +1,8 @@
 //! CUDA backend of the vortex FMM engine.
 //!
 //! * [`device`]: driver / NVRTC probing (no panic without a driver), device selection
-//!   (`CUDA_VISIBLE_DEVICES` and an index), NVRTC compilation at first use, cached per device;
+//!   (`CUDA_VISIBLE_DEVICES` and an index), NVRTC compilation at first use, cached per device:
+//!   the `vortex-cuda` crate, re-exported;
 //! * [`layout`]: host-side packing of particles and near lists into the kernels' buffers;
 //! * [`tables`]: `K_n^m`, z-axis translation tables and rotation records for the kernels;
 //! * [`backend`]: [`CudaBackend`], an [`fmm::Backend`], so `fmm::evaluate(&CudaBackend, ..)`
@@ -11,7 +12,7 @@
 //!   every operator), [`UniformFmm`] / [`evaluate_uniform`].
 //!
 //! The CUDA C sources live in `kernels/*.cu` at the top of the workspace and are embedded
-//! with `include_str!`; NVRTC compiles them at run time (no `nvcc` needed at build time).
+//! by `vortex-cuda`; NVRTC compiles them at run time (no `nvcc` needed at build time).
 
 pub mod backend;
 pub mod device;
@@ -51,8 +52,10 @@ mod tests {
         }
     }
 
-    /// Compiles every kernel with NVRTC (for sm_90 and sm_80) when the NVRTC library is
-    /// present, even without a GPU, so a kernel that does not compile never lands.
+    /// Compiles every kernel source of the workspace with NVRTC (for sm_90 and sm_80) when
+    /// the NVRTC library is present, even without a GPU, so a kernel that does not compile
+    /// never lands: those of this crate with the defines it uses, and those of the spectral
+    /// solver and of the resident step (`vortex_cuda::SPECTRAL`, `RESIDENT`).
     #[test]
     fn kernels_compile_with_nvrtc() {
         if !nvrtc_present() {
@@ -72,6 +75,8 @@ mod tests {
                 device::compile(&device::UNIFORM, cc, &uniform::pipeline::uniform_defines(p))
                     .unwrap();
             }
+            device::compile(&vortex_cuda::SPECTRAL, cc, &[]).unwrap();
+            device::compile(&vortex_cuda::RESIDENT, cc, &[]).unwrap();
         }
         println!("all kernels compiled with NVRTC");
     }

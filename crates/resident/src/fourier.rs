@@ -12,8 +12,8 @@
 use crate::kernels::{per_element, Kernels};
 use cudarc::cufft::{result as cufft_result, sys as cufft_sys, CudaFft};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, PushKernelArg};
-use gpu::device::{GpuError, GpuResult};
 use std::sync::Arc;
+use vortex_cuda::{GpuError, GpuResult};
 
 fn fft_err(what: &'static str) -> impl Fn(cufft_result::CufftError) -> GpuError {
     move |e| GpuError::Unsupported(format!("cuFFT {what}: {e:?}"))
@@ -140,6 +140,10 @@ impl Fourier {
             .arg(&clen_i)
             .arg(inv_eig)
             .arg(&scale);
+        // SAFETY: r_solve_fourier(double2* spec, int n, long long clen, const double* inv_eig,
+        // double scale): the arguments in this order and of these types; spec holds 3 clen complex
+        // (6 clen doubles), clen = n^2 (n/2 + 1), inv_eig n doubles (indices kx, ky < n and kz <=
+        // n/2); one thread per coefficient, threads t >= clen return.
         unsafe { b.launch(per_element(self.clen)) }?;
         self.inverse(s, field)
     }
@@ -166,6 +170,9 @@ impl Fourier {
             .arg(&clen_i)
             .arg(&inv_kscale)
             .arg(&scale);
+        // SAFETY: r_biot_savart_fourier(double2* spec, int n, long long clen, double inv_kscale,
+        // double scale): the arguments in this order and of these types; spec holds 3 clen complex,
+        // clen = n^2 (n/2 + 1); threads t >= clen return.
         unsafe { b.launch(per_element(self.clen)) }?;
         if physical {
             // cuFFT's C2R overwrites its input: the statistics come from a copy
@@ -198,11 +205,19 @@ impl Fourier {
             block_dim: (threads as u32, 1, 1),
             shared_mem_bytes: ((nshell + 2 * threads) * 8) as u32,
         };
+        // SAFETY: r_spectrum_partial(const double2* spec, int n, long long clen, int nshell,
+        // double* partial): the arguments in this order and of these types; spec holds 3 clen
+        // complex, partial blocks (nshell + 2) doubles; the dynamic shared memory is the nshell + 2
+        // blockDim.x doubles the kernel uses, blockDim.x = 256 a power of two (its tree); a
+        // grid-stride loop covers every t < clen.
         unsafe { b.launch(cfg) }?;
         let mut out = s.alloc_zeros::<f64>(width)?;
         let (nb_i, w_i) = (blocks as i32, width as i32);
         let mut b = s.launch_builder(&k.sum_partials);
         b.arg(&partial).arg(&nb_i).arg(&w_i).arg(&mut out);
+        // SAFETY: r_sum_partials(const double* partial, int nblocks, int width, double* out): the
+        // arguments in this order and of these types; partial holds blocks width doubles, out
+        // width; threads i >= width return.
         unsafe { b.launch(per_element(width)) }?;
         let v = s.clone_dtoh(&out)?;
         Ok(GridSpectrum {

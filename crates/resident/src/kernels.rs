@@ -2,13 +2,10 @@
 //! kept as one set of function handles.
 
 use cudarc::driver::{CudaFunction, LaunchConfig};
-use gpu::device::{GpuDevice, GpuResult, KernelSource};
+use vortex_cuda::{GpuDevice, GpuResult};
 
-/// `kernels/resident.cu`, embedded in the binary.
-pub const RESIDENT: KernelSource = KernelSource {
-    name: "resident",
-    source: include_str!("../../../kernels/resident.cu"),
-};
+/// `kernels/resident.cu` (with `kernels/common.cuh`), embedded in the binary.
+pub use vortex_cuda::RESIDENT;
 
 /// Threads per block of the element-wise kernels (`RTHREADS` in the source).
 pub const THREADS: u32 = 256;

@@ -10,9 +10,9 @@
 use crate::kernels::{per_element, Kernels, SCAN_THREADS};
 use crate::state::DeviceParticles;
 use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
-use gpu::device::{GpuError, GpuResult};
 use method::reinterpolation::Lattice;
 use std::sync::Arc;
+use vortex_cuda::{GpuError, GpuResult};
 
 /// Cells of `lat.h` that a Gaussian of core `sigma_max` truncated at `cutoff * sigma_max`
 /// reaches from a lattice point along each axis: a particle in cell `c` lies in `[c h, (c+1) h)`
@@ -62,12 +62,23 @@ pub fn scan(
     let (m_i, nb_i) = (m as i32, nb as i32);
     let mut b = s.launch_builder(&k.scan_blocks);
     b.arg(counts).arg(&m_i).arg(&mut sums);
+    // SAFETY: r_scan_blocks(const int* counts, int m, int* block_sums): the arguments in this order
+    // and of these types; counts holds m ints (the caller's), sums nb + 1 for the nb = ceil(m /
+    // SCAN_THREADS) blocks of SCAN_THREADS threads (the size of the kernel's shared array);
+    // elements i >= m count as zero.
     unsafe { b.launch(cfg(nb, SCAN_THREADS)) }?;
     let mut b = s.launch_builder(&k.scan_sums);
     b.arg(&mut sums).arg(&nb_i);
+    // SAFETY: r_scan_sums(int* bs, int nb): the arguments in this order and of these types; sums
+    // holds nb + 1 ints (bs[nb] gets the total); one block of SCAN_THREADS threads, the size of its
+    // shared array.
     unsafe { b.launch(cfg(1, SCAN_THREADS)) }?;
     let mut b = s.launch_builder(&k.scan_apply);
     b.arg(counts).arg(&m_i).arg(&sums).arg(starts);
+    // SAFETY: r_scan_apply(const int* counts, int m, const int* block_sums, int* starts): the
+    // arguments in this order and of these types; counts holds m ints, sums nb + 1 (gridDim.x =
+    // nb), starts m + 1 (the caller's contract); the same nb blocks of SCAN_THREADS threads as the
+    // first launch, elements i >= m written nowhere.
     unsafe { b.launch(cfg(nb, SCAN_THREADS)) }?;
     Ok(())
 }
@@ -106,6 +117,10 @@ pub fn bin(
         .arg(&per)
         .arg(&mut cell)
         .arg(&mut counts);
+    // SAFETY: r_bin_count(const double* pos, int n, double ox, oy, oz, double h, int nx, ny, nz,
+    // int periodic, int* cell, int* counts): the arguments in this order and of these types; pos
+    // holds 3 n doubles, cell n ints, counts nx ny nz = ncell (the kernel's cell indices stay below
+    // it: clamped or wrapped); threads i >= n return.
     unsafe { b.launch(per_element(n)) }?;
     scan(k, s, &counts, ncell, &mut starts)?;
     let mut fill = counts; // reused as the fill counters
@@ -117,10 +132,17 @@ pub fn bin(
         .arg(&starts)
         .arg(&mut fill)
         .arg(&mut order);
+    // SAFETY: r_bin_scatter(const int* cell, int n, const int* starts, int* fill, int* order): the
+    // arguments in this order and of these types; cell and order hold n ints, starts ncell + 1 (the
+    // scan of the counts), fill ncell; starts[c] + fill[c] < starts[c + 1], so every write lands in
+    // order; threads i >= n return.
     unsafe { b.launch(per_element(n)) }?;
     let nc_i = ncell as i32;
     let mut b = s.launch_builder(&k.bin_sort);
     b.arg(&starts).arg(&nc_i).arg(&mut order);
+    // SAFETY: r_bin_sort(const int* starts, int ncell, int* order): the arguments in this order and
+    // of these types; starts holds ncell + 1 ints, order n = starts[ncell]; one thread per cell,
+    // threads c >= ncell return.
     unsafe { b.launch(per_element(ncell)) }?;
     let mut sp = s.alloc_zeros::<f64>(4 * n.max(1))?;
     let mut sa = s.alloc_zeros::<f64>(4 * n.max(1))?;
@@ -131,6 +153,10 @@ pub fn bin(
         .arg(&p.alpha)
         .arg(&p.sigma);
     b.arg(&mut sp).arg(&mut sa);
+    // SAFETY: r_bin_gather(const int* order, int n, const double* pos, a, sigma, double4* sp,
+    // double4* sa): the arguments in this order and of these types; order holds n ints (indices
+    // below n), pos and alpha 3 n doubles, sigma n, sp and sa 4 n doubles (n double4); threads j >=
+    // n return.
     unsafe { b.launch(per_element(n)) }?;
     Ok(Binned { starts, sp, sa })
 }
@@ -171,6 +197,11 @@ pub fn gaussian_sums(
         .arg(&cutoff)
         .arg(&box_length);
     l.arg(&rmax2).arg(&mut omega);
+    // SAFETY: r_gauss_lattice(const double4* sp, sa, const int* starts, double ox, oy, oz, double
+    // h, int nx, ny, nz, int periodic, int reach, double cutoff, double box_length, double rmax2,
+    // double* omega): the arguments in this order and of these types; sp and sa hold the binned
+    // particles, starts ncell + 1 ints of the same lattice, omega 3 npts doubles; check_reach keeps
+    // the visited cells inside the lattice; one thread per point, threads t >= npts return.
     unsafe { l.launch(cfg(npts.div_ceil(128), 128)) }?;
     Ok(omega)
 }

@@ -12,12 +12,12 @@ use crate::kernels::{per_element, Kernels};
 use crate::lattice::{bin, gaussian_sums};
 use crate::state::DeviceParticles;
 use cudarc::driver::{CudaSlice, CudaStream, PushKernelArg};
-use gpu::device::{GpuError, GpuResult};
 use method::reinterpolation::separable::{axis_weights, AxisSolver};
 use method::reinterpolation::{Lattice, RbfReport};
 use method::Config;
 use std::collections::HashMap;
 use std::sync::Arc;
+use vortex_cuda::{GpuError, GpuResult};
 
 /// Settings of the periodic re-interpolation and the transforms and eigenvalues it keeps.
 pub struct Reinterpolator {
@@ -107,6 +107,10 @@ impl Reinterpolator {
         b.arg(&mut fresh.pos)
             .arg(&mut fresh.sigma)
             .arg(&mut fresh.sigma0);
+        // SAFETY: r_lattice_particles(int n, double o, double h, double sigma0, double* pos,
+        // double* sigma, double* s0): the arguments in this order and of these types; pos holds 3
+        // n^3 doubles, sigma and sigma0 n^3 (allocated above); one thread per lattice point,
+        // threads t >= n^3 return.
         unsafe { b.launch(per_element(n3)) }?;
         let report = RbfReport {
             iterations: [0; 3],

@@ -21,7 +21,6 @@ use cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
 use domain::Comm;
 use fmm::kernel::INV_4PI;
 use fmm::periodic::Periodic;
-use gpu::device::{GpuDevice, GpuError};
 use gpu::uniform::{UniformFmm, UniformParams};
 use method::diagnostics::Diagnostics;
 use method::parallel::Phases;
@@ -30,6 +29,7 @@ use method::stepping::{Scheme, State, StepReport, Stepper};
 use method::{Config, Error, Particles, Result, Simulator};
 use std::sync::Arc;
 use std::time::Instant;
+use vortex_cuda::{GpuDevice, GpuError};
 
 /// Device bytes per particle at the peak of a step (state 160, Heun copy and its fields 104,
 /// FMM buffers ~150), measured against `cudaMemGetInfo` on an H100 (BENCHMARKS.md).
@@ -185,6 +185,10 @@ impl<'c> ResidentSimulation<'c> {
             .arg(&n_i)
             .arg(&l)
             .arg(&mut input);
+        // SAFETY: r_pack(const double* pos, const double* a, const double* sigma, int n, double
+        // box_length, float* out): the arguments in this order and of these types; pos and alpha
+        // hold 3 n doubles, sigma n, input 8 n floats (two float4 rows per particle); one thread
+        // per particle, threads i >= n return.
         unsafe { b.launch(per_element(n)) }.map_err(|e| gpu_err("pack")(e.into()))?;
         let (out6, tm) = self
             .fmm
@@ -207,6 +211,10 @@ impl<'c> ResidentSimulation<'c> {
             .arg(&u0[1])
             .arg(&u0[2]);
         b.arg(&mut f.vel).arg(&mut f.str);
+        // SAFETY: r_fields(const float* out6, int n, double inv4pi, double u0x, u0y, u0z, double*
+        // vel, double* str): the arguments in this order and of these types; out6 holds 6 n floats
+        // (evaluate_device), vel and str 3 n doubles (DeviceFields::zeros(n)); one thread per
+        // particle, threads i >= n return.
         unsafe { b.launch(per_element(n)) }.map_err(|e| gpu_err("fields")(e.into()))?;
         s.synchronize().map_err(|e| gpu_err("fields")(e.into()))?;
         log::debug!(
@@ -236,6 +244,9 @@ impl<'c> ResidentSimulation<'c> {
         let m = y.len() as i32;
         let mut b = self.s.launch_builder(&self.k.axpy);
         b.arg(y).arg(&a).arg(x).arg(&m);
+        // SAFETY: r_axpy(double* y, double a, const double* x, int m): the arguments in this order
+        // and of these types; m = y.len(), and x has the length of y (both 3 n doubles of the
+        // state); threads i >= m do nothing.
         unsafe { b.launch(per_element(m as usize)) }.map_err(|e| gpu_err("axpy")(e.into()))?;
         Ok(())
     }
@@ -250,6 +261,9 @@ impl<'c> ResidentSimulation<'c> {
         let dt = self.stepper.dt;
         let mut b = self.s.launch_builder(&self.k.ab2);
         b.arg(y).arg(f).arg(g).arg(&m).arg(&dt);
+        // SAFETY: r_ab2(double* y, const double* f, const double* g, int m, double dt): the
+        // arguments in this order and of these types; m = y.len(), and f, g (the rates of this and
+        // the previous step) have the length of y; threads i >= m do nothing.
         unsafe { b.launch(per_element(m as usize)) }.map_err(|e| gpu_err("ab2")(e.into()))?;
         Ok(())
     }
@@ -392,6 +406,11 @@ impl Simulator for ResidentSimulation<'_> {
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
+        // SAFETY: r_rates(const double* vel, const double* str, const double* a, int n, double*
+        // partial): the arguments in this order and of these types; vel, str and alpha hold 3 n
+        // doubles, partial 2 nb doubles for the nb = ceil(n / THREADS) blocks of THREADS (=
+        // RTHREADS, the size of the kernel's shared arrays) threads; threads i >= n contribute
+        // zeros.
         unsafe { b.launch(cfg) }.map_err(|e| gpu_err("rates")(e.into()))?;
         let v = s
             .clone_dtoh(&partial)

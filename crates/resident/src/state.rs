@@ -3,10 +3,10 @@
 
 use crate::kernels::{per_element, Kernels, NSLOT, RED_PER_THREAD, RED_THREADS};
 use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
-use gpu::device::GpuResult;
 use method::rhs::Derivatives;
 use method::Particles;
 use std::sync::Arc;
+use vortex_cuda::GpuResult;
 
 /// Positions, strengths, core radii (current and at the last reset) of `n` particles, index =
 /// global id.
@@ -97,6 +97,11 @@ impl DeviceParticles {
             block_dim: (RED_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
+        // SAFETY: r_moments(const double* pos, a, sigma, sigma0, int n, double box_length, double*
+        // partial): the arguments in this order and of these types; pos and alpha hold 3 n doubles,
+        // sigma and sigma0 n, partial NSLOT doubles for each of the nb blocks of RED_THREADS
+        // threads (the kernel's shared array size), each block covering RED_THREADS RED_PER_THREAD
+        // particles, indices >= n skipped.
         unsafe { b.launch(cfg) }?;
         let nb_i = nb as i32;
         let mut b = s.launch_builder(&k.moments_finish);
@@ -106,6 +111,9 @@ impl DeviceParticles {
             block_dim: (RED_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
+        // SAFETY: r_moments_finish(const double* partial, int nblocks, double* out): the arguments
+        // in this order and of these types; partial holds nb NSLOT doubles (written above), out
+        // NSLOT; one block of RED_THREADS threads, the size of its shared arrays.
         unsafe { b.launch(one) }?;
         let v = s.clone_dtoh(&out)?;
         Ok(Moments::from_slots(&v, self.n))
@@ -128,6 +136,9 @@ impl DeviceParticles {
             .arg(&mean[0])
             .arg(&mean[1])
             .arg(&mean[2]);
+        // SAFETY: r_tidy(double* pos, double* a, int n, double box_length, double m0, m1, m2): the
+        // arguments in this order and of these types; pos and alpha hold 3 n doubles; threads i >=
+        // n return.
         unsafe { b.launch(per_element(self.n)) }?;
         Ok(())
     }
@@ -147,6 +158,9 @@ impl DeviceParticles {
             .arg(&n_i)
             .arg(&nu)
             .arg(&elapsed);
+        // SAFETY: r_spread(double* sigma, const double* sigma0, int n, double nu, double elapsed):
+        // the arguments in this order and of these types; sigma and sigma0 hold n doubles; threads
+        // i >= n do nothing.
         unsafe { b.launch(per_element(self.n)) }?;
         Ok(())
     }
@@ -197,6 +211,9 @@ pub fn first_non_finite(
     let n_i = n as i32;
     let mut b = s.launch_builder(&k.first_nonfinite);
     b.arg(a).arg(b_).arg(&n_i).arg(&mut first);
+    // SAFETY: r_first_nonfinite(const double* vel, const double* str, int n, int* first): the
+    // arguments in this order and of these types; the caller passes a and b_ of 3 n doubles at
+    // least, first is one int; threads i >= n return.
     unsafe { b.launch(per_element(n)) }?;
     let f = s.clone_dtoh(&first)?[0];
     Ok((f != i32::MAX).then_some(f as usize))

@@ -22,7 +22,10 @@ use std::sync::{Arc, Mutex};
 /// A raw pointer that may be shared between rayon tasks writing disjoint elements.
 #[derive(Clone, Copy)]
 struct SyncPtr(*mut Complex64);
+// SAFETY: the pointer is only turned into rows that are disjoint between the tasks (one `iy`
+// each, see the users below) while the array it points into outlives them.
 unsafe impl Send for SyncPtr {}
+// SAFETY: as above.
 unsafe impl Sync for SyncPtr {}
 
 /// Per-task scratch: a plane buffer for the transposes and the FFT scratch.

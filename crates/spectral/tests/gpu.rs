@@ -48,12 +48,12 @@ fn fields(n: usize) -> Vec<(&'static str, VelocityField, f64)> {
 
 #[test]
 fn kernels_compile_with_nvrtc() {
-    if !gpu::nvrtc_present() {
+    if !vortex_cuda::nvrtc_present() {
         println!("NVRTC library not found: kernel compilation test SKIPPED");
         return;
     }
     for cc in [(9, 0), (8, 0)] {
-        gpu::device::compile(&SPECTRAL, cc, &[]).unwrap();
+        vortex_cuda::compile(&SPECTRAL, cc, &[]).unwrap();
     }
     println!("kernels/spectral.cu compiled with NVRTC");
 }

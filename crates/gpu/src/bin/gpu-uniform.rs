@@ -27,6 +27,7 @@ use common::Check;
 use fmm::evaluators::direct::direct;
 use fmm::periodic::{EwaldParams, EwaldReference, Periodic};
 use fmm::{relative_l2_error, EvalParams, Method, Sources, Targets};
+use gpu::device::GpuResult;
 use gpu::{CudaBackend, UniformFmm, UniformParams, UniformTimes};
 use std::time::Instant;
 
@@ -187,6 +188,24 @@ fn print_times(t: &UniformTimes) {
 
 fn main() {
     let args = parse();
+    let ufmm = open_device(&args);
+    let mut chk = Check::default();
+    let mut summary = Vec::new();
+    for &n in &args.sizes {
+        let set = TestSet::new(&args, n);
+        for &p in &args.orders {
+            if let Some(row) = order_check(&ufmm, &args, &set, p, &mut chk) {
+                summary.push(row);
+            }
+        }
+    }
+    print_summary(&args, &summary);
+    chk.finish("\nall checks passed", "\nFAILED:");
+}
+
+/// The uniform-grid FMM on `--device` (the device and the settings printed); exits with
+/// status 2 when no GPU is usable.
+fn open_device(args: &Args) -> UniformFmm {
     if !gpu::available() {
         eprintln!("gpu-uniform: no usable CUDA device (driver, NVRTC and a device are needed)");
         std::process::exit(2);
@@ -198,7 +217,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let dev = ufmm.device().clone();
+    let dev = ufmm.device();
     let (cc0, cc1) = dev.compute_capability();
     println!(
         "device: {} (sm_{cc0}{cc1}), {:.1} GiB; host threads: {}",
@@ -210,9 +229,20 @@ fn main() {
         "uniform-grid FMM: cutoff {} sigma_max, leaf target {}, reps {} (best of, after one untimed warm-up call: NVRTC compilation and rotation tables excluded), samples {}",
         args.cutoff, args.leaf_target, args.reps, args.samples
     );
-    let mut chk = Check::default();
-    let mut summary = Vec::new();
-    for &n in &args.sizes {
+    ufmm
+}
+
+/// One N: the particles, the sampled targets (indices and rows) and the f64 reference at
+/// them (direct sum, or the Ewald-split sum when periodic).
+struct TestSet {
+    n: usize,
+    src: Sources,
+    idx: Vec<usize>,
+    reference: fmm::Fields,
+}
+
+impl TestSet {
+    fn new(args: &Args, n: usize) -> Self {
         println!("\n=== N = {n} (standard set, seed {}) ===", args.seed);
         let t = Instant::now();
         let src = fmm::testsets::generate(
@@ -245,158 +275,254 @@ fn main() {
             idx.len(),
             t.elapsed().as_secs_f64()
         );
-        let evaluate = |params: &UniformParams| match &args.periodic {
-            None => ufmm.evaluate(&src, params),
-            Some(q) => ufmm.evaluate_periodic(&src, params, q),
-        };
-        for &p in &args.orders {
-            let params = UniformParams {
-                order: p,
-                core_cutoff: args.cutoff,
-                leaf_target: args.leaf_target,
-                grid: args.grid,
-            };
-            println!("\n--- N = {n}, p = {p} ---");
-            let t = Instant::now();
-            let warm = evaluate(&params);
-            let (_, wt) = match warm {
-                Ok(x) => x,
-                Err(e) => {
-                    println!("  FAILED: {e}");
-                    chk.failed.push(format!("N {n} p {p}: {e}"));
-                    continue;
-                }
-            };
-            println!(
-                "warm-up call {:.3} s (NVRTC compile {:.2} s cumulative)",
-                t.elapsed().as_secs_f64(),
-                dev.compile_seconds()
-            );
-            let sigma = src.sigma[0];
-            let w = 2.0 * std::f64::consts::PI / wt.n as f64;
-            println!(
-                "grid: n = {} = {} * 2^{} leaves per side, leaf width ~ {:.3} sigma, {:.1} particles per leaf",
-                wt.n,
-                wt.m,
-                wt.k,
-                w / sigma,
-                n as f64 / (wt.n as f64).powi(3)
-            );
-            let mut best: Option<(fmm::Fields, UniformTimes)> = None;
-            for _ in 0..args.reps {
-                let r = evaluate(&params).expect("evaluation failed after the warm-up");
-                if best.as_ref().map(|b| r.1.total < b.1.total).unwrap_or(true) {
-                    best = Some(r);
-                }
-            }
-            let (fields, tm) = best.unwrap();
-            // periodic: the same particles in free space, for the cost of periodicity
-            let mut overhead = String::new();
-            if args.periodic.is_some() {
-                let mut free = f64::INFINITY;
-                let mut free_n = 0;
-                for _ in 0..=args.reps {
-                    match ufmm.evaluate(&src, &params) {
-                        Ok((_, ft)) => {
-                            free = free.min(ft.total);
-                            free_n = ft.n;
-                        }
-                        Err(e) => println!("  free-space evaluation failed: {e}"),
-                    }
-                }
-                println!(
-                    "  periodic {:.4} s ({}^3 leaves, far images {:.2} ms on the host, hidden in the P2P) vs free space {:.4} s ({}^3 leaves): {:+.1} %",
-                    tm.total,
-                    tm.n,
-                    tm.far_images * 1e3,
-                    free,
-                    free_n,
-                    100.0 * (tm.total / free - 1.0)
-                );
-                overhead = format!(" {free:.4} | {:+.1} % |", 100.0 * (tm.total / free - 1.0));
-            }
-            let (free, total) = dev.mem_info().unwrap_or((0, 0));
-            print_times(&tm);
-            println!(
-                "  device memory: {:.1} MB allocated by the evaluation ({:.0} B/particle); device in use now {:.1} MB of {:.1} GB",
-                tm.device_bytes as f64 / 1e6,
-                tm.device_bytes as f64 / n as f64,
-                (total - free) as f64 / 1e6,
-                total as f64 / 1e9
-            );
-            println!("  errors:");
-            let eu = relative_l2_error(&pick(&fields.velocity, &idx), &reference.velocity);
-            let es = relative_l2_error(&pick(&fields.stretching, &idx), &reference.stretching);
-            let what = if args.periodic.is_some() {
-                "Ewald"
-            } else {
-                "f64 direct"
-            };
-            // periodic: the zero-mean set's field is weak, so p = 10 is the accuracy setting
-            // (the 1e-4 of the periodic issue); lower orders are reported
-            if args.periodic.is_none() || p >= 10 {
-                chk.le(&format!("N {n} p {p}: velocity vs {what}"), eu, 1e-4);
-            } else {
-                chk.info(&format!("N {n} p {p}: velocity vs {what}"), eu);
-            }
-            if p >= 8 {
-                chk.le(&format!("N {n} p {p}: stretching vs {what}"), es, 1e-3);
-            } else {
-                chk.info(&format!("N {n} p {p}: stretching vs {what}"), es);
-            }
-            let mut adaptive = String::from("-");
-            if n <= args.adaptive_max {
-                match CudaBackend::new(args.device) {
-                    Ok(be) => {
-                        let ep = EvalParams {
-                            method: Method::Fmm,
-                            order: p,
-                            periodic: args.periodic,
-                            ..Default::default()
-                        };
-                        let _ = fmm::evaluate(&be, &ep, &src, &src.as_targets());
-                        let t = Instant::now();
-                        match fmm::evaluate(&be, &ep, &src, &src.as_targets()) {
-                            Ok(ev) => {
-                                let wall = t.elapsed().as_secs_f64();
-                                let du = relative_l2_error(&fields.velocity, &ev.fields.velocity);
-                                let ds =
-                                    relative_l2_error(&fields.stretching, &ev.fields.stretching);
-                                let au = relative_l2_error(
-                                    &pick(&ev.fields.velocity, &idx),
-                                    &reference.velocity,
-                                );
-                                chk.info(
-                                    &format!("N {n} p {p}: velocity vs adaptive CUDA FMM (all)"),
-                                    du,
-                                );
-                                chk.info(
-                                    &format!("N {n} p {p}: stretching vs adaptive CUDA FMM (all)"),
-                                    ds,
-                                );
-                                chk.info(
-                                    &format!("N {n} p {p}: adaptive FMM velocity vs {what}"),
-                                    au,
-                                );
-                                println!("  adaptive CUDA FMM (theta {}, leaf {}): {:.3} s wall (CPU tree + lists included)", ep.theta, ep.leaf_size, wall);
-                                adaptive = format!("{wall:.3}");
-                            }
-                            Err(e) => println!("  adaptive CUDA FMM failed: {e}"),
-                        }
-                    }
-                    Err(e) => println!("  adaptive CUDA FMM unavailable: {e}"),
-                }
-            }
-            summary.push(format!(
-                "| {n} | {p} | {} | {:.4} | {:.4} | {:.2e} | {:.2e} | {adaptive} |{overhead}",
-                wt.n,
-                tm.total,
-                tm.kernels(),
-                eu,
-                es
-            ));
+        TestSet {
+            n,
+            src,
+            idx,
+            reference,
         }
     }
+}
+
+/// One evaluation of the set on the uniform grid (periodic with `--periodic`).
+fn evaluate(
+    ufmm: &UniformFmm,
+    args: &Args,
+    set: &TestSet,
+    params: &UniformParams,
+) -> GpuResult<(fmm::Fields, UniformTimes)> {
+    match &args.periodic {
+        None => ufmm.evaluate(&set.src, params),
+        Some(q) => ufmm.evaluate_periodic(&set.src, params, q),
+    }
+}
+
+/// Order `p` on the set: warm-up, best of `--reps`, (periodic) the free-space cost, the
+/// phase times and memory, the errors against the reference and (N <= `--adaptive-max`)
+/// against the adaptive-octree CUDA FMM; the summary row, or `None` when the warm-up failed.
+fn order_check(
+    ufmm: &UniformFmm,
+    args: &Args,
+    set: &TestSet,
+    p: usize,
+    chk: &mut Check,
+) -> Option<String> {
+    let n = set.n;
+    let params = UniformParams {
+        order: p,
+        core_cutoff: args.cutoff,
+        leaf_target: args.leaf_target,
+        grid: args.grid,
+    };
+    println!("\n--- N = {n}, p = {p} ---");
+    let wt = warm_up(ufmm, args, set, &params, chk)?;
+    let mut best: Option<(fmm::Fields, UniformTimes)> = None;
+    for _ in 0..args.reps {
+        let r = evaluate(ufmm, args, set, &params).expect("evaluation failed after the warm-up");
+        if best.as_ref().map(|b| r.1.total < b.1.total).unwrap_or(true) {
+            best = Some(r);
+        }
+    }
+    let (fields, tm) = best.unwrap();
+    // periodic: the same particles in free space, for the cost of periodicity
+    let overhead = match args.periodic {
+        Some(_) => periodic_overhead(ufmm, args, set, &params, &tm),
+        None => String::new(),
+    };
+    let dev = ufmm.device();
+    let (free, total) = dev.mem_info().unwrap_or((0, 0));
+    print_times(&tm);
+    println!(
+        "  device memory: {:.1} MB allocated by the evaluation ({:.0} B/particle); device in use now {:.1} MB of {:.1} GB",
+        tm.device_bytes as f64 / 1e6,
+        tm.device_bytes as f64 / n as f64,
+        (total - free) as f64 / 1e6,
+        total as f64 / 1e9
+    );
+    let (eu, es) = error_checks(args, set, p, &fields, chk);
+    let adaptive = if n <= args.adaptive_max {
+        adaptive_comparison(args, set, p, &fields, chk)
+    } else {
+        String::from("-")
+    };
+    Some(format!(
+        "| {n} | {p} | {} | {:.4} | {:.4} | {:.2e} | {:.2e} | {adaptive} |{overhead}",
+        wt.n,
+        tm.total,
+        tm.kernels(),
+        eu,
+        es
+    ))
+}
+
+/// The untimed first call of an order (NVRTC compilation, rotation tables) and the grid it
+/// chose; a failure is recorded and ends the order.
+fn warm_up(
+    ufmm: &UniformFmm,
+    args: &Args,
+    set: &TestSet,
+    params: &UniformParams,
+    chk: &mut Check,
+) -> Option<UniformTimes> {
+    let (n, p) = (set.n, params.order);
+    let t = Instant::now();
+    let (_, wt) = match evaluate(ufmm, args, set, params) {
+        Ok(x) => x,
+        Err(e) => {
+            println!("  FAILED: {e}");
+            chk.failed.push(format!("N {n} p {p}: {e}"));
+            return None;
+        }
+    };
+    println!(
+        "warm-up call {:.3} s (NVRTC compile {:.2} s cumulative)",
+        t.elapsed().as_secs_f64(),
+        ufmm.device().compile_seconds()
+    );
+    let sigma = set.src.sigma[0];
+    let w = 2.0 * std::f64::consts::PI / wt.n as f64;
+    println!(
+        "grid: n = {} = {} * 2^{} leaves per side, leaf width ~ {:.3} sigma, {:.1} particles per leaf",
+        wt.n,
+        wt.m,
+        wt.k,
+        w / sigma,
+        n as f64 / (wt.n as f64).powi(3)
+    );
+    Some(wt)
+}
+
+/// Periodic runs: the same particles in free space (best of `--reps` + 1) against the
+/// periodic time `tm`; the two summary columns.
+fn periodic_overhead(
+    ufmm: &UniformFmm,
+    args: &Args,
+    set: &TestSet,
+    params: &UniformParams,
+    tm: &UniformTimes,
+) -> String {
+    let mut free = f64::INFINITY;
+    let mut free_n = 0;
+    for _ in 0..=args.reps {
+        match ufmm.evaluate(&set.src, params) {
+            Ok((_, ft)) => {
+                free = free.min(ft.total);
+                free_n = ft.n;
+            }
+            Err(e) => println!("  free-space evaluation failed: {e}"),
+        }
+    }
+    println!(
+        "  periodic {:.4} s ({}^3 leaves, far images {:.2} ms on the host, hidden in the P2P) vs free space {:.4} s ({}^3 leaves): {:+.1} %",
+        tm.total,
+        tm.n,
+        tm.far_images * 1e3,
+        free,
+        free_n,
+        100.0 * (tm.total / free - 1.0)
+    );
+    format!(" {free:.4} | {:+.1} % |", 100.0 * (tm.total / free - 1.0))
+}
+
+/// What the reference is called in the checks.
+fn reference_name(args: &Args) -> &'static str {
+    if args.periodic.is_some() {
+        "Ewald"
+    } else {
+        "f64 direct"
+    }
+}
+
+/// Velocity and stretching errors at the sampled targets against the reference, checked or
+/// reported by order (see the module documentation).
+fn error_checks(
+    args: &Args,
+    set: &TestSet,
+    p: usize,
+    fields: &fmm::Fields,
+    chk: &mut Check,
+) -> (f64, f64) {
+    let n = set.n;
+    println!("  errors:");
+    let eu = relative_l2_error(&pick(&fields.velocity, &set.idx), &set.reference.velocity);
+    let es = relative_l2_error(
+        &pick(&fields.stretching, &set.idx),
+        &set.reference.stretching,
+    );
+    let what = reference_name(args);
+    // periodic: the zero-mean set's field is weak, so p = 10 is the accuracy setting
+    // (the 1e-4 of the periodic issue); lower orders are reported
+    if args.periodic.is_none() || p >= 10 {
+        chk.le(&format!("N {n} p {p}: velocity vs {what}"), eu, 1e-4);
+    } else {
+        chk.info(&format!("N {n} p {p}: velocity vs {what}"), eu);
+    }
+    if p >= 8 {
+        chk.le(&format!("N {n} p {p}: stretching vs {what}"), es, 1e-3);
+    } else {
+        chk.info(&format!("N {n} p {p}: stretching vs {what}"), es);
+    }
+    (eu, es)
+}
+
+/// The adaptive-octree CUDA FMM of the same order (and periodic images) on all targets:
+/// differences reported, and its wall time for the summary (`-` when it failed).
+fn adaptive_comparison(
+    args: &Args,
+    set: &TestSet,
+    p: usize,
+    fields: &fmm::Fields,
+    chk: &mut Check,
+) -> String {
+    let (n, src) = (set.n, &set.src);
+    let be = match CudaBackend::new(args.device) {
+        Ok(be) => be,
+        Err(e) => {
+            println!("  adaptive CUDA FMM unavailable: {e}");
+            return String::from("-");
+        }
+    };
+    let ep = EvalParams {
+        method: Method::Fmm,
+        order: p,
+        periodic: args.periodic,
+        ..Default::default()
+    };
+    let _ = fmm::evaluate(&be, &ep, src, &src.as_targets());
+    let t = Instant::now();
+    let ev = match fmm::evaluate(&be, &ep, src, &src.as_targets()) {
+        Ok(ev) => ev,
+        Err(e) => {
+            println!("  adaptive CUDA FMM failed: {e}");
+            return String::from("-");
+        }
+    };
+    let wall = t.elapsed().as_secs_f64();
+    let du = relative_l2_error(&fields.velocity, &ev.fields.velocity);
+    let ds = relative_l2_error(&fields.stretching, &ev.fields.stretching);
+    let au = relative_l2_error(
+        &pick(&ev.fields.velocity, &set.idx),
+        &set.reference.velocity,
+    );
+    let what = reference_name(args);
+    chk.info(
+        &format!("N {n} p {p}: velocity vs adaptive CUDA FMM (all)"),
+        du,
+    );
+    chk.info(
+        &format!("N {n} p {p}: stretching vs adaptive CUDA FMM (all)"),
+        ds,
+    );
+    chk.info(&format!("N {n} p {p}: adaptive FMM velocity vs {what}"), au);
+    println!(
+        "  adaptive CUDA FMM (theta {}, leaf {}): {:.3} s wall (CPU tree + lists included)",
+        ep.theta, ep.leaf_size, wall
+    );
+    format!("{wall:.3}")
+}
+
+/// The summary table, one row per N and order.
+fn print_summary(args: &Args, summary: &[String]) {
     if args.periodic.is_some() {
         println!("\n| N | p | n | periodic wall s | kernels s | vel err (Ewald) | str err | adaptive periodic wall s | free-space wall s | periodic extra |");
         println!("|---|---|---|---|---|---|---|---|---|---|");
@@ -404,16 +530,7 @@ fn main() {
         println!("\n| N | p | n | wall s | kernels s | vel err | str err | adaptive wall s |");
         println!("|---|---|---|---|---|---|---|---|");
     }
-    for r in &summary {
+    for r in summary {
         println!("{r}");
-    }
-    if chk.failed.is_empty() {
-        println!("\nall checks passed");
-    } else {
-        println!("\nFAILED:");
-        for f in &chk.failed {
-            println!("  {f}");
-        }
-        std::process::exit(1);
     }
 }

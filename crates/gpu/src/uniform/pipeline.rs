@@ -22,6 +22,14 @@
 //! 8. scatter of the fields to input order (interleaved `(u, s)` per particle), one download
 //!    (in 8 pieces into page-locked memory, each converted to f64 with `1/(4 pi)` on the host,
 //!    in parallel, while the next piece is copied).
+//!
+//! In the code (`UniformFmm::run_region` for 1-2 and 8's download, `run_device` for the
+//! device phases) each phase is a method: `leaf_tasks` (3: `sort`, `leaf_slices`,
+//! `launch_leaf_tasks`), `upward_pass` and `start_rank_copies` (4), `own_p2p`,
+//! `far_image_locals` and `exchange` (5), `halo_tasks` and `halo_p2m_p2p` (5, a rank's halo),
+//! `m2l_pass` (6), `downward_pass` (7), `scatter_fields` and `download` (8); the fixed
+//! quantities of a pass are a `Pass`, the buffers they hand on `LeafTasks`, `Expansions`,
+//! `RawFields`.
 
 use super::grid::{Extent, UniformGrid};
 use super::periodic::{far_image_locals, far_images_for, pack_sources_periodic_into};
@@ -35,7 +43,8 @@ use crate::tables::{knm_table, toff, z_tables};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::sys::CU_MEMHOSTALLOC_WRITECOMBINED;
 use cudarc::driver::{
-    CudaFunction, CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice, PushKernelArg,
+    CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig,
+    PinnedHostSlice, PushKernelArg,
 };
 use fmm::expansions::ncoef;
 use fmm::expansions::{expansion_len, Complex64};
@@ -260,6 +269,135 @@ struct Sorted {
     str: CudaSlice<f32>,
 }
 
+/// The fixed quantities of one device pass over a [`Region`] (phases 3-9).
+struct Pass<'a> {
+    p: usize,
+    np: usize,
+    region: &'a Region,
+    g: UniformGrid,
+    per: Option<&'a PeriodicRun>,
+    s: Arc<CudaStream>,
+    /// Leaves per z plane (`n^2`).
+    plane: usize,
+    /// First own leaf (index in the leaf level) and the number of own leaves.
+    c_own: usize,
+    nown: usize,
+    /// Global cell index of the first leaf.
+    leaf_base: i32,
+    /// Runs of source cells per leaf in the P2P tasks: 9, or 18 when periodic.
+    runs_per_leaf: usize,
+}
+
+impl<'a> Pass<'a> {
+    fn new(
+        p: usize,
+        np: usize,
+        region: &'a Region,
+        per: Option<&'a PeriodicRun>,
+        s: Arc<CudaStream>,
+    ) -> Self {
+        let g = region.grid;
+        let plane = g.n() * g.n();
+        Pass {
+            p,
+            np,
+            region,
+            g,
+            per,
+            s,
+            plane,
+            c_own: region.own.0 * plane,
+            nown: (region.own.1 - region.own.0) * plane,
+            leaf_base: g.level_offset(g.k) as i32,
+            runs_per_leaf: if per.is_some() { 18 } else { 9 },
+        }
+    }
+
+    /// The `periodic` flag of the kernels.
+    fn periodic_i(&self) -> i32 {
+        self.per.is_some() as i32
+    }
+
+    /// The box length as `p2p_near` takes it (0: free space).
+    fn period(&self) -> f32 {
+        self.per.map(|q| q.box_length as f32).unwrap_or(0.0)
+    }
+}
+
+/// The sorted particles and the task lists of the own leaves (phase 3); `[[i32; 4]]`-shaped
+/// arrays are `int4` on the device.
+struct LeafTasks {
+    sorted: Sorted,
+    /// `nown + 1` offsets of the first P2P / L2P slice of each own leaf, and their host copy.
+    slice_starts: CudaSlice<i32>,
+    ss: Vec<i32>,
+    /// Number of slices (P2P and L2P tasks).
+    ntasks: usize,
+    /// P2M per own leaf `(first, count, global cell, 0)`.
+    p2m: CudaSlice<i32>,
+    /// P2P per slice `(first, count, first run, end run)` and its source count.
+    near: CudaSlice<i32>,
+    near_nsrc: CudaSlice<i32>,
+    /// L2P per slice `(first, count, global cell, 0)`.
+    l2p: CudaSlice<i32>,
+    /// Runs of source particles per own leaf `(first, count, image, 0)`.
+    runs: CudaSlice<i32>,
+    /// P2P pairs, summed by the task kernels.
+    pairs: CudaSlice<u64>,
+}
+
+/// Multipoles and locals (`3 NC` complex per cell of every level) and the cell centres.
+struct Expansions {
+    mult: CudaSlice<f32>,
+    loc: CudaSlice<f32>,
+    centers: CudaSlice<f32>,
+}
+
+/// Raw fields of the sorted particles (`3 np` floats each, no `1/(4 pi)`).
+struct RawFields {
+    vel: CudaSlice<f32>,
+    strf: CudaSlice<f32>,
+}
+
+/// The P2P among the own particles queued on the device (phase 5).
+struct OwnP2p {
+    fields: RawFields,
+    /// Periodic: the top cells' multipoles, downloaded before the P2P was queued.
+    top: Option<Vec<f32>>,
+    start: CudaEvent,
+    end: CudaEvent,
+}
+
+/// The copies of phase 4 on a rank into page-locked memory: per coarse window its length and
+/// downloaded parts, the leaf multipoles other ranks need, and the event that ends them.
+struct RankCopies<'b> {
+    windows: Vec<WindowCopy<'b>>,
+    leaves: Vec<&'b [f32]>,
+    done: CudaEvent,
+}
+
+/// The task arrays one `u_leaf_tasks` launch writes (`int4` arrays as `i32` quadruples).
+struct TaskOutputs<'x> {
+    p2m: CudaViewMut<'x, i32>,
+    near: CudaViewMut<'x, i32>,
+    nsrc: CudaViewMut<'x, i32>,
+    l2p: CudaViewMut<'x, i32>,
+    runs: CudaViewMut<'x, i32>,
+}
+
+/// The tasks of the halo leaves on a rank (phase 6).
+struct HaloTasks {
+    /// P2M per halo leaf, and their count.
+    p2m: CudaSlice<i32>,
+    count: usize,
+    /// Own planes next to the halo (z ranges of leaf planes).
+    ranges: Vec<(usize, usize)>,
+    /// P2P from the halo per own slice, source counts, 9 runs per own leaf of `ranges`.
+    near: CudaSlice<i32>,
+    nsrc: CudaSlice<i32>,
+    runs: CudaSlice<i32>,
+}
+
 impl UniformFmm {
     pub fn new(dev: Arc<GpuDevice>) -> Self {
         Self {
@@ -347,14 +485,24 @@ impl UniformFmm {
         let f = self.func(p, "u_scan_blocks")?;
         let mut b = s.launch_builder(&f);
         b.arg(input).arg(&len_i).arg(&mut *out).arg(&mut sums);
+        // SAFETY: u_scan_blocks(const int* in, int len, int* out, int* sums): the arguments in this
+        // order and of these types; input holds len ints, out len + 1, sums nb = ceil(len /
+        // SCAN_BLOCK); nb blocks of SCAN_THREADS = 256 threads (its launch bounds), SCAN_ITEMS
+        // elements each, elements >= len skipped.
         unsafe { b.launch(blocks(nb, 256)) }?;
         let f = self.func(p, "u_scan_sums")?;
         let mut b = s.launch_builder(&f);
         b.arg(&mut sums).arg(&nb_i).arg(&mut *out).arg(&len_i);
+        // SAFETY: u_scan_sums(int* sums, int nb, int* out, int len): the arguments in this order
+        // and of these types; sums holds nb ints, out len + 1 (out[len] gets the total); one block
+        // of SCAN_THREADS = 256 threads.
         unsafe { b.launch(blocks(1, 256)) }?;
         let f = self.func(p, "u_scan_add")?;
         let mut b = s.launch_builder(&f);
         b.arg(&mut *out).arg(&len_i).arg(&sums);
+        // SAFETY: u_scan_add(int* out, int len, const int* sums): the arguments in this order and
+        // of these types; out holds len + 1 ints, sums nb = ceil(len / SCAN_BLOCK); threads i >=
+        // len do nothing.
         unsafe { b.launch(grid1(len, THREADS)) }?;
         Ok(())
     }
@@ -394,6 +542,10 @@ impl UniformFmm {
             b.arg(&pos_in).arg(&np_i);
             b.arg(&lo[0]).arg(&lo[1]).arg(&lo[2]).arg(&inv_w).arg(&n_i);
             b.arg(&mut cell).arg(&mut slot).arg(&mut counts);
+            // SAFETY: u_cell_index(const float4* pos, int np, float lox, loy, loz, float inv_w, int
+            // n, int* cell, int* slot, int* counts): the arguments in this order and of these
+            // types; pos_in holds np float4, cell and slot np ints, counts n^3 = nleaf (the cell
+            // index is clamped to the grid); threads i >= np return.
             unsafe { b.launch(grid1(np, THREADS)) }?;
             self.scan(p, &counts, nleaf, &mut starts)?;
             let f = self.func(p, "u_scatter")?;
@@ -403,15 +555,25 @@ impl UniformFmm {
                 .arg(&starts)
                 .arg(&np_i)
                 .arg(&mut perm0);
+            // SAFETY: u_scatter(const int* cell, const int* slot, const int* starts, int np, int*
+            // perm): the arguments in this order and of these types; cell and slot hold np ints,
+            // starts nleaf + 1 (the scan of the counts, so starts[c] + slot < starts[c + 1]), perm0
+            // np; threads i >= np do nothing.
             unsafe { b.launch(grid1(np, THREADS)) }?;
             let f = self.func(p, "u_sort_cells")?;
             let mut b = s.launch_builder(&f);
             b.arg(&starts).arg(&nleaf_i).arg(&perm0).arg(&mut perm);
+            // SAFETY: u_sort_cells(const int* starts, int ncells, const int* in, int* out): the
+            // arguments in this order and of these types; starts holds nleaf + 1 ints, perm0 and
+            // perm np; one warp per leaf (32 nleaf threads), warps >= nleaf return.
             unsafe { b.launch(grid1(32 * nleaf, THREADS)) }?;
             let f = self.func(p, "u_gather")?;
             let mut b = s.launch_builder(&f);
             b.arg(&perm).arg(&np_i).arg(&pos_in).arg(&str_in);
             b.arg(&mut spos).arg(&mut sstr);
+            // SAFETY: u_gather(const int* perm, int np, const float4* pos_in, str_in, float4* pos,
+            // float4* str): the arguments in this order and of these types; perm holds np indices
+            // (< np), pos_in, str_in, spos and sstr np float4 each; threads k >= np return.
             unsafe { b.launch(grid1(np, THREADS)) }?;
             Ok(())
         })?;
@@ -673,9 +835,10 @@ impl UniformFmm {
         Ok((out6, tm))
     }
 
-    /// Phases 3-8 of the pipeline on particles already on the device (`input`, `8 np`
+    /// Phases 3-9 of the pipeline on particles already on the device (`input`, `8 np`
     /// floats): sort, upward pass, P2P (with the rank exchanges of `ex`), M2L, downward pass,
     /// and the fields scattered back to input order (`6 np` floats, raw sums: no `1/(4 pi)`).
+    /// Each phase is a method below; the wall time of each lands in `tm`.
     #[allow(clippy::too_many_arguments)]
     fn run_device(
         &self,
@@ -689,87 +852,217 @@ impl UniformFmm {
         tm: &mut UniformTimes,
         bytes: &mut Bytes,
     ) -> GpuResult<CudaSlice<f32>> {
-        let s = self.dev.stream().clone();
-        let nc3 = 3 * ncoef(p);
-        let g: UniformGrid = region.grid;
-        let (n, k, m) = (g.n(), g.k, g.m);
-        let plane = n * n;
-        let (c_own, nown) = (region.own.0 * plane, (region.own.1 - region.own.0) * plane);
-        let ncell = g.total_cells();
-        (tm.n, tm.m, tm.k) = (n, m, k);
-        let r = g.max_offset();
-        self.ensure_tables(p, r)?;
+        let ps = Pass::new(p, np, region, per, self.dev.stream().clone());
+        (tm.n, tm.m, tm.k) = (ps.g.n(), ps.g.m, ps.g.k);
+        self.ensure_tables(p, ps.g.max_offset())?;
         self.warm_up(p)?; // compiled at the first call only (not part of the times after it)
 
         // ---- 3. sort and tasks
         let t = Instant::now();
-        let n_i = n as i32;
-        let sorted = self.sort(p, input, np, &g, &mut tm.k_sort, bytes)?;
-        let (perm, starts, spos, sstr) = (sorted.perm, sorted.starts, sorted.pos, sorted.str);
+        let mut tasks = self.leaf_tasks(&ps, input, tm, bytes)?;
+        tm.sort = t.elapsed().as_secs_f64();
+
+        // ---- 4. upward (own particles); on a rank, the copies for the exchanges start
+        let t = Instant::now();
+        let guard = self.tables.lock().expect("tables poisoned");
+        let tb = guard.as_ref().expect("tables built above");
+        let mut xp = self.upward_pass(&ps, &tasks, tb, tm, bytes)?;
+        let Staging { up, down } = staging;
+        let copies = match ex.as_deref_mut() {
+            Some(e) => Some(self.start_rank_copies(&ps, e, &xp.mult, down)?),
+            None => None,
+        };
+        tm.upward = t.elapsed().as_secs_f64();
+
+        // ---- 5. P2P among the own particles, queued; the exchanges run on the host meanwhile
+        let t = Instant::now();
+        let own = self.own_p2p(&ps, &tasks, &xp.mult, bytes)?;
+        let mut fl = own.fields;
+        if let (Some(q), Some(top)) = (per, own.top) {
+            self.far_image_locals(&ps, q, &top, &mut xp.loc, tm)?;
+        }
+        let halo = match (ex, copies) {
+            (Some(e), Some(c)) => self.exchange(&ps, e, c, &mut xp.mult, up, tm, bytes)?,
+            _ => None,
+        };
+        own.end.synchronize()?;
+        tm.k_p2p = own.start.elapsed_ms(&own.end)? as f64 * 1e-3;
+        tm.p2p = t.elapsed().as_secs_f64();
+
+        // ---- 6. halo leaves: P2M (never summed into parents: their owners did that) and
+        // the P2P from the halo to the own planes next to it
+        if let Some(h) = &halo {
+            let t = Instant::now();
+            let ht = self.halo_tasks(&ps, h, &mut tasks, tm)?;
+            self.halo_p2m_p2p(&ps, h, &ht, &tasks, &mut xp, &mut fl, tb, tm)?;
+            tm.p2p += t.elapsed().as_secs_f64();
+        }
+        tm.p2p_pairs = ps.s.clone_dtoh(&tasks.pairs)?[0];
+
+        // ---- 7. M2L
+        let t = Instant::now();
+        self.m2l_pass(&ps, &mut xp, tb, tm)?;
+        tm.m2l = t.elapsed().as_secs_f64();
+        drop(halo);
+
+        // ---- 8. downward: L2L, L2P
+        let t = Instant::now();
+        self.downward_pass(&ps, &tasks, &mut xp, &mut fl, tb, tm)?;
+        tm.downward = t.elapsed().as_secs_f64();
+        drop(guard);
+
+        // ---- 9. back to input order
+        let t = Instant::now();
+        let out6 = self.scatter_fields(&ps, tasks, xp, fl, tm, bytes)?;
+        tm.download = t.elapsed().as_secs_f64();
+        Ok(out6)
+    }
+
+    /// Phase 3: the particles sorted into the leaves ([`Self::sort`]), the P2P / L2P slices
+    /// of the own leaves ([`Self::leaf_slices`]), and the task lists of the own leaves (P2M per
+    /// leaf, P2P and L2P per slice, the runs of source cells per leaf).
+    fn leaf_tasks(
+        &self,
+        ps: &Pass,
+        input: &CudaSlice<f32>,
+        tm: &mut UniformTimes,
+        bytes: &mut Bytes,
+    ) -> GpuResult<LeafTasks> {
+        let s = &ps.s;
+        let sorted = self.sort(ps.p, input, ps.np, &ps.g, &mut tm.k_sort, bytes)?;
+        let (slice_starts, ss) = self.leaf_slices(ps, &sorted.starts, &mut tm.k_sort)?;
+        let nown = ps.nown;
+        let ntasks = ss[nown] as usize;
+        let mut p2m = s.alloc_zeros::<i32>(i4(nown))?;
+        let mut near = s.alloc_zeros::<i32>(i4(ntasks))?;
+        let mut near_nsrc = s.alloc_zeros::<i32>(ntasks.max(1))?;
+        let mut l2p = s.alloc_zeros::<i32>(i4(ntasks))?;
+        let mut runs = s.alloc_zeros::<i32>(i4(ps.runs_per_leaf * nown))?;
+        let mut pairs = s.alloc_zeros::<u64>(1)?;
+        for b in [&p2m, &near, &near_nsrc, &l2p, &runs] {
+            bytes.add(b);
+        }
+        tm.k_sort += self.event_timed(|| {
+            let f = self.func(ps.p, "u_leaf_tasks")?;
+            let out = TaskOutputs {
+                p2m: p2m.as_view_mut(),
+                near: near.as_view_mut(),
+                nsrc: near_nsrc.as_view_mut(),
+                l2p: l2p.as_view_mut(),
+                runs: runs.as_view_mut(),
+            };
+            let sources = (&sorted.starts, &slice_starts.as_view());
+            let leaves = (ps.c_own, nown, ps.periodic_i());
+            self.launch_leaf_tasks(ps, &f, &sorted.starts, sources, leaves, out, &mut pairs)
+        })?;
+        Ok(LeafTasks {
+            sorted,
+            slice_starts,
+            ss,
+            ntasks,
+            p2m,
+            near,
+            near_nsrc,
+            l2p,
+            runs,
+            pairs,
+        })
+    }
+
+    /// Phase 3: the number of P2P / L2P slices of `P2P_TARGETS` targets of each own leaf,
+    /// scanned into `nown + 1` offsets on the device, and downloaded (the only mid-way
+    /// download: the task count sizes the task arrays).
+    fn leaf_slices(
+        &self,
+        ps: &Pass,
+        starts: &CudaSlice<i32>,
+        k_time: &mut f64,
+    ) -> GpuResult<(CudaSlice<i32>, Vec<i32>)> {
+        let s = &ps.s;
+        let (c_own, nown) = (ps.c_own, ps.nown);
         let mut nslices = s.alloc_zeros::<i32>(nown.max(1))?;
         let mut slice_starts = s.alloc_zeros::<i32>(nown + 1)?;
-        let (c_own_i, nown_i) = (c_own as i32, nown as i32);
-        let slice = P2P_TARGETS;
-        let slice_i = slice as i32;
-        tm.k_sort += self.event_timed(|| {
-            let f = self.func(p, "u_slices")?;
+        let (nown_i, slice_i) = (nown as i32, P2P_TARGETS as i32);
+        *k_time += self.event_timed(|| {
+            let f = self.func(ps.p, "u_slices")?;
             let mut b = s.launch_builder(&f);
             let own_starts = starts.slice(c_own..c_own + nown + 1);
             b.arg(&own_starts)
                 .arg(&nown_i)
                 .arg(&slice_i)
                 .arg(&mut nslices);
+            // SAFETY: u_slices(const int* starts, int ncells, int slice, int* out): the
+            // arguments in this order and of these types; own_starts holds nown + 1 ints,
+            // nslices nown (at least one); threads c >= nown do nothing.
             unsafe { b.launch(grid1(nown, THREADS)) }?;
-            self.scan(p, &nslices, nown, &mut slice_starts)?;
+            self.scan(ps.p, &nslices, nown, &mut slice_starts)?;
             Ok(())
         })?;
         drop(nslices);
         let ss = s.clone_dtoh(&slice_starts)?;
-        let ntasks = ss[nown] as usize;
-        let mut p2m_tasks = s.alloc_zeros::<i32>(i4(nown))?;
-        let mut near_tasks = s.alloc_zeros::<i32>(i4(ntasks))?;
-        let mut near_nsrc = s.alloc_zeros::<i32>(ntasks.max(1))?;
-        let mut l2p_tasks = s.alloc_zeros::<i32>(i4(ntasks))?;
-        let runs_per_leaf = if per.is_some() { 18 } else { 9 };
-        let mut runs = s.alloc_zeros::<i32>(i4(runs_per_leaf * nown))?;
-        let mut pairs = s.alloc_zeros::<u64>(1)?;
-        for b in [&p2m_tasks, &near_tasks, &near_nsrc, &l2p_tasks, &runs] {
-            bytes.add(b);
-        }
-        let leaf_base = g.level_offset(k) as i32;
-        let periodic_i = per.is_some() as i32;
-        tm.k_sort += self.event_timed(|| {
-            let f = self.func(p, "u_leaf_tasks")?;
-            let mut b = s.launch_builder(&f);
-            b.arg(&starts)
-                .arg(&starts)
-                .arg(&slice_starts)
-                .arg(&n_i)
-                .arg(&leaf_base)
-                .arg(&slice_i)
-                .arg(&c_own_i)
-                .arg(&nown_i)
-                .arg(&periodic_i);
-            b.arg(&mut p2m_tasks)
-                .arg(&mut near_tasks)
-                .arg(&mut near_nsrc)
-                .arg(&mut l2p_tasks)
-                .arg(&mut runs)
-                .arg(&mut pairs);
-            unsafe { b.launch(grid1(nown, 128)) }?;
-            Ok(())
-        })?;
-        tm.sort = t.elapsed().as_secs_f64();
+        Ok((slice_starts, ss))
+    }
 
-        // ---- 4. upward (own particles)
-        let t = Instant::now();
-        let guard = self.tables.lock().expect("tables poisoned");
-        let tb = guard.as_ref().expect("tables built above");
+    /// Queues `u_leaf_tasks` for the `cnt` leaves from `c0` (index in the leaf level; `leaves`
+    /// = `(c0, cnt, periodic flag)`): the targets in `starts`, the sources of the runs in
+    /// `sources.0`, the slice offsets (`cnt + 1`, indexed from the first leaf) in `sources.1`;
+    /// the P2P pairs added to `pairs`.
+    #[allow(clippy::too_many_arguments)]
+    fn launch_leaf_tasks(
+        &self,
+        ps: &Pass,
+        f: &CudaFunction,
+        starts: &CudaSlice<i32>,
+        sources: (&CudaSlice<i32>, &CudaView<'_, i32>),
+        (c0, cnt, periodic): (usize, usize, i32),
+        mut out: TaskOutputs<'_>,
+        pairs: &mut CudaSlice<u64>,
+    ) -> GpuResult<()> {
+        let (n_i, slice_i) = (ps.g.n() as i32, P2P_TARGETS as i32);
+        let (c0_i, cnt_i) = (c0 as i32, cnt as i32);
+        let mut b = ps.s.launch_builder(f);
+        b.arg(starts)
+            .arg(sources.0)
+            .arg(sources.1)
+            .arg(&n_i)
+            .arg(&ps.leaf_base)
+            .arg(&slice_i)
+            .arg(&c0_i)
+            .arg(&cnt_i)
+            .arg(&periodic);
+        b.arg(&mut out.p2m)
+            .arg(&mut out.near)
+            .arg(&mut out.nsrc)
+            .arg(&mut out.l2p)
+            .arg(&mut out.runs)
+            .arg(pairs);
+        // SAFETY: u_leaf_tasks(const int* starts, src_starts, slice_starts, int n, leaf_base,
+        // slice, c0, ncells, periodic, int4* p2m_tasks, near_tasks, int* near_nsrc, int4*
+        // l2p_tasks, runs, u64* pairs): the arguments in this order and of these types; both
+        // starts hold n^3 + 1 ints (c0 + cnt <= n^3), the slice offsets cnt + 1 (their last
+        // at most the task count), p2m cnt int4 at least, near, nsrc and l2p the task count,
+        // runs 9 (18 when periodic: the kernel's rpl) int4 per leaf; threads u >= cnt return.
+        unsafe { b.launch(grid1(cnt, 128)) }?;
+        Ok(())
+    }
+
+    /// Phase 4: cell centres of every level, P2M at the own leaves, M2M level by level
+    /// upwards over the cells overlapping the own planes.
+    fn upward_pass(
+        &self,
+        ps: &Pass,
+        tasks: &LeafTasks,
+        tb: &Tables,
+        tm: &mut UniformTimes,
+        bytes: &mut Bytes,
+    ) -> GpuResult<Expansions> {
+        let (s, g, p) = (&ps.s, &ps.g, ps.p);
+        let k = g.k;
         let r_i = tb.r as i32;
-        let len = ncell * 2 * nc3;
+        let len = g.total_cells() * 2 * 3 * ncoef(p);
         let mut mult = s.alloc_zeros::<f32>(len)?;
-        let mut loc = s.alloc_zeros::<f32>(len)?;
-        let mut centers = s.alloc_zeros::<f32>(4 * ncell)?;
+        let loc = s.alloc_zeros::<f32>(len)?;
+        let mut centers = s.alloc_zeros::<f32>(4 * g.total_cells())?;
         bytes.add(&mult);
         bytes.add(&loc);
         bytes.add(&centers);
@@ -787,17 +1080,26 @@ impl UniformFmm {
                     .arg(&g.lo[2])
                     .arg(&w);
                 b.arg(&mut centers);
+                // SAFETY: u_centers(int level_off, int nl, double lox, loy, loz, double w,
+                // float4* centers): the arguments in this order and of these types; centers
+                // holds one float4 per cell of every level, level l at level_off .. level_off
+                // + nl^3; threads c >= nl^3 return.
                 unsafe { b.launch(grid1(g.n_at(l).pow(3), THREADS)) }?;
             }
             let f = self.func(p, "p2m")?;
             let mut b = s.launch_builder(&f);
-            b.arg(&spos)
-                .arg(&sstr)
-                .arg(&p2m_tasks)
+            b.arg(&tasks.sorted.pos)
+                .arg(&tasks.sorted.str)
+                .arg(&tasks.p2m)
                 .arg(&centers)
                 .arg(&tb.knm);
             b.arg(&mut mult);
-            unsafe { b.launch(blocks(nown, ncoef(p).div_ceil(32) * 32)) }?;
+            // SAFETY: p2m(const float4* spos, sstr, const int4* tasks, const float4* centers,
+            // const float* knm, float2* mult) of fmm.cu: the arguments in this order and of
+            // these types; one block per own leaf (nown tasks), P2M_THREADS = NC rounded up to
+            // a warp threads; the tasks index the np sorted particles and the global cells
+            // of mult (3 NC complex each) and centers.
+            unsafe { b.launch(blocks(ps.nown, ncoef(p).div_ceil(32) * 32)) }?;
             Ok(())
         })?;
         tm.k_m2m = self.event_timed(|| {
@@ -806,7 +1108,7 @@ impl UniformFmm {
                 let (poff, nl) = (g.level_offset(l) as i32, g.n_at(l) as i32);
                 let coff = g.level_offset(l + 1) as i32;
                 let dist = (0.5 * 3f64.sqrt() * g.width(l + 1)) as f32;
-                let (c0, cnt) = region.level_cells(l);
+                let (c0, cnt) = ps.region.level_cells(l);
                 let c0_i = c0 as i32;
                 let mut b = s.launch_builder(&f);
                 b.arg(&mut mult)
@@ -815,341 +1117,504 @@ impl UniformFmm {
                     .arg(&tb.toff)
                     .arg(&r_i);
                 b.arg(&poff).arg(&nl).arg(&coff).arg(&dist).arg(&c0_i);
+                // SAFETY: u_m2m(float2* mult, const float* rots, ztab, const int* toff, int R,
+                // parent_off, nl, child_off, float dist, int c0): the arguments in this order
+                // and of these types; one block per parent c0 .. c0 + cnt of level l (inside
+                // the level), tr_threads(p) = TR_THREADS threads; the rotation records cover
+                // offsets up to R = tb.r >= the grid's largest (ensure_tables).
                 unsafe { b.launch(blocks(cnt, trt)) }?;
             }
             Ok(())
         })?;
-        // the partial coarse multipoles and the leaf multipoles other ranks need leave through
-        // the (idle) page-locked download buffer, copied on a second stream after the M2M, so
-        // that the P2P below starts at once and the copies overlap it
-        let mut windows = Vec::new();
-        let mut window_parts: Vec<WindowCopy> = Vec::new();
-        let mut leaf_parts = Vec::new();
-        let mut copies_done = None;
-        if let Some(e) = ex.as_deref_mut() {
-            let coarse: Vec<_> = e
-                .coarse_ranges()
-                .into_iter()
-                .zip(e.coarse_parts())
-                .collect();
-            let ranges = e.leaf_ranges();
-            let total: usize = coarse
-                .iter()
-                .flat_map(|(_, (down, _))| down.iter().map(|&(x, y)| y - x))
-                .chain(ranges.iter().map(|&(a, b)| b - a))
-                .sum();
-            let copy = self.copy_stream()?;
-            copy.wait(&s.record_event(None)?)?;
-            let mut rest = pinned(&self.dev, &mut staging.down, total, 0)?;
-            for ((a, b), (down, _)) in coarse {
-                let mut parts = Vec::new();
-                for (x, y) in down {
-                    let (h, r) = rest.split_at_mut(y - x);
-                    copy.memcpy_dtoh(&mult.slice(a + x..a + y), &mut *h)?;
-                    parts.push((x, &*h));
-                    rest = r;
-                }
-                window_parts.push((b - a, parts));
-            }
-            for (a, b) in ranges {
-                let (h, r) = rest.split_at_mut(b - a);
-                copy.memcpy_dtoh(&mult.slice(a..b), &mut *h)?;
-                leaf_parts.push(&*h);
+        Ok(Expansions { mult, loc, centers })
+    }
+
+    /// Phase 4 on a rank: the partial coarse multipoles and the leaf multipoles other ranks
+    /// need leave through the (idle) page-locked download buffer, copied on a second stream
+    /// after the M2M, so that the P2P starts at once and the copies overlap it.
+    fn start_rank_copies<'b>(
+        &self,
+        ps: &Pass,
+        e: &mut dyn RankExchange,
+        mult: &CudaSlice<f32>,
+        down: &'b mut Option<PinnedHostSlice<f32>>,
+    ) -> GpuResult<RankCopies<'b>> {
+        let coarse: Vec<_> = e
+            .coarse_ranges()
+            .into_iter()
+            .zip(e.coarse_parts())
+            .collect();
+        let ranges = e.leaf_ranges();
+        let total: usize = coarse
+            .iter()
+            .flat_map(|(_, (down, _))| down.iter().map(|&(x, y)| y - x))
+            .chain(ranges.iter().map(|&(a, b)| b - a))
+            .sum();
+        let copy = self.copy_stream()?;
+        copy.wait(&ps.s.record_event(None)?)?;
+        let mut rest = pinned(&self.dev, down, total, 0)?;
+        let mut windows: Vec<WindowCopy> = Vec::new();
+        for ((a, b), (down, _)) in coarse {
+            let mut parts = Vec::new();
+            for (x, y) in down {
+                let (h, r) = rest.split_at_mut(y - x);
+                copy.memcpy_dtoh(&mult.slice(a + x..a + y), &mut *h)?;
+                parts.push((x, &*h));
                 rest = r;
             }
-            copies_done = Some(copy.record_event(None)?);
+            windows.push((b - a, parts));
         }
-        tm.upward = t.elapsed().as_secs_f64();
+        let mut leaves = Vec::new();
+        for (a, b) in ranges {
+            let (h, r) = rest.split_at_mut(b - a);
+            copy.memcpy_dtoh(&mult.slice(a..b), &mut *h)?;
+            leaves.push(&*h);
+            rest = r;
+        }
+        Ok(RankCopies {
+            windows,
+            leaves,
+            done: copy.record_event(None)?,
+        })
+    }
 
-        // ---- 5. P2P among the own particles, queued; the exchanges run on the host meanwhile
-        let t = Instant::now();
+    /// Phase 5, queued on the device: the P2P among the own particles between two events
+    /// (periodic: the top multipoles downloaded first, for the far images on the host).
+    fn own_p2p(
+        &self,
+        ps: &Pass,
+        tasks: &LeafTasks,
+        mult: &CudaSlice<f32>,
+        bytes: &mut Bytes,
+    ) -> GpuResult<OwnP2p> {
+        let (s, np, m) = (&ps.s, ps.np, ps.g.m);
         let mut vel = s.alloc_zeros::<f32>(3 * np)?;
         let mut strf = s.alloc_zeros::<f32>(3 * np)?;
         bytes.add(&vel);
         bytes.add(&strf);
-        let period = per.map(|q| q.box_length as f32).unwrap_or(0.0);
-        // periodic: the top multipoles leave for the host before the P2P is queued
-        let top_mult = match per {
-            Some(_) => Some(s.clone_dtoh(&mult.slice(0..m * m * m * 2 * nc3))?),
+        let period = ps.period();
+        let top = match ps.per {
+            Some(_) => Some(s.clone_dtoh(&mult.slice(0..m * m * m * 2 * 3 * ncoef(ps.p)))?),
             None => None,
         };
-        let e_p2p = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
-        if ntasks > 0 {
-            let f = self.func(p, "p2p_near")?;
+        let start = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        if tasks.ntasks > 0 {
+            let (spos, sstr) = (&tasks.sorted.pos, &tasks.sorted.str);
+            let f = self.func(ps.p, "p2p_near")?;
             let mut b = s.launch_builder(&f);
-            b.arg(&spos).arg(&sstr).arg(&spos).arg(&sstr);
-            b.arg(&near_tasks).arg(&near_nsrc).arg(&runs).arg(&period);
+            b.arg(spos).arg(sstr).arg(spos).arg(sstr);
+            b.arg(&tasks.near)
+                .arg(&tasks.near_nsrc)
+                .arg(&tasks.runs)
+                .arg(&period);
             b.arg(&mut vel).arg(&mut strf);
-            unsafe { b.launch(blocks(ntasks, P2P_THREADS)) }?;
+            // SAFETY: p2p_near(const float4* tpos, tstr, spos, sstr, const int4* tasks, const
+            // int* task_nsrc, const int4* runs, float period, float* vel, float* str) of
+            // p2p.cu: the arguments in this order and of these types; one block of
+            // P2P_THREADS = NEAR_THREADS per task (ntasks), at most P2P_TARGETS = NEAR_TARGETS
+            // targets each; tasks and runs index the np sorted particles, vel and strf hold
+            // 3 np floats.
+            unsafe { b.launch(blocks(tasks.ntasks, P2P_THREADS)) }?;
         }
-        let e_p2p_end = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
-        // periodic: the far images on the host (f64) while the P2P runs, into the (still zero)
-        // locals of the receiver level
-        if let (Some(q), Some(top)) = (per, top_mult) {
-            let t = Instant::now();
-            let lr = q.receiver_level;
-            let host = q.far_locals_f32(&g, &top);
-            let a = g.level_offset(lr) * 2 * nc3;
-            s.memcpy_htod(&host, &mut loc.slice_mut(a..a + host.len()))?;
-            tm.far_images = t.elapsed().as_secs_f64();
-        }
-        let mut halo = None;
-        if let Some(e) = ex {
-            let t_copy = Instant::now();
-            if let Some(ev) = copies_done {
-                ev.synchronize()?;
-            }
-            for (len, parts) in window_parts {
-                let mut w = vec![0.0f32; len];
-                for (x, h) in parts {
-                    w[x..x + h.len()].copy_from_slice(h);
-                }
-                windows.push(w);
-            }
-            e.add_seconds(t_copy.elapsed().as_secs_f64());
-            let nh = e.halo_count()?;
-            let leaf_up = e.leaf_multipoles(&leaf_parts)?;
-            e.coarse(&mut windows)?;
-            // multipoles to upload (received leaves, completed coarse cells): float ranges of
-            // the multipole array and their data
-            let mut mult_up: Vec<(usize, &[f32])> =
-                leaf_up.iter().map(|((a, _), w)| (*a, &w[..])).collect();
-            for (((a, _), (_, up)), w) in e
-                .coarse_ranges()
-                .into_iter()
-                .zip(e.coarse_parts())
-                .zip(&windows)
-            {
-                mult_up.extend(up.into_iter().map(|(x, y)| (a + x, &w[x..y])));
-            }
-            let nm: usize = mult_up.iter().map(|(_, w)| w.len()).sum();
-            // the own upload finished long ago: the staging buffer is free (one buffer for
-            // the halo particles and the multipoles, so the copies run asynchronously)
-            let up = pinned(
-                &self.dev,
-                &mut staging.up,
-                8 * nh + nm,
-                CU_MEMHOSTALLOC_WRITECOMBINED,
-            )?;
-            let (hup, mut mup) = up.split_at_mut(8 * nh);
-            if nh > 0 {
-                e.pack_halo(hup);
-                let mut hin = unsafe { s.alloc::<f32>(8 * nh) }?;
-                s.memcpy_htod(&*hup, &mut hin)?;
-                let hs = self.sort(p, &hin, nh, &g, &mut tm.k_sort, bytes)?;
-                halo = Some(hs);
-            }
-            let t = Instant::now();
-            for (a, w) in mult_up {
-                let (dst, r) = mup.split_at_mut(w.len());
-                dst.copy_from_slice(w);
-                s.memcpy_htod(&*dst, &mut mult.slice_mut(a..a + w.len()))?;
-                mup = r;
-            }
-            e.add_seconds(t.elapsed().as_secs_f64());
-        }
-        e_p2p_end.synchronize()?;
-        tm.k_p2p = e_p2p.elapsed_ms(&e_p2p_end)? as f64 * 1e-3;
-        tm.p2p = t.elapsed().as_secs_f64();
+        let end = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        Ok(OwnP2p {
+            fields: RawFields { vel, strf },
+            top,
+            start,
+            end,
+        })
+    }
 
-        // ---- 6. halo leaves: P2M (never summed into parents: their owners did that) and
-        // the P2P from the halo to the own planes next to it
-        if let Some(h) = &halo {
-            let t = Instant::now();
-            let (n_lo, n_hi) = (
-                (region.own.0 - region.halo.0) * plane,
-                (region.halo.1 - region.own.1) * plane,
-            );
-            let mut halo_tasks = s.alloc_zeros::<i32>(i4(n_lo + n_hi))?;
-            // own planes next to the halo (one range when they coincide or touch)
-            let (z0, z1) = region.own;
-            let mut ranges = Vec::new();
-            if region.halo.0 < z0 {
-                ranges.push((z0, z0 + 1));
-            }
-            if z1 < region.halo.1 {
-                match ranges.last_mut() {
-                    Some(last) if last.1 >= z1 - 1 => last.1 = z1,
-                    _ => ranges.push((z1 - 1, z1)),
-                }
-            }
-            let nr: usize = ranges.iter().map(|r| (r.1 - r.0) * plane).sum();
-            let mut hnear = s.alloc_zeros::<i32>(i4(ntasks))?;
-            let mut hnsrc = s.alloc_zeros::<i32>(ntasks.max(1))?;
-            let mut hruns = s.alloc_zeros::<i32>(i4(9 * nr))?;
-            let mut scratch = s.alloc_zeros::<i32>(i4(nr.max(ntasks)))?;
-            let mut scratch2 = s.alloc_zeros::<i32>(i4(ntasks))?;
-            tm.k_sort += self.event_timed(|| {
-                let f = self.func(p, "u_p2m_tasks")?;
-                for (c0, cnt, at) in [
-                    (region.halo.0 * plane, n_lo, 0),
-                    (region.own.1 * plane, n_hi, n_lo),
-                ] {
-                    if cnt == 0 {
-                        continue;
-                    }
-                    let (c0_i, cnt_i) = (c0 as i32, cnt as i32);
-                    let mut out = halo_tasks.slice_mut(4 * at..4 * (at + cnt));
-                    let mut b = s.launch_builder(&f);
-                    b.arg(&h.starts).arg(&c0_i).arg(&cnt_i).arg(&leaf_base);
-                    b.arg(&mut out);
-                    unsafe { b.launch(grid1(cnt, 128)) }?;
-                }
-                let f = self.func(p, "u_leaf_tasks")?;
-                let mut at = 0;
-                for &(za, zb) in &ranges {
-                    let u0 = (za - region.own.0) * plane;
-                    let cnt = (zb - za) * plane;
-                    let (c0_i, cnt_i) = ((za * plane) as i32, cnt as i32);
-                    let sl = slice_starts.slice(u0..u0 + cnt + 1);
-                    let mut hr = hruns.slice_mut(4 * 9 * at..4 * 9 * (at + cnt));
-                    let mut b = s.launch_builder(&f);
-                    b.arg(&starts)
-                        .arg(&h.starts)
-                        .arg(&sl)
-                        .arg(&n_i)
-                        .arg(&leaf_base)
-                        .arg(&slice_i)
-                        .arg(&c0_i)
-                        .arg(&cnt_i)
-                        .arg(&0i32);
-                    b.arg(&mut scratch)
-                        .arg(&mut hnear)
-                        .arg(&mut hnsrc)
-                        .arg(&mut scratch2)
-                        .arg(&mut hr)
-                        .arg(&mut pairs);
-                    unsafe { b.launch(grid1(cnt, 128)) }?;
-                    at += cnt;
-                }
-                Ok(())
-            })?;
-            tm.k_p2m += self.event_timed(|| {
-                let f = self.func(p, "p2m")?;
-                let mut b = s.launch_builder(&f);
-                b.arg(&h.pos)
-                    .arg(&h.str)
-                    .arg(&halo_tasks)
-                    .arg(&centers)
-                    .arg(&tb.knm);
-                b.arg(&mut mult);
-                unsafe { b.launch(blocks(n_lo + n_hi, ncoef(p).div_ceil(32) * 32)) }?;
-                Ok(())
-            })?;
-            tm.k_p2p += self.event_timed(|| {
-                let f = self.func(p, "p2p_near")?;
-                let mut at = 0;
-                for &(za, zb) in &ranges {
-                    let u0 = (za - region.own.0) * plane;
-                    let cnt = (zb - za) * plane;
-                    let (ta, te) = (ss[u0] as usize, ss[u0 + cnt] as usize);
-                    if te > ta {
-                        let tasks = hnear.slice(4 * ta..4 * te);
-                        let nsrc = hnsrc.slice(ta..te);
-                        let hr = hruns.slice(4 * 9 * at..4 * 9 * (at + cnt));
-                        let mut b = s.launch_builder(&f);
-                        b.arg(&spos).arg(&sstr).arg(&h.pos).arg(&h.str);
-                        b.arg(&tasks).arg(&nsrc).arg(&hr).arg(&period);
-                        b.arg(&mut vel).arg(&mut strf);
-                        unsafe { b.launch(blocks(te - ta, P2P_THREADS)) }?;
-                    }
-                    at += cnt;
-                }
-                Ok(())
-            })?;
-            tm.p2p += t.elapsed().as_secs_f64();
-        }
-        tm.p2p_pairs = s.clone_dtoh(&pairs)?[0];
-
-        // ---- 7. M2L
+    /// Phase 5, periodic: the far images on the host (f64) from the top multipoles `top`,
+    /// while the P2P runs, into the (still zero) locals of the receiver level.
+    fn far_image_locals(
+        &self,
+        ps: &Pass,
+        q: &PeriodicRun,
+        top: &[f32],
+        loc: &mut CudaSlice<f32>,
+        tm: &mut UniformTimes,
+    ) -> GpuResult<()> {
         let t = Instant::now();
-        if region.is_whole() {
-            tm.m2l_translations = super::m2l_count(&g);
+        let host = q.far_locals_f32(&ps.g, top);
+        let a = ps.g.level_offset(q.receiver_level) * 2 * 3 * ncoef(ps.p);
+        ps.s.memcpy_htod(&host, &mut loc.slice_mut(a..a + host.len()))?;
+        tm.far_images = t.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    /// Phase 5 on a rank, on the host while the own P2P runs: the copies of phase 4 into the
+    /// coarse windows; the halo particles, leaf and coarse multipoles exchanged; the halo
+    /// particles uploaded and sorted apart (returned); the received multipoles uploaded.
+    #[allow(clippy::too_many_arguments)]
+    fn exchange(
+        &self,
+        ps: &Pass,
+        e: &mut dyn RankExchange,
+        copies: RankCopies<'_>,
+        mult: &mut CudaSlice<f32>,
+        staging_up: &mut Option<PinnedHostSlice<f32>>,
+        tm: &mut UniformTimes,
+        bytes: &mut Bytes,
+    ) -> GpuResult<Option<Sorted>> {
+        let s = &ps.s;
+        let t_copy = Instant::now();
+        copies.done.synchronize()?;
+        let mut windows = Vec::new();
+        for (len, parts) in copies.windows {
+            let mut w = vec![0.0f32; len];
+            for (x, h) in parts {
+                w[x..x + h.len()].copy_from_slice(h);
+            }
+            windows.push(w);
+        }
+        e.add_seconds(t_copy.elapsed().as_secs_f64());
+        let nh = e.halo_count()?;
+        let leaf_up = e.leaf_multipoles(&copies.leaves)?;
+        e.coarse(&mut windows)?;
+        // multipoles to upload (received leaves, completed coarse cells): float ranges of
+        // the multipole array and their data
+        let mut mult_up: Vec<(usize, &[f32])> =
+            leaf_up.iter().map(|((a, _), w)| (*a, &w[..])).collect();
+        for (((a, _), (_, up)), w) in e
+            .coarse_ranges()
+            .into_iter()
+            .zip(e.coarse_parts())
+            .zip(&windows)
+        {
+            mult_up.extend(up.into_iter().map(|(x, y)| (a + x, &w[x..y])));
+        }
+        let nm: usize = mult_up.iter().map(|(_, w)| w.len()).sum();
+        // the own upload finished long ago: the staging buffer is free (one buffer for
+        // the halo particles and the multipoles, so the copies run asynchronously)
+        let up = pinned(
+            &self.dev,
+            staging_up,
+            8 * nh + nm,
+            CU_MEMHOSTALLOC_WRITECOMBINED,
+        )?;
+        let (hup, mut mup) = up.split_at_mut(8 * nh);
+        let mut halo = None;
+        if nh > 0 {
+            e.pack_halo(hup);
+            // SAFETY: every element is written by the copy below before any kernel reads it.
+            let mut hin = unsafe { s.alloc::<f32>(8 * nh) }?;
+            s.memcpy_htod(&*hup, &mut hin)?;
+            let hs = self.sort(ps.p, &hin, nh, &ps.g, &mut tm.k_sort, bytes)?;
+            halo = Some(hs);
+        }
+        let t = Instant::now();
+        for (a, w) in mult_up {
+            let (dst, r) = mup.split_at_mut(w.len());
+            dst.copy_from_slice(w);
+            s.memcpy_htod(&*dst, &mut mult.slice_mut(a..a + w.len()))?;
+            mup = r;
+        }
+        e.add_seconds(t.elapsed().as_secs_f64());
+        Ok(halo)
+    }
+
+    /// Phase 6 on a rank: the P2M tasks of the halo leaves and the P2P tasks from the halo
+    /// particles `h` to the own planes next to the halo (one range when they coincide or
+    /// touch), with their slices and source runs.
+    fn halo_tasks(
+        &self,
+        ps: &Pass,
+        h: &Sorted,
+        tasks: &mut LeafTasks,
+        tm: &mut UniformTimes,
+    ) -> GpuResult<HaloTasks> {
+        let (s, region, plane) = (&ps.s, ps.region, ps.plane);
+        let (n_lo, n_hi) = (
+            (region.own.0 - region.halo.0) * plane,
+            (region.halo.1 - region.own.1) * plane,
+        );
+        let ntasks = tasks.ntasks;
+        let mut p2m = s.alloc_zeros::<i32>(i4(n_lo + n_hi))?;
+        let (z0, z1) = region.own;
+        let mut ranges = Vec::new();
+        if region.halo.0 < z0 {
+            ranges.push((z0, z0 + 1));
+        }
+        if z1 < region.halo.1 {
+            match ranges.last_mut() {
+                Some(last) if last.1 >= z1 - 1 => last.1 = z1,
+                _ => ranges.push((z1 - 1, z1)),
+            }
+        }
+        let nr: usize = ranges.iter().map(|r| (r.1 - r.0) * plane).sum();
+        let mut near = s.alloc_zeros::<i32>(i4(ntasks))?;
+        let mut nsrc = s.alloc_zeros::<i32>(ntasks.max(1))?;
+        let mut runs = s.alloc_zeros::<i32>(i4(9 * nr))?;
+        let mut scratch = s.alloc_zeros::<i32>(i4(nr.max(ntasks)))?;
+        let mut scratch2 = s.alloc_zeros::<i32>(i4(ntasks))?;
+        tm.k_sort += self.event_timed(|| {
+            let f = self.func(ps.p, "u_p2m_tasks")?;
+            for (c0, cnt, at) in [
+                (region.halo.0 * plane, n_lo, 0),
+                (region.own.1 * plane, n_hi, n_lo),
+            ] {
+                if cnt == 0 {
+                    continue;
+                }
+                let (c0_i, cnt_i) = (c0 as i32, cnt as i32);
+                let mut out = p2m.slice_mut(4 * at..4 * (at + cnt));
+                let mut b = s.launch_builder(&f);
+                b.arg(&h.starts).arg(&c0_i).arg(&cnt_i).arg(&ps.leaf_base);
+                b.arg(&mut out);
+                // SAFETY: u_p2m_tasks(const int* starts, int c0, int ncells, int leaf_base,
+                // int4* out): the arguments in this order and of these types; the halo's
+                // starts hold n^3 + 1 ints (c0 + cnt <= n^3), out cnt int4; threads u >= cnt
+                // return.
+                unsafe { b.launch(grid1(cnt, 128)) }?;
+            }
+            let f = self.func(ps.p, "u_leaf_tasks")?;
+            let mut at = 0;
+            for &(za, zb) in &ranges {
+                let u0 = (za - region.own.0) * plane;
+                let cnt = (zb - za) * plane;
+                // the P2M and L2P tasks of the own leaves again: written to scratch
+                let out = TaskOutputs {
+                    p2m: scratch.as_view_mut(),
+                    near: near.as_view_mut(),
+                    nsrc: nsrc.as_view_mut(),
+                    l2p: scratch2.as_view_mut(),
+                    runs: runs.slice_mut(4 * 9 * at..4 * 9 * (at + cnt)),
+                };
+                let sl = tasks.slice_starts.slice(u0..u0 + cnt + 1);
+                let starts = &tasks.sorted.starts;
+                let leaves = (za * plane, cnt, 0);
+                self.launch_leaf_tasks(
+                    ps,
+                    &f,
+                    starts,
+                    (&h.starts, &sl),
+                    leaves,
+                    out,
+                    &mut tasks.pairs,
+                )?;
+                at += cnt;
+            }
+            Ok(())
+        })?;
+        Ok(HaloTasks {
+            p2m,
+            count: n_lo + n_hi,
+            ranges,
+            near,
+            nsrc,
+            runs,
+        })
+    }
+
+    /// Phase 6 on a rank: P2M at the halo leaves (never summed into parents: their owners
+    /// did that) and the P2P from the halo particles `h` to the own planes next to them.
+    #[allow(clippy::too_many_arguments)]
+    fn halo_p2m_p2p(
+        &self,
+        ps: &Pass,
+        h: &Sorted,
+        ht: &HaloTasks,
+        tasks: &LeafTasks,
+        xp: &mut Expansions,
+        fl: &mut RawFields,
+        tb: &Tables,
+        tm: &mut UniformTimes,
+    ) -> GpuResult<()> {
+        let (s, p, plane) = (&ps.s, ps.p, ps.plane);
+        let period = ps.period();
+        tm.k_p2m += self.event_timed(|| {
+            let f = self.func(p, "p2m")?;
+            let mut b = s.launch_builder(&f);
+            b.arg(&h.pos)
+                .arg(&h.str)
+                .arg(&ht.p2m)
+                .arg(&xp.centers)
+                .arg(&tb.knm);
+            b.arg(&mut xp.mult);
+            // SAFETY: p2m (signature at its launch in `upward_pass`): the arguments in this
+            // order and of these types; one block of P2M_THREADS per halo leaf (ht.count
+            // tasks indexing the halo's sorted particles and the global leaf cells).
+            unsafe { b.launch(blocks(ht.count, ncoef(p).div_ceil(32) * 32)) }?;
+            Ok(())
+        })?;
+        tm.k_p2p += self.event_timed(|| {
+            let f = self.func(p, "p2p_near")?;
+            let mut at = 0;
+            for &(za, zb) in &ht.ranges {
+                let u0 = (za - ps.region.own.0) * plane;
+                let cnt = (zb - za) * plane;
+                let (ta, te) = (tasks.ss[u0] as usize, tasks.ss[u0 + cnt] as usize);
+                if te > ta {
+                    let near = ht.near.slice(4 * ta..4 * te);
+                    let nsrc = ht.nsrc.slice(ta..te);
+                    let hr = ht.runs.slice(4 * 9 * at..4 * 9 * (at + cnt));
+                    let mut b = s.launch_builder(&f);
+                    b.arg(&tasks.sorted.pos)
+                        .arg(&tasks.sorted.str)
+                        .arg(&h.pos)
+                        .arg(&h.str);
+                    b.arg(&near).arg(&nsrc).arg(&hr).arg(&period);
+                    b.arg(&mut fl.vel).arg(&mut fl.strf);
+                    // SAFETY: p2p_near (signature at its launch in `own_p2p`): the arguments
+                    // in this order and of these types; one block of P2P_THREADS per task ta ..
+                    // te of these planes; the tasks index the own sorted particles, the runs
+                    // (9 per leaf, relative to hr) the halo's; vel and strf hold 3 np floats.
+                    unsafe { b.launch(blocks(te - ta, P2P_THREADS)) }?;
+                }
+                at += cnt;
+            }
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    /// Phase 7: M2L per level over the implicit stencil, one block per target cell of the
+    /// cells overlapping the own planes (level 0 skipped when every top cell is a neighbour
+    /// of every other).
+    fn m2l_pass(
+        &self,
+        ps: &Pass,
+        xp: &mut Expansions,
+        tb: &Tables,
+        tm: &mut UniformTimes,
+    ) -> GpuResult<()> {
+        let (s, g, p) = (&ps.s, &ps.g, ps.p);
+        let (r_i, trt, periodic_i) = (tb.r as i32, tr_threads(p), ps.periodic_i());
+        if ps.region.is_whole() {
+            tm.m2l_translations = super::m2l_count(g);
         }
         tm.k_m2l = self.event_timed(|| {
             let f = self.func(p, "u_m2l")?;
-            for l in 0..=k {
-                if l == 0 && m < 3 {
+            for l in 0..=g.k {
+                if l == 0 && g.m < 3 {
                     continue; // every top cell is a neighbour of every other
                 }
                 let (off, nl) = (g.level_offset(l) as i32, g.n_at(l) as i32);
                 let top = (l == 0) as i32;
                 let w = g.width(l) as f32;
-                let (c0, cnt) = region.level_cells(l);
+                let (c0, cnt) = ps.region.level_cells(l);
                 let c0_i = c0 as i32;
                 let mut b = s.launch_builder(&f);
-                b.arg(&mult)
-                    .arg(&mut loc)
+                b.arg(&xp.mult)
+                    .arg(&mut xp.loc)
                     .arg(&tb.rots)
                     .arg(&tb.z_m2l)
                     .arg(&tb.toff);
                 b.arg(&r_i).arg(&off).arg(&nl).arg(&top).arg(&periodic_i);
                 b.arg(&w).arg(&c0_i);
+                // SAFETY: u_m2l(const float2* mult, float2* loc, const float* rots, ztab,
+                // const int* toff, int R, level_off, nl, top, periodic, float w, int c0): the
+                // arguments in this order and of these types; one block of TR_THREADS per
+                // target cell c0 .. c0 + cnt of level l (inside the level); the stencil's
+                // offsets are at most R = tb.r (ensure_tables).
                 unsafe { b.launch(blocks(cnt, trt)) }?;
             }
             Ok(())
         })?;
-        tm.m2l = t.elapsed().as_secs_f64();
-        drop(halo);
+        Ok(())
+    }
 
-        // ---- 8. downward: L2L, L2P
-        let t = Instant::now();
+    /// Phase 8: L2L level by level downwards over the cells overlapping the own planes, then
+    /// L2P at the own particles (slices of `UNIFORM_EVAL_BLOCK` targets).
+    fn downward_pass(
+        &self,
+        ps: &Pass,
+        tasks: &LeafTasks,
+        xp: &mut Expansions,
+        fl: &mut RawFields,
+        tb: &Tables,
+        tm: &mut UniformTimes,
+    ) -> GpuResult<()> {
+        let (s, g, p) = (&ps.s, &ps.g, ps.p);
+        let (r_i, trt) = (tb.r as i32, tr_threads(p));
         tm.k_l2l = self.event_timed(|| {
             let f = self.func(p, "u_l2l")?;
-            for l in 1..=k {
+            for l in 1..=g.k {
                 let (coff, nl) = (g.level_offset(l) as i32, g.n_at(l) as i32);
                 let poff = g.level_offset(l - 1) as i32;
                 let dist = (0.5 * 3f64.sqrt() * g.width(l)) as f32;
-                let (c0, cnt) = region.level_cells(l);
+                let (c0, cnt) = ps.region.level_cells(l);
                 let c0_i = c0 as i32;
                 let mut b = s.launch_builder(&f);
-                b.arg(&mut loc)
+                b.arg(&mut xp.loc)
                     .arg(&tb.rots)
                     .arg(&tb.z_l2l)
                     .arg(&tb.toff)
                     .arg(&r_i);
                 b.arg(&coff).arg(&nl).arg(&poff).arg(&dist).arg(&c0_i);
+                // SAFETY: u_l2l(float2* loc, const float* rots, ztab, const int* toff, int R,
+                // child_off, nl, parent_off, float dist, int c0): the arguments in this order
+                // and of these types; one block of TR_THREADS per child c0 .. c0 + cnt of
+                // level l (inside the level).
                 unsafe { b.launch(blocks(cnt, trt)) }?;
             }
             Ok(())
         })?;
         tm.k_l2p = self.event_timed(|| {
-            if ntasks == 0 {
+            if tasks.ntasks == 0 {
                 return Ok(());
             }
             let f = self.func(p, "l2p")?;
             let mut b = s.launch_builder(&f);
-            b.arg(&spos)
-                .arg(&sstr)
-                .arg(&l2p_tasks)
-                .arg(&centers)
-                .arg(&loc);
-            b.arg(&tb.knm).arg(&mut vel).arg(&mut strf);
-            unsafe { b.launch(blocks(ntasks, UNIFORM_EVAL_BLOCK)) }?;
+            b.arg(&tasks.sorted.pos)
+                .arg(&tasks.sorted.str)
+                .arg(&tasks.l2p)
+                .arg(&xp.centers)
+                .arg(&xp.loc);
+            b.arg(&tb.knm).arg(&mut fl.vel).arg(&mut fl.strf);
+            // SAFETY: l2p(const float4* tpos, tstr, const int4* tasks, const float4* centers,
+            // const float2* locals, const float* knm, float* vel, float* str) of fmm.cu: the
+            // arguments in this order and of these types; one block of EVAL_BLOCK =
+            // UNIFORM_EVAL_BLOCK threads per task (ntasks, at most that many targets each);
+            // vel and strf hold 3 np floats.
+            unsafe { b.launch(blocks(tasks.ntasks, UNIFORM_EVAL_BLOCK)) }?;
             Ok(())
         })?;
-        tm.downward = t.elapsed().as_secs_f64();
-        drop(guard);
+        Ok(())
+    }
 
-        // ---- 9. back to input order
-        let t = Instant::now();
+    /// Phase 9 on the device: the fields of the sorted particles scattered to input order,
+    /// `6 np` floats `(u, s)` per particle (the expansions and sorted rows freed first).
+    fn scatter_fields(
+        &self,
+        ps: &Pass,
+        tasks: LeafTasks,
+        xp: Expansions,
+        fl: RawFields,
+        tm: &mut UniformTimes,
+        bytes: &mut Bytes,
+    ) -> GpuResult<CudaSlice<f32>> {
+        let (s, np) = (&ps.s, ps.np);
         let np_i = np as i32;
         let mut out6 = s.alloc_zeros::<f32>(6 * np)?;
         bytes.add(&out6);
         tm.device_bytes = bytes.0;
-        drop((mult, loc, spos, sstr));
+        let Sorted {
+            perm,
+            pos,
+            str: sstr,
+            ..
+        } = tasks.sorted;
+        drop((xp.mult, xp.loc, pos, sstr));
         tm.k_scatter = self.event_timed(|| {
-            let f = self.func(p, "u_scatter_fields")?;
+            let f = self.func(ps.p, "u_scatter_fields")?;
             let mut b = s.launch_builder(&f);
-            b.arg(&perm).arg(&np_i).arg(&vel).arg(&strf).arg(&mut out6);
+            b.arg(&perm)
+                .arg(&np_i)
+                .arg(&fl.vel)
+                .arg(&fl.strf)
+                .arg(&mut out6);
+            // SAFETY: u_scatter_fields(const int* perm, int np, const float* vel, str, float*
+            // out): the arguments in this order and of these types; perm holds np input
+            // indices (< np), vel and strf 3 np floats, out6 6 np; threads k >= np return.
             unsafe { b.launch(grid1(np, THREADS)) }?;
             Ok(())
         })?;
-        tm.download = t.elapsed().as_secs_f64();
         Ok(out6)
     }
 
-    /// Phase 9: the fields `out6` (device, `6 np` raw floats) into `fields` (f64, `1/(4 pi)`,
+    /// Phase 9 on the host: the fields `out6` (device, `6 np` raw floats) into `fields` (f64, `1/(4 pi)`,
     /// periodic: minus the surface correction), downloaded in pieces, each converted on the
     /// host while the next one is copied.
     fn download(

@@ -8,7 +8,7 @@
 //!   as on the CPU. The physical product grid uses cuFFT's padded in-place layout (rows of `m`
 //!   reals in `2 (m/2+1)` slots); no other code sees it.
 //! - **Kernels** (`kernels/spectral.cu`, compiled by NVRTC at first use through
-//!   [`::gpu::device::GpuDevice`]): zero padding of `u` and of the curl `i k x u`, `u x omega` with
+//!   [`vortex_cuda::GpuDevice`]): zero padding of `u` and of the curl `i k x u`, `u x omega` with
 //!   `max(|u|+|v|+|w|)` (an order-independent `atomicMax` on the bit patterns: deterministic),
 //!   truncation with projection, the integrating factors, the four RK4 combinations. The
 //!   elementwise arithmetic is rounded exactly as on the CPU (`__dmul_rn`, no FMA contraction);

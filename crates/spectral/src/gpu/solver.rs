@@ -5,19 +5,16 @@ use super::layout::{self, BLOCK};
 use crate::config::Dealias;
 use crate::field::SpectralField;
 use crate::solver::{choose_dt, product_grid, SolverError, StepInfo, StepMode};
-use ::gpu::device::{GpuDevice, GpuError, KernelSource};
 use cudarc::cufft::{result as cufft_result, sys as cufft_sys, CudaFft};
 use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, DevicePtrMut, LaunchConfig, PushKernelArg,
 };
 use num_complex::Complex64;
 use std::sync::Arc;
+use vortex_cuda::{GpuDevice, GpuError};
 
 /// The kernel source, embedded in the binary and compiled by NVRTC at first use on a device.
-pub const SPECTRAL: KernelSource = KernelSource {
-    name: "spectral",
-    source: include_str!("../../../../kernels/spectral.cu"),
-};
+pub use vortex_cuda::SPECTRAL;
 
 /// The kernels of [`SPECTRAL`].
 pub const KERNELS: [&str; 6] = [
@@ -45,7 +42,7 @@ pub fn cufft_present() -> bool {
 
 /// Why the CUDA backend cannot run here, or `Ok` with the device when it can.
 pub fn probe(index: usize) -> Result<Arc<GpuDevice>, SolverError> {
-    if !::gpu::driver_present() {
+    if !vortex_cuda::driver_present() {
         return Err(gpu_err(GpuError::NoDriver));
     }
     if !cufft_present() {
@@ -435,7 +432,9 @@ impl GpuSolver {
             .arg(&n)
             .arg(&nu)
             .arg(&dt);
-        // SAFETY: arguments match `factors` in kernels/spectral.cu; the arrays hold n^2 (n/2+1).
+        // SAFETY: factors(double* e_half, double* e_full, int n, double nu, double dt) in
+        // kernels/spectral.cu: the arguments in this order and of these types; e_half and e_full
+        // hold n^2 (n/2+1) doubles; a grid-stride loop over them, whatever the grid.
         unsafe { b.launch(launch_cfg(clen)) }.map_err(dev_err("factors"))?;
         self.factor_dt = dt;
         Ok(())
@@ -459,7 +458,11 @@ impl GpuSolver {
         // The non-finite flag is the second entry of `flags`.
         let mut flag = self.flags.slice_mut(1..2);
         b.arg(&mut flag);
-        // SAFETY: arguments match `rk_combine`; every array holds 3 n^2 (n/2+1) complex values.
+        // SAFETY: rk_combine(int stage, double2* u, const double2* k, double2* acc, double2* st,
+        // const double* eh, const double* ef, long long nclen, double h, h2, h6, u64* nonfinite):
+        // the arguments in this order and of these types; state, rhs, acc and stage hold 3 n^2
+        // (n/2+1) complex values, e_half and e_full n^2 (n/2+1) doubles, the flag one u64; a
+        // grid-stride loop over the 3 clen values, whatever the grid.
         unsafe { b.launch(launch_cfg(3 * clen as usize)) }.map_err(dev_err("rk_combine"))?;
         Ok(())
     }
@@ -478,7 +481,10 @@ impl GpuSolver {
             };
             let mut b = self.stream.launch_builder(&self.k.pad);
             b.arg(input).arg(&mut self.work).arg(&n).arg(&m).arg(&kcut);
-            // SAFETY: arguments match `pad_velocity_vorticity`; sizes as allocated in `new`.
+            // SAFETY: pad_velocity_vorticity(const double2* u, double2* work, int n, int m,
+            // int kcut): the arguments in this order and of these types; the input holds 3 n^2
+            // (n/2+1) complex values, work six buffers of m^2 (m/2+1) complex (allocated in
+            // `new`); a grid-stride loop over the padded modes, whatever the grid.
             unsafe { b.launch(launch_cfg(mclen)) }.map_err(dev_err("pad"))?;
         }
         // cuFFT runs in the current context of the calling thread.
@@ -507,7 +513,10 @@ impl GpuSolver {
             let mut b = self.stream.launch_builder(&self.k.cross);
             b.arg(&mut self.work).arg(&m).arg(&mut flags);
             let total = self.m * self.m * self.m;
-            // SAFETY: arguments match `cross_umax`, launched with BLOCK threads.
+            // SAFETY: cross_umax(double* work, int m, u64* umax_bits): the arguments in this
+            // order and of these types; work holds six in-place buffers of m^2 (m/2+1) complex
+            // (2 m^2 (m/2+1) doubles each), the flag one u64; a grid-stride loop over the m^3
+            // points; BLOCK = 256 threads, at most the 32 warps of its shared array.
             unsafe { b.launch(launch_cfg(total)) }.map_err(dev_err("cross"))?;
         }
         // Three in-place D2Z transforms.
@@ -532,7 +541,9 @@ impl GpuSolver {
                 .arg(&m)
                 .arg(&kcut)
                 .arg(&scale);
-            // SAFETY: arguments match `unpad_project`.
+            // SAFETY: unpad_project(const double2* work, double2* rhs, int n, int m, int kcut,
+            // double scale): the arguments in this order and of these types; work as above, rhs
+            // 3 n^2 (n/2+1) complex values, n <= m; a grid-stride loop, whatever the grid.
             unsafe { b.launch(launch_cfg(clen)) }.map_err(dev_err("unpad"))?;
         }
         Ok(())
@@ -545,7 +556,9 @@ impl GpuSolver {
         let clen = self.n * self.n * (self.n / 2 + 1);
         let mut b = self.stream.launch_builder(&self.k.project);
         b.arg(&mut self.state).arg(&n).arg(&kcut);
-        // SAFETY: arguments match `project_truncate`.
+        // SAFETY: project_truncate(double2* v, int n, int kcut): the arguments in this order
+        // and of these types; the state holds 3 n^2 (n/2+1) complex values; a grid-stride loop
+        // over them, whatever the grid.
         unsafe { b.launch(launch_cfg(clen)) }.map_err(dev_err("project"))?;
         self.host = None;
         Ok(())

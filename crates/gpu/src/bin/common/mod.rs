@@ -24,6 +24,20 @@ impl Check {
         }
     }
 
+    /// Prints `passed` when every check passed; otherwise `failed` and the failures, then
+    /// exits with status 1.
+    pub fn finish(&self, passed: &str, failed: &str) {
+        if self.failed.is_empty() {
+            println!("{passed}");
+            return;
+        }
+        println!("{failed}");
+        for f in &self.failed {
+            println!("  {f}");
+        }
+        std::process::exit(1);
+    }
+
     /// Prints a figure that is not checked.
     #[allow(dead_code)] // used by one of the binaries only
     pub fn info(&self, what: &str, v: f64) {

@@ -1,0 +1,87 @@
+//! The CUDA C sources of `kernels/` at the top of the workspace, embedded in the binary with
+//! `include_str!`, and the headers they include.
+//!
+//! NVRTC sees no file system: a source's `#include "name"` is resolved against the headers
+//! handed to the program at its creation ([`KernelSource::headers`], the include names
+//! below), so shared device code lives in one file and is compiled into each module that
+//! includes it (`common.cuh`: block scan and tree reduction of `resident.cu`; `p2p.cu` and
+//! `fmm.cu`: the device functions and kernels that `uniform.cu` reuses).
+
+/// A header a source may `#include "name"` (NVRTC's named headers).
+#[derive(Clone, Copy, Debug)]
+pub struct Header {
+    /// The include name, as written in the `#include` directive.
+    pub name: &'static str,
+    pub source: &'static str,
+}
+
+/// One CUDA source file of `kernels/`, embedded in the binary, with the headers it includes.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelSource {
+    /// The file's stem (`kernels/{name}.cu`): the program name, the cache key, error messages.
+    pub name: &'static str,
+    pub source: &'static str,
+    pub headers: &'static [Header],
+}
+
+/// Block-wide Hillis-Steele scan and shared-memory tree reduction (`kernels/common.cuh`).
+pub const COMMON_H: Header = Header {
+    name: "common.cuh",
+    source: include_str!("../../../kernels/common.cuh"),
+};
+
+/// Near-field and all-pairs P2P kernels.
+pub const P2P: KernelSource = KernelSource {
+    name: "p2p",
+    source: include_str!("../../../kernels/p2p.cu"),
+    headers: &[],
+};
+
+/// Expansion kernels (P2M, M2M, M2L, L2L, L2P, M2P; compiled with `-DORDER=p`).
+pub const FMM: KernelSource = KernelSource {
+    name: "fmm",
+    source: include_str!("../../../kernels/fmm.cu"),
+    headers: &[],
+};
+
+/// Pseudo-particle operators (compiled with `-DPPM_K=K -DPPM_P=p`).
+pub const PPM: KernelSource = KernelSource {
+    name: "ppm",
+    source: include_str!("../../../kernels/ppm.cu"),
+    headers: &[],
+};
+
+/// Uniform-grid FMM built on the device (`kernels/uniform.cu`, compiled with `-DORDER=p
+/// -DEVAL_BLOCK=32`): it includes `p2p.cu` and `fmm.cu` and so reuses their device functions
+/// and their `p2p_near`, `p2m` and `l2p` kernels (one module).
+pub const UNIFORM: KernelSource = KernelSource {
+    name: "uniform",
+    source: include_str!("../../../kernels/uniform.cu"),
+    headers: &[
+        Header {
+            name: "p2p.cu",
+            source: P2P.source,
+        },
+        Header {
+            name: "fmm.cu",
+            source: FMM.source,
+        },
+    ],
+};
+
+/// Element-wise steps of the pseudo-spectral solver (`crates/spectral`, cuFFT path).
+pub const SPECTRAL: KernelSource = KernelSource {
+    name: "spectral",
+    source: include_str!("../../../kernels/spectral.cu"),
+    headers: &[],
+};
+
+/// The vortex-method step resident on the device (`crates/resident`).
+pub const RESIDENT: KernelSource = KernelSource {
+    name: "resident",
+    source: include_str!("../../../kernels/resident.cu"),
+    headers: &[COMMON_H],
+};
+
+/// Every kernel source of the workspace.
+pub const ALL_SOURCES: [KernelSource; 6] = [P2P, FMM, PPM, UNIFORM, SPECTRAL, RESIDENT];
