@@ -165,7 +165,7 @@ pub fn choose(req: &Request, caps: &Capabilities) -> Result<Choice, Refusal> {
         return Err(refuse("no ranks".into()));
     }
     let mut reasons = Vec::new();
-    let device = device(req.backend, caps).map_err(refuse)?;
+    let mut device = device(req.backend, caps).map_err(refuse)?;
     reasons.push(match (req.backend, device) {
         (BackendChoice::Auto, Device::Cuda) => "backend auto: every rank has a usable GPU".into(),
         (BackendChoice::Auto, Device::Cpu) => {
@@ -173,6 +173,15 @@ pub fn choose(req: &Request, caps: &Capabilities) -> Result<Choice, Refusal> {
         }
         (b, _) => format!("backend {b} asked for"),
     });
+    if req.method == Method::Treecode && req.periodic && device == Device::Cuda {
+        const WHY: &str = "the periodic treecode needs a local-expansion pass for the far images, \
+                           which the CUDA backend does not have";
+        if req.backend != BackendChoice::Auto {
+            return Err(refuse(format!("{WHY} (backend cpu or auto runs it)")));
+        }
+        reasons.push(format!("{WHY}: the CPU"));
+        device = Device::Cpu;
+    }
     let engine = match req.grid {
         GridChoice::Uniform => uniform(req, device, &mut reasons).map_err(refuse)?,
         GridChoice::Adaptive if req.ranks > 1 => {

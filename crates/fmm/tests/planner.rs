@@ -40,6 +40,8 @@ fn the_planner_chooses_by_the_table() {
         (M::Fmm, B::Cpu, G::Adaptive, true, 1, T::Points, GPU, Engine::Adaptive(Cpu)),
         (M::Ppm, B::Cuda, G::Adaptive, true, 1, T::SourcesWith, GPU, Engine::Adaptive(Cuda)),
         (M::Treecode, B::Cuda, G::Adaptive, false, 1, T::Points, GPU, Engine::Adaptive(Cuda)),
+        (M::Treecode, B::Auto, G::Adaptive, true, 1, T::Sources, GPU, Engine::Adaptive(Cpu)),
+        (M::Treecode, B::Auto, G::Adaptive, true, 2, T::Sources, GPU, Engine::Distributed(Cpu)),
         (M::Direct, B::Auto, G::Adaptive, false, 1, T::Sources, GPU, Engine::Direct),
         (M::Direct, B::Cpu, G::Adaptive, true, 1, T::Points, NO_GPU, Engine::Direct),
         (M::Direct, B::Cpu, G::Adaptive, false, 3, T::Points, NO_GPU, Engine::Distributed(Cpu)),
@@ -72,6 +74,7 @@ fn the_planner_refuses_with_reasons() {
         (req(M::Fmm, B::Cuda, G::Uniform, false, 1, T::SourcesWith), GPU, "other strengths"),
         (req(M::Fmm, B::Cuda, G::Uniform, true, 2, T::Sources), GPU, "periodic box runs on one rank"),
         (req(M::Fmm, B::Cpu, G::Adaptive, false, 0, T::Sources), GPU, "no ranks"),
+        (req(M::Treecode, B::Cuda, G::Adaptive, true, 1, T::Sources), GPU, "periodic treecode"),
     ];
     for (i, (rq, caps, words)) in table.into_iter().enumerate() {
         let e = choose(&rq, &caps).expect_err(&format!("row {i}: {rq:?} must be refused"));
