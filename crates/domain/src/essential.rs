@@ -28,7 +28,7 @@
 //! Every target cell therefore sees exactly the interaction lists of the single-rank run, and
 //! the results agree with it to round-off whatever the number of ranks.
 
-use crate::comm::{Comm, ReduceOp};
+use crate::comm::{bytes_allreduce, bytes_sent, Comm, ReduceOp};
 use crate::ext_tree::{assemble, max_of, radius2_of, subtree_cells, Assembled, NodeInfo};
 use crate::partition::{key_span, Partition};
 use crate::wire::{Reader, Writer};
@@ -367,7 +367,7 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
     let t_r = |c: usize| summary[c * SUMMARY + 2].sqrt();
     let t_min = |c: usize| (-summary[c * SUMMARY + 3]) as u32;
     let t_max = |c: usize| summary[c * SUMMARY + 4] as u32;
-    stats.bytes_summary += comm_bytes_allreduce(nranks, summary.len());
+    stats.bytes_summary += bytes_allreduce(nranks, summary.len());
     laps.lap(stats, "summary allreduce");
 
     // replicated nodes of the source tree: top cells and branch cells (remote ones truncated)
@@ -534,12 +534,7 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
             w.buf
         })
         .collect();
-    stats.bytes_p2p += send
-        .iter()
-        .enumerate()
-        .filter(|(r, _)| *r != me)
-        .map(|(_, b)| b.len() as u64)
-        .sum::<u64>();
+    stats.bytes_p2p += bytes_sent(me, &send);
     laps.lap(stats, "P2Pcomm pack");
     let recv = comm.alltoallv(&send);
     drop(send);
@@ -730,7 +725,7 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
             w.buf
         })
         .collect();
-    stats.bytes_m2l += sent_bytes(me, &send);
+    stats.bytes_m2l += bytes_sent(me, &send);
     let recv = comm.alltoallv(&send);
     drop(send);
     // cells of this rank whose multipoles each rank asked for
@@ -912,12 +907,7 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
             w.buf
         })
         .collect();
-    stats.bytes_m2l += send
-        .iter()
-        .enumerate()
-        .filter(|(r, _)| *r != me)
-        .map(|(_, b)| b.len() as u64)
-        .sum::<u64>();
+    stats.bytes_m2l += bytes_sent(me, &send);
     let recv = comm.alltoallv(&send);
     drop(send);
     laps.lap(stats, "M2Lcomm exchange");
@@ -974,27 +964,13 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
     let mut fields = agree(comm, result)?;
     if let Some(p) = &params.periodic {
         // surface correction from the dipole moment of all sources (wrapped positions)
-        let mut d = [0.0f64; 9];
-        for (a, x) in src.sources.strength.iter().zip(&src.sources.position) {
-            for c in 0..3 {
-                for l in 0..3 {
-                    d[3 * c + l] += a[c] * x[l];
-                }
-            }
-        }
+        let m = fmm::periodic::dipole_moment(&src.sources);
+        let mut d: Vec<f64> = m.iter().flatten().copied().collect();
         comm.allreduce_f64(&mut d, ReduceOp::Sum);
-        stats.bytes_summary += comm_bytes_allreduce(nranks, 9);
-        let f = 1.0 / (3.0 * p.box_length.powi(3));
-        let corr = [
-            f * (d[2 * 3 + 1] - d[3 + 2]),
-            f * (d[2] - d[2 * 3]),
-            f * (d[3] - d[1]),
-        ];
-        for v in &mut fields.velocity {
-            for c in 0..3 {
-                v[c] -= corr[c];
-            }
-        }
+        stats.bytes_summary += bytes_allreduce(nranks, 9);
+        let d: [[f64; 3]; 3] = std::array::from_fn(|c| std::array::from_fn(|l| d[3 * c + l]));
+        let corr = fmm::periodic::surface_velocity(&d, p.box_length);
+        fmm::periodic::subtract_surface(&mut fields.velocity, corr);
     }
     laps.lap(stats, "periodic correction");
     times.total += t0.elapsed().as_secs_f64();
@@ -1047,20 +1023,6 @@ fn merge_sorted(a: &OwnedSources, mut b: OwnedSources) -> OwnedSources {
             sigma: pick(&from, &a.sources.sigma, &b.sources.sigma),
         },
     }
-}
-
-/// Bytes of `send` that leave this rank.
-fn sent_bytes(me: usize, send: &[Vec<u8>]) -> u64 {
-    send.iter()
-        .enumerate()
-        .filter(|(r, _)| *r != me)
-        .map(|(_, b)| b.len() as u64)
-        .sum()
-}
-
-/// Bytes one rank sends in an allreduce of `n` doubles (an all-gather of its vector).
-pub(crate) fn comm_bytes_allreduce(nranks: usize, n: usize) -> u64 {
-    (8 * n * (nranks - 1)) as u64
 }
 
 /// The assembled source tree type, for tests.

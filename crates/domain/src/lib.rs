@@ -201,7 +201,7 @@ fn route<C: Comm + ?Sized>(
             buf
         })
         .collect();
-    stats.bytes_redistribute += sent(comm, &send);
+    stats.bytes_redistribute += comm::bytes_sent(comm.rank(), &send);
     let recv = comm.alltoallv(&send);
     drop(send);
     let total: usize = (bounds[me + 1] - bounds[me])
@@ -413,7 +413,7 @@ fn return_fields<C: Comm + ?Sized>(
             buf
         })
         .collect();
-    stats.bytes_redistribute += sent(comm, &send);
+    stats.bytes_redistribute += comm::bytes_sent(comm.rank(), &send);
     let recv = comm.alltoallv(&send);
     drop(send);
     let mut out = Fields::zeros(n);
@@ -564,14 +564,6 @@ pub fn redistribute_targets<C: Comm + ?Sized>(
         &targets.strength,
         stats,
     )
-}
-
-fn sent<C: Comm + ?Sized>(comm: &C, send: &[Vec<u8>]) -> u64 {
-    send.iter()
-        .enumerate()
-        .filter(|(r, _)| *r != comm.rank())
-        .map(|(_, b)| b.len() as u64)
-        .sum()
 }
 
 fn validate_local(
@@ -819,7 +811,7 @@ pub fn evaluate_distributed<C: Comm + ?Sized, B: Backend>(
 /// Bytes one rank sent while building the partition tree (allreduce of 16 counts per split).
 fn essential_bytes_partition(part: &Partition, nranks: usize) -> u64 {
     let split = part.cells.iter().filter(|c| !c.is_branch()).count();
-    essential::comm_bytes_allreduce(nranks, 16 * split + 2)
+    comm::bytes_allreduce(nranks, 16 * split + 2)
 }
 
 /// Gathers every rank's `fields` (each in its caller's order) on rank 0, concatenated in rank

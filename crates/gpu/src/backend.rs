@@ -26,7 +26,7 @@ use fmm::expansions::ncoef;
 use fmm::kernel::INV_4PI;
 use fmm::lists::NO_SHIFT;
 use fmm::{Fields, FmmError, Sources, Targets};
-use std::collections::HashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::{Arc, Mutex};
 
 /// Targets per near-field task and threads per near-field block (`NEAR_TARGETS`,
@@ -362,7 +362,7 @@ impl CudaBackend {
         let r: GpuResult<()> = timed(&mut wall, || {
             let mut rb = RotationBuilder::new(p);
             let mut recs = Vec::new();
-            let mut keys: HashMap<[i64; 3], i32> = HashMap::new();
+            let mut keys: FxHashMap<[i64; 3], i32> = FxHashMap::default();
             let mut tasks: Vec<[i32; 4]> = Vec::new();
             let mut entries: Vec<[i32; 4]> = Vec::new();
             let mut level_ranges = Vec::new();
@@ -522,7 +522,7 @@ impl CudaBackend {
         let r: GpuResult<()> = timed(&mut wall, || {
             let mut rb = RotationBuilder::new(p);
             let mut recs = Vec::new();
-            let mut keys: HashMap<[i64; 3], i32> = HashMap::new();
+            let mut keys: FxHashMap<[i64; 3], i32> = FxHashMap::default();
             let mut tasks: Vec<[i32; 4]> = Vec::new();
             let mut entries: Vec<[i32; 4]> = Vec::new();
             let mut level_ranges = Vec::new();
@@ -1015,42 +1015,9 @@ pub struct M2lBuffers {
     pub recs: Vec<f32>,
     keys: Vec<u128>,
     /// rotation records of the directions met so far, for order `cache_order`
-    rot_cache: HashMap<u128, Vec<f32>, FxBuild>,
+    rot_cache: FxHashMap<u128, Vec<f32>>,
     cache_order: usize,
 }
-
-/// A cheap multiplicative hasher (FxHash) for the direction keys.
-#[derive(Default, Clone, Copy)]
-struct Fx(u64);
-
-impl Fx {
-    #[inline]
-    fn add(&mut self, x: u64) {
-        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
-}
-
-impl std::hash::Hasher for Fx {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for c in bytes.chunks(8) {
-            let mut w = [0u8; 8];
-            w[..c.len()].copy_from_slice(c);
-            self.add(u64::from_le_bytes(w));
-        }
-    }
-    fn write_u64(&mut self, x: u64) {
-        self.add(x)
-    }
-    fn write_u128(&mut self, x: u128) {
-        self.add(x as u64);
-        self.add((x >> 64) as u64);
-    }
-}
-
-type FxBuild = std::hash::BuildHasherDefault<Fx>;
 
 const KEY_BIAS: i64 = 1 << 41;
 const KEY_MASK: u128 = (1 << 42) - 1;
@@ -1151,20 +1118,14 @@ pub fn pack_m2l_into(plan: &Plan, p: usize, with_rot: bool, out: &mut M2lBuffers
     let set = out
         .keys
         .par_chunks(1 << 16)
-        .fold(
-            std::collections::HashSet::<u128, FxBuild>::default,
-            |mut m, ks| {
-                m.extend(ks.iter().copied());
-                m
-            },
-        )
-        .reduce(
-            std::collections::HashSet::<u128, FxBuild>::default,
-            |mut a, b| {
-                a.extend(b);
-                a
-            },
-        );
+        .fold(FxHashSet::<u128>::default, |mut m, ks| {
+            m.extend(ks.iter().copied());
+            m
+        })
+        .reduce(FxHashSet::<u128>::default, |mut a, b| {
+            a.extend(b);
+            a
+        });
     // reduce each to its direction (gcd), number the distinct directions
     let raw: Vec<(u128, u128)> = set
         .into_iter()
@@ -1202,7 +1163,7 @@ pub fn pack_m2l_into(plan: &Plan, p: usize, with_rot: bool, out: &mut M2lBuffers
     for u in &uniq {
         out.recs.extend_from_slice(&out.rot_cache[u]);
     }
-    let index: HashMap<u128, i32, FxBuild> = raw
+    let index: FxHashMap<u128, i32> = raw
         .iter()
         .map(|(k, r)| (*k, uniq.binary_search(r).unwrap() as i32))
         .collect();

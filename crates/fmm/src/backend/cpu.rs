@@ -24,7 +24,7 @@ use crate::ppm::PseudoParticles;
 use crate::tree::{Cell, Tree};
 use crate::{Fields, FmmError, Sources, Targets};
 use rayon::prelude::*;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::ops::Range;
 use std::sync::{Arc, RwLock};
 use wide::f64x4;
@@ -312,41 +312,6 @@ impl FmmOps {
     }
 }
 
-/// A multiplicative hash of direction keys (small integer triples); the std SipHash costs more
-/// than the lookup is worth in the M2L loop.
-#[derive(Clone, Copy, Default)]
-struct BuildKeyHasher;
-
-#[derive(Default)]
-struct KeyHasher(u64);
-
-impl std::hash::BuildHasher for BuildKeyHasher {
-    type Hasher = KeyHasher;
-    fn build_hasher(&self) -> KeyHasher {
-        KeyHasher(0)
-    }
-}
-
-impl std::hash::Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.write_u64(*b as u64);
-        }
-    }
-    fn write_i64(&mut self, v: i64) {
-        self.write_u64(v as u64);
-    }
-    fn write_usize(&mut self, v: usize) {
-        self.write_u64(v as u64);
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(23) ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
 /// Target cells per block of the batched M2L pass (consecutive cells: one level, Morton order).
 const M2L_BLOCK: usize = 64;
 
@@ -389,7 +354,7 @@ impl FmmOps {
 /// far pair to collect the keys of a plan first.
 #[derive(Default)]
 struct RotationCache {
-    map: RwLock<HashMap<[i64; 3], Arc<Rotation>, BuildKeyHasher>>,
+    map: RwLock<FxHashMap<[i64; 3], Arc<Rotation>>>,
 }
 
 impl RotationCache {

@@ -369,11 +369,7 @@ fn evaluate_unchecked<B: Backend>(
     };
     if let Some(p) = &plan.periodic {
         let corr = periodic::surface_correction(&sorted_sources, p.box_length);
-        for v in &mut fields.velocity {
-            for c in 0..3 {
-                v[c] -= corr[c];
-            }
-        }
+        periodic::subtract_surface(&mut fields.velocity, corr);
     }
     times.total = t0.elapsed().as_secs_f64();
     Ok(Evaluation {
