@@ -34,13 +34,10 @@ use crate::partition::{key_span, Partition};
 use crate::wire::{Reader, Writer};
 use crate::{CommStats, DomainError};
 use fmm::backend::{timed, Backend, FarField, PhaseTimes, Plan};
-use fmm::evaluators::Method;
-use fmm::expansions::{expansion_len, Complex64};
 use fmm::lists::{CsrList, InteractionLists, ListParams, COMPLETE, NO_PARTICLES, TRUNCATED};
 use fmm::operators::{Operators, Scratch};
-use fmm::ppm::PseudoParticles;
 use fmm::tree::MAX_LEVEL;
-use fmm::{EvalParams, Fields, Sources, Targets};
+use fmm::{EvalParams, Expansions, FarMethod, Fields, Sources, Targets};
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::time::Instant;
@@ -336,23 +333,17 @@ struct Trees {
     tt: Assembled,
 }
 
-/// The far-field parameters of the plan: the method's far field, the pseudo-particles of the
-/// PPM and the conservative acceptance test of P2Pcomm.
-fn far_setup(params: &EvalParams) -> (FarField, Option<PseudoParticles>, Mac) {
-    let far_field = match params.method {
-        Method::Fmm => FarField::Fmm,
-        Method::Treecode => FarField::Treecode,
-        Method::Ppm => FarField::Ppm,
-        Method::Direct => unreachable!("the direct sum has no plan"),
-    };
-    let ppm = (far_field == FarField::Ppm).then(|| PseudoParticles::new(params.order));
+/// The far-field method of the plan and the conservative acceptance test of P2Pcomm.
+fn far_setup(params: &EvalParams) -> (FarMethod, Mac) {
+    let far_field = FarField::of_method(params.method).expect("the direct sum has no plan");
+    let far = FarMethod::new(far_field, params.order);
     let mac = Mac {
         theta: params.theta,
         core_cutoff: params.core_cutoff,
         period: params.periodic.map(|p| p.box_length),
-        sphere: ppm.as_ref().map(|p| p.radius_factor()),
+        sphere: far.sphere_radius_factor(),
     };
-    (far_field, ppm, mac)
+    (far, mac)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -377,7 +368,7 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
         me: comm.rank(),
         nranks: comm.size(),
     };
-    let (far_field, ppm, mac) = far_setup(params);
+    let (far, mac) = far_setup(params);
     let t0 = Instant::now();
     let mut rec = Record {
         stats,
@@ -437,7 +428,7 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
     let ext_src = merged.as_ref().unwrap_or(src);
     let plan = Plan {
         order: params.order,
-        far_field,
+        far_field: far.far_field(),
         source_tree: ext.tree,
         target_tree: tt.tree,
         lists,
@@ -458,16 +449,12 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
     let (state, bm, lets) = agree(comm, prepared)?;
     rec.lap("get multipoles");
     let t_m2l = Instant::now();
-    let len = match &ppm {
-        None => 2 * expansion_len(params.order),
-        Some(pp) => pp.len(),
-    };
-    let mut pm = branch_allgather(&cx, &own_st, &own_branches, &bm, len, rec.stats);
+    let mut pm = branch_allgather(&cx, &far, &own_st, &own_branches, &bm, rec.stats);
     rec.lap("M2Lcomm branch allgather");
-    top_tree_m2m(part, params.order, ppm.as_ref(), len, &mut pm);
+    top_tree_m2m(part, &far, &mut pm);
     rec.lap("top tree M2M");
     let (set_cells, set_data) =
-        m2l_exchange(&cx, &lets, &pm, &recv_cells, &ext_index, len, &mut rec);
+        m2l_exchange(&cx, &far, &lets, &pm, &recv_cells, &ext_index, &mut rec);
     rec.stats.t_m2lcomm += t_m2l.elapsed().as_secs_f64();
     rec.lap("M2Lcomm unpack");
     // 5. far images, downward, near field
@@ -1031,7 +1018,7 @@ fn upward_and_export<B: Backend>(
     ext_index: &HashMap<(u32, u64), usize>,
     let_cells: &[Vec<(u32, u64)>],
     rec: &mut Record<'_>,
-) -> Result<(B::State, Vec<f64>, Vec<Vec<f64>>), DomainError> {
+) -> Result<(B::State, Expansions, Vec<Expansions>), DomainError> {
     let mut state = timed(&mut rec.times.transfer, || {
         backend.prepare(plan, &ext_src.sources, &tgt.targets)
     })?;
@@ -1046,7 +1033,7 @@ fn upward_and_export<B: Backend>(
         })
         .collect();
     let bm = backend.multipoles(plan, &state, &own_b)?;
-    let lets: Vec<Vec<f64>> = let_cells
+    let lets: Vec<Expansions> = let_cells
         .iter()
         .map(|cells| {
             let idx: Vec<usize> = cells.iter().map(|lk| ext_index[lk]).collect();
@@ -1056,17 +1043,19 @@ fn upward_and_export<B: Backend>(
     Ok((state, bm, lets))
 }
 
-/// Phase 4 (M2Lcomm): every rank's branch multipoles to everyone; the multipoles of the
-/// partition cells (`len` values each; empty where not a branch cell with sources).
+/// Phase 4 (M2Lcomm): every rank's branch multipoles `bm` to everyone; the multipoles of the
+/// partition cells (`None` where not a branch cell with sources).
 fn branch_allgather<C: Comm + ?Sized>(
     cx: &Ctx<'_, C>,
+    far: &FarMethod,
     own_st: &Assembled,
     own_branches: &[usize],
-    bm: &[f64],
-    len: usize,
+    bm: &Expansions,
     stats: &mut CommStats,
-) -> Vec<Vec<f64>> {
+) -> Vec<Option<Expansions>> {
     let part = cx.part;
+    let len = far.flat_len();
+    let bm = bm.to_flat();
     let mut w = Writer::new();
     for (k, &b) in own_branches.iter().enumerate() {
         let c = &own_st.tree.cells[b];
@@ -1082,15 +1071,15 @@ fn branch_allgather<C: Comm + ?Sized>(
         .enumerate()
         .map(|(i, c)| ((c.level, c.key), i))
         .collect();
-    let mut pm: Vec<Vec<f64>> = vec![Vec::new(); part.cells.len()];
+    let mut pm: Vec<Option<Expansions>> = vec![None; part.cells.len()];
+    let mut m = vec![0.0; len];
     for buf in &all_b {
         let mut rd = Reader::new(buf);
         while !rd.done() {
             let l = rd.u8() as u32;
             let k = rd.u64();
-            let c = pindex[&(l, k)];
-            pm[c] = vec![0.0; len];
-            rd.f64s_into(&mut pm[c]);
+            rd.f64s_into(&mut m);
+            pm[pindex[&(l, k)]] = Some(far.from_flat(&m));
         }
     }
     pm
@@ -1098,62 +1087,30 @@ fn branch_allgather<C: Comm + ?Sized>(
 
 /// Phase 4: the multipoles of the replicated top tree by M2M from the branch multipoles,
 /// children in the order of the single-rank upward pass.
-fn top_tree_m2m(
-    part: &Partition,
-    order: usize,
-    ppm: Option<&PseudoParticles>,
-    len: usize,
-    pm: &mut [Vec<f64>],
-) {
-    let ops = Operators::new(order);
-    let mut scratch = Scratch::new(order);
-    let zero = Complex64::new(0.0, 0.0);
+fn top_tree_m2m(part: &Partition, far: &FarMethod, pm: &mut [Option<Expansions>]) {
+    let ops = Operators::new(far.order());
+    let mut scratch = Scratch::new(far.order());
     for c in (0..part.cells.len()).rev() {
         let pc = &part.cells[c];
         if pc.is_branch() || pc.n_src == 0 {
             continue;
         }
-        let mut m = vec![0.0; len];
-        match ppm {
-            None => {
-                let mut mc = vec![zero; len / 2];
-                for ch in pc.children.clone() {
-                    if part.cells[ch].n_src > 0 {
-                        let child: Vec<Complex64> = pm[ch]
-                            .chunks_exact(2)
-                            .map(|z| Complex64::new(z[0], z[1]))
-                            .collect();
-                        ops.m2m(
-                            part.cells[ch].center,
-                            pc.center,
-                            &child,
-                            &mut mc,
-                            &mut scratch,
-                        );
-                    }
-                }
-                for (k, z) in mc.iter().enumerate() {
-                    m[2 * k] = z.re;
-                    m[2 * k + 1] = z.im;
-                }
-            }
-            Some(pp) => {
-                for ch in pc.children.clone() {
-                    let cc = &part.cells[ch];
-                    if cc.n_src > 0 {
-                        pp.m2m(
-                            cc.center,
-                            cc.half_width,
-                            pc.center,
-                            pc.half_width,
-                            &pm[ch],
-                            &mut m,
-                        );
-                    }
-                }
+        let mut m = far.zeros(1);
+        for ch in pc.children.clone() {
+            let cc = &part.cells[ch];
+            if cc.n_src > 0 {
+                let child = pm[ch].as_ref().expect("multipole of a partition cell");
+                far.m2m(
+                    &ops,
+                    &mut scratch,
+                    (cc.center, cc.half_width),
+                    (pc.center, pc.half_width),
+                    child,
+                    &mut m,
+                );
             }
         }
-        pm[c] = m;
+        pm[c] = Some(m);
     }
 }
 
@@ -1162,19 +1119,20 @@ fn top_tree_m2m(
 #[allow(clippy::too_many_arguments)]
 fn m2l_exchange<C: Comm + ?Sized>(
     cx: &Ctx<'_, C>,
-    lets: &[Vec<f64>],
-    pm: &[Vec<f64>],
+    far: &FarMethod,
+    lets: &[Expansions],
+    pm: &[Option<Expansions>],
     recv_cells: &[Vec<(u32, u64)>],
     ext_index: &HashMap<(u32, u64), usize>,
-    len: usize,
     rec: &mut Record<'_>,
-) -> (Vec<usize>, Vec<f64>) {
+) -> (Vec<usize>, Expansions) {
     let me = cx.me;
+    let len = far.flat_len();
     let send: Vec<Vec<u8>> = lets
         .iter()
         .map(|m| {
             let mut w = Writer::new();
-            w.f64s(m);
+            w.f64s(&m.to_flat());
             w.buf
         })
         .collect();
@@ -1189,7 +1147,8 @@ fn m2l_exchange<C: Comm + ?Sized>(
             continue;
         }
         set_cells.push(ext_index[&(pc.level, pc.key)]);
-        set_data.extend_from_slice(&pm[c]);
+        let m = pm[c].as_ref().expect("multipole of a partition cell");
+        set_data.extend(m.to_flat());
     }
     for (q, buf) in recv.iter().enumerate() {
         if q == me {
@@ -1208,7 +1167,7 @@ fn m2l_exchange<C: Comm + ?Sized>(
             set_data.extend_from_slice(&m);
         }
     }
-    (set_cells, set_data)
+    (set_cells, far.from_flat(&set_data))
 }
 
 /// Phase 5: the imported multipoles, the periodic far images, `downward`, `near_field` and
@@ -1218,7 +1177,7 @@ fn downward_phases<B: Backend>(
     plan: &Plan,
     mut state: B::State,
     set_cells: &[usize],
-    set_data: &[f64],
+    set_data: &Expansions,
     rec: &mut Record<'_>,
 ) -> Result<Fields, DomainError> {
     let state_ref = &mut state;

@@ -10,7 +10,7 @@ use crate::device::GpuError;
 use cudarc::driver::{CudaSlice, DeviceRepr};
 use fmm::backend::{FarField, Plan};
 use fmm::expansions::ncoef;
-use fmm::FmmError;
+use fmm::{Expansions, FmmError};
 
 impl CudaBackend {
     /// The contents of a device array (the stream synchronized after the copy).
@@ -35,19 +35,20 @@ impl CudaBackend {
         plan: &Plan,
         st: &CudaState,
         cells: &[usize],
-    ) -> Result<Vec<f64>, FmmError> {
-        if let Some(d) = st.ppm_dev.as_ref() {
-            return Ok(gather(&self.download(&d.mult)?, 3 * d.k, cells, |x| x));
-        }
-        if let Some(h) = st.ppm.as_ref() {
-            return Ok(gather(&h.multipoles, h.len(), cells, |x| x));
-        }
-        let len = 2 * 3 * ncoef(plan.order);
-        let m = st
-            .multipoles
-            .as_ref()
-            .ok_or_else(|| FmmError::Backend("no multipoles".into()))?;
-        Ok(gather(&self.download(m)?, len, cells, |x| x as f64))
+    ) -> Result<Expansions, FmmError> {
+        let len = flat_len(plan, st);
+        let flat = if let Some(d) = st.ppm_dev.as_ref() {
+            gather(&self.download(&d.mult)?, len, cells, |x| x)
+        } else if let Some(h) = st.ppm.as_ref() {
+            gather(&h.multipoles, len, cells, |x| x)
+        } else {
+            let m = st
+                .multipoles
+                .as_ref()
+                .ok_or_else(|| FmmError::Backend("no multipoles".into()))?;
+            gather(&self.download(m)?, len, cells, |x| x as f64)
+        };
+        Ok(Expansions::from_flat(plan.far_field, len, &flat))
     }
 
     pub(super) fn set_multipoles_impl(
@@ -55,19 +56,20 @@ impl CudaBackend {
         plan: &Plan,
         st: &mut CudaState,
         cells: &[usize],
-        data: &[f64],
+        data: &Expansions,
     ) -> Result<(), FmmError> {
+        let len = flat_len(plan, st);
+        data.check(plan.far_field, cells.len(), len)?;
+        let data = &data.to_flat()[..];
         if let Some(d) = st.ppm_dev.as_mut() {
             let mut host = self.download(&d.mult)?;
-            scatter(&mut host, 3 * d.k, cells, data, |a, b| *a = b);
+            scatter(&mut host, len, cells, data, |a, b| *a = b);
             return self.upload(&host, &mut d.mult);
         }
         if let Some(h) = st.ppm.as_mut() {
-            let len = h.len();
             scatter(&mut h.multipoles, len, cells, data, |a, b| *a = b);
             return Ok(());
         }
-        let len = 2 * 3 * ncoef(plan.order);
         let m = st
             .multipoles
             .as_mut()
@@ -82,14 +84,15 @@ impl CudaBackend {
         plan: &Plan,
         st: &mut CudaState,
         cells: &[usize],
-        data: &[f64],
+        data: &Expansions,
     ) -> Result<(), FmmError> {
+        let len = flat_len(plan, st);
+        data.check(plan.far_field, cells.len(), len)?;
+        let data = &data.to_flat()[..];
         if let Some(h) = st.ppm.as_mut() {
-            let len = h.len();
             scatter(&mut h.locals, len, cells, data, |a, b| *a += b);
             return Ok(());
         }
-        let len = 2 * 3 * ncoef(plan.order);
         if st.locals.is_none() {
             if plan.far_field == FarField::Treecode {
                 return Err(GpuError::Unsupported(
@@ -109,6 +112,17 @@ impl CudaBackend {
         let mut host = self.download(&*loc)?;
         scatter(&mut host, len, cells, data, |a, b| *a += b as f32);
         self.upload(&host, loc)
+    }
+}
+
+/// `f64` values per cell of the expansions of `st` in the flat layout of
+/// [`fmm::Expansions::to_flat`]: `3 K` pseudo-particle values, or `2 * 3 * ncoef(p)` for the
+/// interleaved `(re, im)` coefficients (fp32 on the device).
+fn flat_len(plan: &Plan, st: &CudaState) -> usize {
+    match (st.ppm_dev.as_ref(), st.ppm.as_ref()) {
+        (Some(d), _) => 3 * d.k,
+        (None, Some(h)) => h.len(),
+        (None, None) => 2 * 3 * ncoef(plan.order),
     }
 }
 

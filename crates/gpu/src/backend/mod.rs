@@ -39,7 +39,7 @@ use cudarc::driver::{CudaSlice, LaunchConfig};
 use fmm::backend::{Backend, FarField, PhaseTimes, Plan};
 use fmm::expansions::ncoef;
 use fmm::kernel::INV_4PI;
-use fmm::{Fields, FmmError, Sources, Targets};
+use fmm::{Expansions, Fields, FmmError, Sources, Targets};
 use std::sync::{Arc, Mutex};
 
 /// Targets per near-field task and threads per near-field block (`NEAR_TARGETS`,
@@ -433,13 +433,13 @@ impl Backend for CudaBackend {
         Ok(self.fields_impl(state)?)
     }
 
-    /// Interleaved `(re, im)` coefficients, as the CPU backend.
+    /// FMM coefficients (from fp32) or PPM pseudo-particle strengths, as the CPU backend.
     fn multipoles(
         &self,
         plan: &Plan,
         st: &CudaState,
         cells: &[usize],
-    ) -> Result<Vec<f64>, FmmError> {
+    ) -> Result<Expansions, FmmError> {
         self.multipoles_impl(plan, st, cells)
     }
 
@@ -448,7 +448,7 @@ impl Backend for CudaBackend {
         plan: &Plan,
         st: &mut CudaState,
         cells: &[usize],
-        data: &[f64],
+        data: &Expansions,
     ) -> Result<(), FmmError> {
         self.set_multipoles_impl(plan, st, cells, data)
     }
@@ -460,7 +460,7 @@ impl Backend for CudaBackend {
         plan: &Plan,
         st: &mut CudaState,
         cells: &[usize],
-        data: &[f64],
+        data: &Expansions,
     ) -> Result<(), FmmError> {
         self.add_locals_impl(plan, st, cells, data)
     }
