@@ -32,7 +32,7 @@ use crate::comm::{bytes_allreduce, bytes_sent, Comm, ReduceOp};
 use crate::ext_tree::{assemble, max_of, radius2_of, subtree_cells, Assembled, NodeInfo};
 use crate::partition::{key_span, Partition};
 use crate::wire::{Reader, Writer};
-use crate::{CommStats, DomainError};
+use crate::{CommStats, DomainError, Record};
 use fmm::backend::{timed, Backend, FarField, PhaseTimes, Plan};
 use fmm::lists::{CsrList, InteractionLists, ListParams, COMPLETE, NO_PARTICLES, TRUNCATED};
 use fmm::operators::{Operators, Scratch};
@@ -258,7 +258,8 @@ pub fn evaluate_owned<C: Comm + ?Sized, B: Backend>(
     times: &mut PhaseTimes,
 ) -> Result<Fields, DomainError> {
     let dp = crate::DomainParams::default();
-    evaluate_owned_with(comm, backend, params, &dp, part, src, tgt, stats, times)
+    let mut rec = Record::new(stats, times);
+    evaluate_owned_with(comm, backend, params, &dp, part, src, tgt, &mut rec)
 }
 
 /// What every phase of one rank's evaluation reads: the communicator, the parameters, the
@@ -272,20 +273,6 @@ struct Ctx<'a, C: ?Sized> {
     tgt: &'a OwnedTargets,
     me: usize,
     nranks: usize,
-}
-
-/// The one timing record of an evaluation as its phases fill it: the backend phase times,
-/// the communication counters and the profile laps.
-struct Record<'a> {
-    stats: &'a mut CommStats,
-    times: &'a mut PhaseTimes,
-    laps: crate::Laps,
-}
-
-impl Record<'_> {
-    fn lap(&mut self, name: &'static str) {
-        self.laps.lap(self.stats, name);
-    }
 }
 
 /// The partition cells' summary after the allreduce, and this rank's own subtrees.
@@ -355,8 +342,7 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
     part: &Partition,
     src: &OwnedSources,
     tgt: &OwnedTargets,
-    stats: &mut CommStats,
-    times: &mut PhaseTimes,
+    rec: &mut Record<'_>,
 ) -> Result<Fields, DomainError> {
     let cx = Ctx {
         comm,
@@ -370,13 +356,8 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
     };
     let (far, mac) = far_setup(params);
     let t0 = Instant::now();
-    let mut rec = Record {
-        stats,
-        times,
-        laps: crate::Laps::start(),
-    };
     // 1. summary
-    let summary = summarize(&cx, &mut rec);
+    let summary = summarize(&cx, rec);
     let (mut src_nodes, own_st) = own_source_tree(&cx, &summary);
     rec.lap("assemble own tree");
     // 2. P2Pcomm
@@ -404,8 +385,8 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
         sources: halo_sources,
         below,
     } = halo;
-    let trees = essential_trees(&cx, &summary, &src_nodes, halo_sources, &mut rec);
-    let lists = interaction_lists(&cx, &trees, mac.sphere, &mut rec)?;
+    let trees = essential_trees(&cx, &summary, &src_nodes, halo_sources, rec);
+    let lists = interaction_lists(&cx, &trees, mac.sphere, rec)?;
     // M2Lcomm requests
     let t_req = Instant::now();
     let (recv_cells, let_cells) =
@@ -444,7 +425,7 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
         &own_branches,
         &ext_index,
         &let_cells,
-        &mut rec,
+        rec,
     );
     let (state, bm, lets) = agree(comm, prepared)?;
     rec.lap("get multipoles");
@@ -453,12 +434,11 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
     rec.lap("M2Lcomm branch allgather");
     top_tree_m2m(part, &far, &mut pm);
     rec.lap("top tree M2M");
-    let (set_cells, set_data) =
-        m2l_exchange(&cx, &far, &lets, &pm, &recv_cells, &ext_index, &mut rec);
+    let (set_cells, set_data) = m2l_exchange(&cx, &far, &lets, &pm, &recv_cells, &ext_index, rec);
     rec.stats.t_m2lcomm += t_m2l.elapsed().as_secs_f64();
     rec.lap("M2Lcomm unpack");
     // 5. far images, downward, near field
-    let result = downward_phases(backend, &plan, state, &set_cells, &set_data, &mut rec);
+    let result = downward_phases(backend, &plan, state, &set_cells, &set_data, rec);
     let mut fields = agree(comm, result)?;
     if let Some(p) = &params.periodic {
         subtract_surface_distributed(&cx, p.box_length, &mut fields, rec.stats);
@@ -821,7 +801,7 @@ fn essential_trees<C: Comm + ?Sized>(
     timed(&mut rec.times.tree, || {
         let merged = (!halo.gid.is_empty()).then(|| merge_sorted(cx.src, halo));
         let all = merged.as_ref().unwrap_or(cx.src);
-        rec.laps.lap(rec.stats, "merge halo");
+        crate::lap(rec.stats, &mut rec.last, "merge halo");
         let ext = assemble(
             part.cube,
             src_nodes.values().copied(),
@@ -830,7 +810,7 @@ fn essential_trees<C: Comm + ?Sized>(
             Some(&all.sources.sigma),
             part.leaf_size,
         );
-        rec.laps.lap(rec.stats, "assemble LET");
+        crate::lap(rec.stats, &mut rec.last, "assemble LET");
         let tt = assemble(
             part.cube,
             target_nodes(cx.me, part, summary),
@@ -839,7 +819,7 @@ fn essential_trees<C: Comm + ?Sized>(
             None,
             part.leaf_size,
         );
-        rec.laps.lap(rec.stats, "assemble target tree");
+        crate::lap(rec.stats, &mut rec.last, "assemble target tree");
         Trees { merged, ext, tt }
     })
 }

@@ -74,24 +74,39 @@ impl Default for DomainParams {
 /// evaluation, shared with every engine through `fmm::Evaluation::comm`).
 pub use fmm::CommStats;
 
-/// Stopwatch recording consecutive laps into [`CommStats::profile`].
-pub(crate) struct Laps {
-    t: Instant,
+/// The one timing record of an evaluation as its phases fill it: the backend phase times,
+/// the communication counters and seconds, and the profile laps ([`CommStats::profile`]).
+/// [`evaluate_distributed`] hands its record to the locally essential evaluation
+/// ([`essential`]), so the laps of all its phases run on one clock.
+pub(crate) struct Record<'a> {
+    pub(crate) stats: &'a mut CommStats,
+    pub(crate) times: &'a mut PhaseTimes,
+    pub(crate) last: Instant,
 }
 
-impl Laps {
-    pub(crate) fn start() -> Self {
-        Self { t: Instant::now() }
-    }
-    /// Records the time since the previous lap under `name` (accumulating repeated names).
-    pub(crate) fn lap(&mut self, stats: &mut CommStats, name: &'static str) {
-        let now = Instant::now();
-        let dt = (now - self.t).as_secs_f64();
-        self.t = now;
-        match stats.profile.iter_mut().find(|(n, _)| *n == name) {
-            Some((_, v)) => *v += dt,
-            None => stats.profile.push((name, dt)),
+impl<'a> Record<'a> {
+    pub(crate) fn new(stats: &'a mut CommStats, times: &'a mut PhaseTimes) -> Self {
+        Self {
+            stats,
+            times,
+            last: Instant::now(),
         }
+    }
+
+    /// Records the time since the previous lap under `name` (accumulating repeated names).
+    pub(crate) fn lap(&mut self, name: &'static str) {
+        lap(self.stats, &mut self.last, name);
+    }
+}
+
+/// [`Record::lap`] on the record's fields (for closures that hold another of its fields).
+pub(crate) fn lap(stats: &mut CommStats, last: &mut Instant, name: &'static str) {
+    let now = Instant::now();
+    let dt = (now - *last).as_secs_f64();
+    *last = now;
+    match stats.profile.iter_mut().find(|(n, _)| *n == name) {
+        Some((_, v)) => *v += dt,
+        None => stats.profile.push((name, dt)),
     }
 }
 
@@ -605,13 +620,13 @@ pub fn evaluate_distributed<C: Comm + ?Sized, B: Backend>(
 ) -> Result<DistributedEvaluation, DomainError> {
     let t0 = Instant::now();
     let mut stats = CommStats::default();
-    let mut laps = Laps::start();
     let mut times = PhaseTimes::default();
+    let mut rec = Record::new(&mut stats, &mut times);
     let nranks = comm.size();
     let offsets = check_inputs(comm, params, dparams, sources, targets)?;
     if params.method == Method::Direct {
-        let fields = direct_on_every_rank(comm, params, sources, targets, &mut stats, &mut times);
-        times.total = t0.elapsed().as_secs_f64();
+        let fields = direct_on_every_rank(comm, params, sources, targets, rec.stats, rec.times);
+        rec.times.total = t0.elapsed().as_secs_f64();
         return Ok(DistributedEvaluation {
             fields,
             times,
@@ -619,7 +634,7 @@ pub fn evaluate_distributed<C: Comm + ?Sized, B: Backend>(
             work: vec![0; nranks],
         });
     }
-    laps.lap(&mut stats, "checks");
+    rec.lap("checks");
     let tp = Instant::now();
     // positions (wrapped when periodic): the records carry them, borrowed, not copied
     let wrapped = |pos: &[[f64; 3]]| -> Option<Vec<[f64; 3]>> {
@@ -631,11 +646,11 @@ pub fn evaluate_distributed<C: Comm + ?Sized, B: Backend>(
     let src_pos = src_wrapped.as_deref().unwrap_or(&sources.position);
     let tgt_pos = tgt_wrapped.as_deref().unwrap_or(&targets.position);
     let keyed = sorted_keys(comm, params, &offsets, src_pos, tgt_pos, sources, targets);
-    laps.lap(&mut stats, "keys");
+    rec.lap("keys");
     let part = partition_of(comm, &keyed, params, dparams);
-    stats.bytes_summary += essential_bytes_partition(&part, nranks);
-    stats.t_partition = tp.elapsed().as_secs_f64();
-    laps.lap(&mut stats, "partition");
+    rec.stats.bytes_summary += essential_bytes_partition(&part, nranks);
+    rec.stats.t_partition = tp.elapsed().as_secs_f64();
+    rec.lap("partition");
 
     let tr = Instant::now();
     let (own_s, own_t) = route_to_owners(
@@ -645,16 +660,15 @@ pub fn evaluate_distributed<C: Comm + ?Sized, B: Backend>(
         (src_pos, tgt_pos),
         sources,
         targets,
-        &mut stats,
+        rec.stats,
     );
     drop((src_wrapped, tgt_wrapped));
-    stats.t_redistribute += tr.elapsed().as_secs_f64();
-    laps.lap(&mut stats, "redistribute");
+    rec.stats.t_redistribute += tr.elapsed().as_secs_f64();
+    rec.lap("redistribute");
 
     let fields = essential::evaluate_owned_with(
-        comm, backend, params, dparams, &part, &own_s, &own_t, &mut stats, &mut times,
+        comm, backend, params, dparams, &part, &own_s, &own_t, &mut rec,
     )?;
-    laps = Laps::start();
 
     // fields back to the ranks and positions they came from
     let tr = Instant::now();
@@ -664,12 +678,12 @@ pub fn evaluate_distributed<C: Comm + ?Sized, B: Backend>(
         &own_t.gid,
         &fields,
         targets.len(),
-        &mut stats,
+        rec.stats,
     );
     drop(fields);
-    stats.t_redistribute += tr.elapsed().as_secs_f64();
-    laps.lap(&mut stats, "fields back");
-    times.total = t0.elapsed().as_secs_f64();
+    rec.stats.t_redistribute += tr.elapsed().as_secs_f64();
+    rec.lap("fields back");
+    rec.times.total = t0.elapsed().as_secs_f64();
     Ok(DistributedEvaluation {
         fields: out,
         times,
