@@ -328,3 +328,19 @@ mod mpi_comm {
         }
     }
 }
+
+/// Bytes of an `alltoallv` send buffer that leave rank `me` (the part addressed to itself
+/// stays): what every `CommStats::bytes_*` counter adds for an exchange.
+pub(crate) fn bytes_sent(me: usize, send: &[Vec<u8>]) -> u64 {
+    send.iter()
+        .enumerate()
+        .filter(|(r, _)| *r != me)
+        .map(|(_, b)| b.len() as u64)
+        .sum()
+}
+
+/// Bytes one rank sends in an allreduce of `n` doubles (counted as an all-gather of its
+/// vector), in the same meaning as [`bytes_sent`].
+pub(crate) fn bytes_allreduce(nranks: usize, n: usize) -> u64 {
+    (8 * n * (nranks - 1)) as u64
+}

@@ -74,24 +74,39 @@ impl Default for DomainParams {
 /// evaluation, shared with every engine through `fmm::Evaluation::comm`).
 pub use fmm::CommStats;
 
-/// Stopwatch recording consecutive laps into [`CommStats::profile`].
-pub(crate) struct Laps {
-    t: Instant,
+/// The one timing record of an evaluation as its phases fill it: the backend phase times,
+/// the communication counters and seconds, and the profile laps ([`CommStats::profile`]).
+/// [`evaluate_distributed`] hands its record to the locally essential evaluation
+/// ([`essential`]), so the laps of all its phases run on one clock.
+pub(crate) struct Record<'a> {
+    pub(crate) stats: &'a mut CommStats,
+    pub(crate) times: &'a mut PhaseTimes,
+    pub(crate) last: Instant,
 }
 
-impl Laps {
-    pub(crate) fn start() -> Self {
-        Self { t: Instant::now() }
-    }
-    /// Records the time since the previous lap under `name` (accumulating repeated names).
-    pub(crate) fn lap(&mut self, stats: &mut CommStats, name: &'static str) {
-        let now = Instant::now();
-        let dt = (now - self.t).as_secs_f64();
-        self.t = now;
-        match stats.profile.iter_mut().find(|(n, _)| *n == name) {
-            Some((_, v)) => *v += dt,
-            None => stats.profile.push((name, dt)),
+impl<'a> Record<'a> {
+    pub(crate) fn new(stats: &'a mut CommStats, times: &'a mut PhaseTimes) -> Self {
+        Self {
+            stats,
+            times,
+            last: Instant::now(),
         }
+    }
+
+    /// Records the time since the previous lap under `name` (accumulating repeated names).
+    pub(crate) fn lap(&mut self, name: &'static str) {
+        lap(self.stats, &mut self.last, name);
+    }
+}
+
+/// [`Record::lap`] on the record's fields (for closures that hold another of its fields).
+pub(crate) fn lap(stats: &mut CommStats, last: &mut Instant, name: &'static str) {
+    let now = Instant::now();
+    let dt = (now - *last).as_secs_f64();
+    *last = now;
+    match stats.profile.iter_mut().find(|(n, _)| *n == name) {
+        Some((_, v)) => *v += dt,
+        None => stats.profile.push((name, dt)),
     }
 }
 
@@ -201,7 +216,7 @@ fn route<C: Comm + ?Sized>(
             buf
         })
         .collect();
-    stats.bytes_redistribute += sent(comm, &send);
+    stats.bytes_redistribute += comm::bytes_sent(comm.rank(), &send);
     let recv = comm.alltoallv(&send);
     drop(send);
     let total: usize = (bounds[me + 1] - bounds[me])
@@ -413,7 +428,7 @@ fn return_fields<C: Comm + ?Sized>(
             buf
         })
         .collect();
-    stats.bytes_redistribute += sent(comm, &send);
+    stats.bytes_redistribute += comm::bytes_sent(comm.rank(), &send);
     let recv = comm.alltoallv(&send);
     drop(send);
     let mut out = Fields::zeros(n);
@@ -566,14 +581,6 @@ pub fn redistribute_targets<C: Comm + ?Sized>(
     )
 }
 
-fn sent<C: Comm + ?Sized>(comm: &C, send: &[Vec<u8>]) -> u64 {
-    send.iter()
-        .enumerate()
-        .filter(|(r, _)| *r != comm.rank())
-        .map(|(_, b)| b.len() as u64)
-        .sum()
-}
-
 fn validate_local(
     params: &EvalParams,
     sources: &Sources,
@@ -599,6 +606,10 @@ fn validate_local(
 /// with any initial distribution of the particles over the ranks. Collective: every rank calls
 /// it with the same `params`. The result is independent of the number of ranks (to round-off)
 /// and equals `fmm::evaluate` on the concatenation (in rank order) of all ranks' inputs.
+///
+/// Phases: [`check_inputs`], then the direct sum on every rank ([`direct_on_every_rank`]) or
+/// Morton keys ([`sorted_keys`]), the partition, the routing of the particles to their owners
+/// ([`route_to_owners`]), the locally essential evaluation and the fields' return.
 pub fn evaluate_distributed<C: Comm + ?Sized, B: Backend>(
     comm: &C,
     backend: &B,
@@ -609,9 +620,88 @@ pub fn evaluate_distributed<C: Comm + ?Sized, B: Backend>(
 ) -> Result<DistributedEvaluation, DomainError> {
     let t0 = Instant::now();
     let mut stats = CommStats::default();
-    let mut laps = Laps::start();
     let mut times = PhaseTimes::default();
-    let me = comm.rank();
+    let mut rec = Record::new(&mut stats, &mut times);
+    let nranks = comm.size();
+    let offsets = check_inputs(comm, params, dparams, sources, targets)?;
+    if params.method == Method::Direct {
+        let fields = direct_on_every_rank(comm, params, sources, targets, rec.stats, rec.times);
+        rec.times.total = t0.elapsed().as_secs_f64();
+        return Ok(DistributedEvaluation {
+            fields,
+            times,
+            stats,
+            work: vec![0; nranks],
+        });
+    }
+    rec.lap("checks");
+    let tp = Instant::now();
+    // positions (wrapped when periodic): the records carry them, borrowed, not copied
+    let wrapped = |pos: &[[f64; 3]]| -> Option<Vec<[f64; 3]>> {
+        params
+            .periodic
+            .map(|p| pos.par_iter().map(|&x| p.wrap(x)).collect())
+    };
+    let (src_wrapped, tgt_wrapped) = (wrapped(&sources.position), wrapped(&targets.position));
+    let src_pos = src_wrapped.as_deref().unwrap_or(&sources.position);
+    let tgt_pos = tgt_wrapped.as_deref().unwrap_or(&targets.position);
+    let keyed = sorted_keys(comm, params, &offsets, src_pos, tgt_pos, sources, targets);
+    rec.lap("keys");
+    let part = partition_of(comm, &keyed, params, dparams);
+    rec.stats.bytes_summary += essential_bytes_partition(&part, nranks);
+    rec.stats.t_partition = tp.elapsed().as_secs_f64();
+    rec.lap("partition");
+
+    let tr = Instant::now();
+    let (own_s, own_t) = route_to_owners(
+        comm,
+        &part,
+        keyed,
+        (src_pos, tgt_pos),
+        sources,
+        targets,
+        rec.stats,
+    );
+    drop((src_wrapped, tgt_wrapped));
+    rec.stats.t_redistribute += tr.elapsed().as_secs_f64();
+    rec.lap("redistribute");
+
+    let fields = essential::evaluate_owned_with(
+        comm, backend, params, dparams, &part, &own_s, &own_t, &mut rec,
+    )?;
+
+    // fields back to the ranks and positions they came from
+    let tr = Instant::now();
+    let out = return_fields(
+        comm,
+        &offsets[1],
+        &own_t.gid,
+        &fields,
+        targets.len(),
+        rec.stats,
+    );
+    drop(fields);
+    rec.stats.t_redistribute += tr.elapsed().as_secs_f64();
+    rec.lap("fields back");
+    rec.times.total = t0.elapsed().as_secs_f64();
+    Ok(DistributedEvaluation {
+        fields: out,
+        times,
+        stats,
+        work: part.work_per_rank(),
+    })
+}
+
+/// The checks of a distributed evaluation (same parameters everywhere, valid input on every
+/// rank, sources and targets somewhere, zero total strength when periodic); returns the
+/// global offsets of the ranks' sources (`[0]`) and targets (`[1]`). Collective.
+fn check_inputs<C: Comm + ?Sized>(
+    comm: &C,
+    params: &EvalParams,
+    dparams: &DomainParams,
+    sources: &Sources,
+    targets: &Targets,
+) -> Result<Vec<Vec<u64>>, DomainError> {
     let nranks = comm.size();
     check_same_params(comm, params, dparams)?;
     let local = validate_local(params, sources, targets).map_err(DomainError::from);
@@ -645,55 +735,73 @@ pub fn evaluate_distributed<C: Comm + ?Sized, B: Backend>(
             fmm::periodic::check_total_strength(&total)?;
         }
     }
+    Ok(offsets)
+}
 
-    if params.method == Method::Direct {
-        // O(N^2) anyway: every rank needs every source
-        let mut w = Writer::new();
-        for i in 0..sources.len() {
-            w.vec3(sources.position[i]);
-            w.vec3(sources.strength[i]);
-            w.f64(sources.sigma[i]);
-        }
-        stats.bytes_redistribute += (w.len() * (nranks - 1)) as u64;
-        let all = comm.allgatherv(&w.buf);
-        let mut s = Sources::default();
-        for buf in &all {
-            let mut rd = Reader::new(buf);
-            while !rd.done() {
-                s.position.push(rd.vec3());
-                s.strength.push(rd.vec3());
-                s.sigma.push(rd.f64());
-            }
-        }
-        let fields = fmm::backend::timed(&mut times.p2p, || {
-            if targets.is_empty() {
-                return Fields::default();
-            }
-            match &params.periodic {
-                None => direct::direct(&s, targets),
-                Some(p) => direct::direct_periodic(&s, targets, p),
-            }
-        });
-        times.total = t0.elapsed().as_secs_f64();
-        return Ok(DistributedEvaluation {
-            fields,
-            times,
-            stats,
-            work: vec![0; nranks],
-        });
+/// The direct sum (O(N^2) anyway): every rank gathers every source and sums at its targets.
+fn direct_on_every_rank<C: Comm + ?Sized>(
+    comm: &C,
+    params: &EvalParams,
+    sources: &Sources,
+    targets: &Targets,
+    stats: &mut CommStats,
+    times: &mut PhaseTimes,
+) -> Fields {
+    let mut w = Writer::new();
+    for i in 0..sources.len() {
+        w.vec3(sources.position[i]);
+        w.vec3(sources.strength[i]);
+        w.f64(sources.sigma[i]);
     }
+    stats.bytes_redistribute += (w.len() * (comm.size() - 1)) as u64;
+    let all = comm.allgatherv(&w.buf);
+    let mut s = Sources::default();
+    for buf in &all {
+        let mut rd = Reader::new(buf);
+        while !rd.done() {
+            s.position.push(rd.vec3());
+            s.strength.push(rd.vec3());
+            s.sigma.push(rd.f64());
+        }
+    }
+    fmm::backend::timed(&mut times.p2p, || {
+        if targets.is_empty() {
+            return Fields::default();
+        }
+        match &params.periodic {
+            None => direct::direct(&s, targets),
+            Some(p) => direct::direct_periodic(&s, targets, p),
+        }
+    })
+}
 
-    // positions (wrapped when periodic) and the global cube
-    laps.lap(&mut stats, "checks");
-    let tp = Instant::now();
-    let wrapped = |pos: &[[f64; 3]]| -> Option<Vec<[f64; 3]>> {
-        params
-            .periodic
-            .map(|p| pos.par_iter().map(|&x| p.wrap(x)).collect())
-    };
-    let (src_wrapped, tgt_wrapped) = (wrapped(&sources.position), wrapped(&targets.position));
-    let src_pos = src_wrapped.as_deref().unwrap_or(&sources.position);
-    let tgt_pos = tgt_wrapped.as_deref().unwrap_or(&targets.position);
+/// The global cube, the global ids and the sorted `(Morton key, global id, index)` of the
+/// sources and targets of this rank.
+struct Keyed {
+    cube: fmm::tree::BoundingCube,
+    sgid: Vec<u64>,
+    tgid: Vec<u64>,
+    s_sorted: Vec<(u64, u64, u32)>,
+    /// empty when `same`
+    t_sorted: Vec<(u64, u64, u32)>,
+    /// the targets equal the sources on every rank (the vortex method): they are not routed
+    /// on their own (same keys, same owners, same order), only copied
+    same: bool,
+}
+
+/// Morton keys once, for the partition counts and the routing (positions wrapped when
+/// periodic). Collective (the cube, and whether the targets are the sources on every rank).
+#[allow(clippy::too_many_arguments)]
+fn sorted_keys<C: Comm + ?Sized>(
+    comm: &C,
+    params: &EvalParams,
+    offsets: &[Vec<u64>],
+    src_pos: &[[f64; 3]],
+    tgt_pos: &[[f64; 3]],
+    sources: &Sources,
+    targets: &Targets,
+) -> Keyed {
+    let me = comm.rank();
     let cube = match &params.periodic {
         None => partition::global_cube(comm, &[src_pos, tgt_pos]),
         Some(p) => fmm::tree::BoundingCube {
@@ -709,10 +817,7 @@ pub fn evaluate_distributed<C: Comm + ?Sized, B: Backend>(
         .into_par_iter()
         .map(|i| offsets[1][me] + i)
         .collect();
-    // Morton keys once: sorted (key, gid, index) for the partition counts and the routing
     let s_sorted = keyed_sorted_in(cube, src_pos, &sgid);
-    // targets equal to the sources on every rank (the vortex method): the targets are not
-    // routed on their own (same keys, same owners, same order), only copied
     let bits = |a: &[[f64; 3]], b: &[[f64; 3]]| {
         a.len() == b.len()
             && a.par_iter()
@@ -735,35 +840,63 @@ pub fn evaluate_distributed<C: Comm + ?Sized, B: Backend>(
     } else {
         keyed_sorted_in(cube, tgt_pos, &tgid)
     };
-    laps.lap(&mut stats, "keys");
-    let part = {
-        let sk: Vec<u64> = s_sorted.par_iter().map(|t| t.0).collect();
-        let tk: Vec<u64> = if same {
-            Vec::new()
-        } else {
-            t_sorted.par_iter().map(|t| t.0).collect()
-        };
-        let tk = if same { &sk } else { &tk };
-        Partition::build(comm, cube, &sk, tk, params.leaf_size, dparams.granularity)
-    };
-    stats.bytes_summary += essential_bytes_partition(&part, nranks);
-    stats.t_partition = tp.elapsed().as_secs_f64();
-    laps.lap(&mut stats, "partition");
+    Keyed {
+        cube,
+        sgid,
+        tgid,
+        s_sorted,
+        t_sorted,
+        same,
+    }
+}
 
-    let tr = Instant::now();
-    // the records carry the (wrapped) positions: borrowed, not copied
+/// The partition of the Morton curve over the ranks from the sorted keys. Collective.
+fn partition_of<C: Comm + ?Sized>(
+    comm: &C,
+    keyed: &Keyed,
+    params: &EvalParams,
+    dparams: &DomainParams,
+) -> Partition {
+    let sk: Vec<u64> = keyed.s_sorted.par_iter().map(|t| t.0).collect();
+    let tk: Vec<u64> = if keyed.same {
+        Vec::new()
+    } else {
+        keyed.t_sorted.par_iter().map(|t| t.0).collect()
+    };
+    let tk = if keyed.same { &sk } else { &tk };
+    Partition::build(
+        comm,
+        keyed.cube,
+        &sk,
+        tk,
+        params.leaf_size,
+        dparams.granularity,
+    )
+}
+
+/// The particles moved to their owners under `part`, sorted by (key, global id); `pos` are
+/// the (wrapped) positions of the sources and the targets. Collective.
+fn route_to_owners<C: Comm + ?Sized>(
+    comm: &C,
+    part: &Partition,
+    keyed: Keyed,
+    pos: (&[[f64; 3]], &[[f64; 3]]),
+    sources: &Sources,
+    targets: &Targets,
+    stats: &mut CommStats,
+) -> (OwnedSources, OwnedTargets) {
     let own_s = route_sources_parts(
         comm,
-        &part,
-        &s_sorted,
-        &sgid,
-        src_pos,
+        part,
+        &keyed.s_sorted,
+        &keyed.sgid,
+        pos.0,
         &sources.strength,
         &sources.sigma,
-        &mut stats,
+        stats,
     );
-    drop(s_sorted);
-    let own_t = if same {
+    drop(keyed.s_sorted);
+    let own_t = if keyed.same {
         // equal counts on every rank: equal global ids
         OwnedTargets {
             gid: own_s.gid.clone(),
@@ -776,50 +909,21 @@ pub fn evaluate_distributed<C: Comm + ?Sized, B: Backend>(
     } else {
         route_targets_parts(
             comm,
-            &part,
-            &t_sorted,
-            &tgid,
-            tgt_pos,
+            part,
+            &keyed.t_sorted,
+            &keyed.tgid,
+            pos.1,
             &targets.strength,
-            &mut stats,
+            stats,
         )
     };
-    drop(t_sorted);
-    drop((src_wrapped, tgt_wrapped, sgid, tgid));
-    stats.t_redistribute += tr.elapsed().as_secs_f64();
-    laps.lap(&mut stats, "redistribute");
-
-    let fields = essential::evaluate_owned_with(
-        comm, backend, params, dparams, &part, &own_s, &own_t, &mut stats, &mut times,
-    )?;
-    laps = Laps::start();
-
-    // fields back to the ranks and positions they came from
-    let tr = Instant::now();
-    let out = return_fields(
-        comm,
-        &offsets[1],
-        &own_t.gid,
-        &fields,
-        targets.len(),
-        &mut stats,
-    );
-    drop(fields);
-    stats.t_redistribute += tr.elapsed().as_secs_f64();
-    laps.lap(&mut stats, "fields back");
-    times.total = t0.elapsed().as_secs_f64();
-    Ok(DistributedEvaluation {
-        fields: out,
-        times,
-        stats,
-        work: part.work_per_rank(),
-    })
+    (own_s, own_t)
 }
 
 /// Bytes one rank sent while building the partition tree (allreduce of 16 counts per split).
 fn essential_bytes_partition(part: &Partition, nranks: usize) -> u64 {
     let split = part.cells.iter().filter(|c| !c.is_branch()).count();
-    essential::comm_bytes_allreduce(nranks, 16 * split + 2)
+    comm::bytes_allreduce(nranks, 16 * split + 2)
 }
 
 /// Gathers every rank's `fields` (each in its caller's order) on rank 0, concatenated in rank

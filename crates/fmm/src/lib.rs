@@ -10,6 +10,8 @@
 //! * [`lists`]: dual tree traversal producing near (P2P) and far (M2L / M2P) interaction lists;
 //! * [`expansions`]: solid harmonics and Wigner rotations;
 //! * [`operators`]: P2M, M2M, M2L (rotation O(p^3) and plain O(p^4)), L2L, L2P, M2P, P2P;
+//! * [`far`]: the far-field methods (FMM, PPM, treecode) behind one interface: the typed
+//!   expansions a backend hands out and takes ([`Expansions`]), their layout and operators;
 //! * [`backend`]: the trait a compute backend (CPU here, CUDA in `vortex-gpu`) implements;
 //! * [`evaluators`]: `direct`, `treecode` and `fmm` driven through the phases of a backend;
 //! * [`evaluator`]: the object-safe [`Evaluator`] every engine implements, and [`planner`],
@@ -20,6 +22,7 @@ pub mod error;
 pub mod evaluator;
 pub mod evaluators;
 pub mod expansions;
+pub mod far;
 pub mod kernel;
 pub mod lists;
 pub mod operators;
@@ -36,6 +39,7 @@ pub use evaluator::{
     CommStats, DirectEvaluator, Evaluator, PlanEvaluator, TargetKind, TargetSpec, WithFallback,
 };
 pub use evaluators::{evaluate, EvalParams, Evaluation, Method};
+pub use far::{Expansions, FarMethod, FarOps};
 pub use particles::{relative_l2_error, Fields, Sources, Targets};
 pub use planner::{BackendChoice, GridChoice};
 

@@ -6,7 +6,8 @@
 //! * [`layout`]: host-side packing of particles and near lists into the kernels' buffers;
 //! * [`tables`]: `K_n^m`, z-axis translation tables and rotation records for the kernels;
 //! * [`backend`]: [`CudaBackend`], an [`fmm::Backend`], so `fmm::evaluate(&CudaBackend, ..)`
-//!   runs P2M, M2M, M2L (rotation O(p^3) or plain O(p^4)), L2L, L2P / M2P and P2P on the GPU;
+//!   runs P2M, M2M, M2L (rotation O(p^3) or plain O(p^4)), L2L, L2P / M2P and P2P on the GPU
+//!   (one submodule per operator family, the list packing and the expansion exchange);
 //! * [`ppm`]: the pseudo-particle method (M2L kernel on the GPU, the other operators on the host);
 //! * [`uniform`]: the uniform-grid FMM built entirely on the device (sort, lists by stencil,
 //!   every operator), [`UniformFmm`] / [`evaluate_uniform`].

@@ -1,9 +1,8 @@
 //! A backend that computes nothing (zeros for multipoles and fields), to time or count the
 //! decomposition alone.
 
-use fmm::backend::{Backend, FarField, PhaseTimes, Plan};
-use fmm::expansions::expansion_len;
-use fmm::{Fields, FmmError, Sources, Targets};
+use fmm::backend::{Backend, PhaseTimes, Plan};
+use fmm::{Expansions, FarMethod, Fields, FmmError, Sources, Targets};
 
 /// A backend that computes nothing: zeros for multipoles and fields.
 pub struct NullBackend;
@@ -28,14 +27,16 @@ impl Backend for NullBackend {
     fn fields(&self, _: &Plan, n: usize) -> Result<Fields, FmmError> {
         Ok(Fields::zeros(n))
     }
-    fn multipoles(&self, plan: &Plan, _: &usize, cells: &[usize]) -> Result<Vec<f64>, FmmError> {
-        let len = match plan.far_field {
-            FarField::Ppm => fmm::ppm::PseudoParticles::new(plan.order).len(),
-            _ => 2 * expansion_len(plan.order),
-        };
-        Ok(vec![0.0; cells.len() * len])
+    fn multipoles(&self, plan: &Plan, _: &usize, cells: &[usize]) -> Result<Expansions, FmmError> {
+        Ok(FarMethod::of_plan(plan).zeros(cells.len()))
     }
-    fn add_locals(&self, _: &Plan, _: &mut usize, _: &[usize], _: &[f64]) -> Result<(), FmmError> {
+    fn add_locals(
+        &self,
+        _: &Plan,
+        _: &mut usize,
+        _: &[usize],
+        _: &Expansions,
+    ) -> Result<(), FmmError> {
         Ok(())
     }
     fn set_multipoles(
@@ -43,7 +44,7 @@ impl Backend for NullBackend {
         _: &Plan,
         _: &mut usize,
         _: &[usize],
-        _: &[f64],
+        _: &Expansions,
     ) -> Result<(), FmmError> {
         Ok(())
     }

@@ -16,6 +16,7 @@
 
 use super::{timed, Backend, FarField, PhaseTimes, Plan};
 use crate::expansions::{expansion_len, Complex64};
+use crate::far::{Expansions, FarOps};
 use crate::kernel::{KernelTable, INV_4PI};
 use crate::lists::{SourceRef, NO_SHIFT};
 use crate::operators::p2p::{add_group_acc, p2p, p2p_mutual, PackedSources};
@@ -24,7 +25,7 @@ use crate::ppm::PseudoParticles;
 use crate::tree::{Cell, Tree};
 use crate::{Fields, FmmError, Sources, Targets};
 use rayon::prelude::*;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::ops::Range;
 use std::sync::{Arc, RwLock};
 use wide::f64x4;
@@ -173,25 +174,28 @@ impl Backend for CpuBackend {
 
     fn multipoles(
         &self,
-        _plan: &Plan,
+        plan: &Plan,
         st: &CpuState,
         cells: &[usize],
-    ) -> Result<Vec<f64>, FmmError> {
+    ) -> Result<Expansions, FmmError> {
         let len = far_len(&st.far);
-        Ok(cells
+        let flat: Vec<f64> = cells
             .iter()
             .flat_map(|&c| st.multipoles[c * len..(c + 1) * len].iter().copied())
-            .collect())
+            .collect();
+        Ok(Expansions::from_flat(plan.far_field, len, &flat))
     }
 
     fn set_multipoles(
         &self,
-        _plan: &Plan,
+        plan: &Plan,
         st: &mut CpuState,
         cells: &[usize],
-        data: &[f64],
+        data: &Expansions,
     ) -> Result<(), FmmError> {
         let len = far_len(&st.far);
+        data.check(plan.far_field, cells.len(), len)?;
+        let data = data.to_flat();
         for (k, &c) in cells.iter().enumerate() {
             st.multipoles[c * len..(c + 1) * len].copy_from_slice(&data[k * len..(k + 1) * len]);
         }
@@ -203,9 +207,11 @@ impl Backend for CpuBackend {
         plan: &Plan,
         st: &mut CpuState,
         cells: &[usize],
-        data: &[f64],
+        data: &Expansions,
     ) -> Result<(), FmmError> {
         let len = far_len(&st.far);
+        data.check(plan.far_field, cells.len(), len)?;
+        let data = data.to_flat();
         if st.locals.is_empty() {
             st.locals = vec![0.0; plan.target_tree.cells.len() * len];
         }
@@ -230,39 +236,9 @@ impl Backend for CpuBackend {
 
 fn far_len(far: &Far) -> usize {
     match far {
-        Far::Fmm(f) => f.len(),
-        Far::Ppm(f) => f.len(),
+        Far::Fmm(f) => f.flat_len(),
+        Far::Ppm(f) => f.flat_len(),
     }
-}
-
-/// The far-field operators of one method on one cell's expansion (`f64` storage).
-trait FarOps: Sync {
-    type Scratch: Send;
-    /// `f64` values per expansion.
-    fn len(&self) -> usize;
-    fn scratch(&self) -> Self::Scratch;
-    fn p2m(&self, cell: &Cell, position: &[[f64; 3]], strength: &[[f64; 3]], m: &mut [f64]);
-    fn m2m(&self, child: &Cell, parent: &Cell, cm: &[f64], pm: &mut [f64], s: &mut Self::Scratch);
-    fn m2l(
-        &self,
-        plan: &Plan,
-        target: usize,
-        source: SourceRef,
-        m: &[f64],
-        l: &mut [f64],
-        s: &mut Self::Scratch,
-    );
-    fn l2l(&self, parent: &Cell, child: &Cell, pl: &[f64], cl: &mut [f64], s: &mut Self::Scratch);
-    #[allow(clippy::too_many_arguments)]
-    fn l2p(
-        &self,
-        cell: &Cell,
-        l: &[f64],
-        position: &[[f64; 3]],
-        alpha: &[[f64; 3]],
-        velocity: &mut [[f64; 3]],
-        stretching: &mut [[f64; 3]],
-    );
 }
 
 /// The FMM operators with the rotations of the M2L directions met so far.
@@ -312,41 +288,6 @@ impl FmmOps {
     }
 }
 
-/// A multiplicative hash of direction keys (small integer triples); the std SipHash costs more
-/// than the lookup is worth in the M2L loop.
-#[derive(Clone, Copy, Default)]
-struct BuildKeyHasher;
-
-#[derive(Default)]
-struct KeyHasher(u64);
-
-impl std::hash::BuildHasher for BuildKeyHasher {
-    type Hasher = KeyHasher;
-    fn build_hasher(&self) -> KeyHasher {
-        KeyHasher(0)
-    }
-}
-
-impl std::hash::Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.write_u64(*b as u64);
-        }
-    }
-    fn write_i64(&mut self, v: i64) {
-        self.write_u64(v as u64);
-    }
-    fn write_usize(&mut self, v: usize) {
-        self.write_u64(v as u64);
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(23) ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
 /// Target cells per block of the batched M2L pass (consecutive cells: one level, Morton order).
 const M2L_BLOCK: usize = 64;
 
@@ -389,7 +330,7 @@ impl FmmOps {
 /// far pair to collect the keys of a plan first.
 #[derive(Default)]
 struct RotationCache {
-    map: RwLock<HashMap<[i64; 3], Arc<Rotation>, BuildKeyHasher>>,
+    map: RwLock<FxHashMap<[i64; 3], Arc<Rotation>>>,
 }
 
 impl RotationCache {
@@ -410,7 +351,7 @@ impl RotationCache {
 
 impl FarOps for FmmOps {
     type Scratch = Scratch;
-    fn len(&self) -> usize {
+    fn flat_len(&self) -> usize {
         2 * expansion_len(self.ops.order())
     }
     fn scratch(&self) -> Scratch {
@@ -484,7 +425,7 @@ impl FarOps for FmmOps {
 
 impl FarOps for PseudoParticles {
     type Scratch = ();
-    fn len(&self) -> usize {
+    fn flat_len(&self) -> usize {
         PseudoParticles::len(self)
     }
     fn scratch(&self) {}
@@ -549,7 +490,7 @@ fn upward<F: FarOps>(
     multipoles: &mut [f64],
     times: &mut PhaseTimes,
 ) {
-    let len = f.len();
+    let len = f.flat_len();
     let tree = &plan.source_tree;
     timed(&mut times.p2m, || {
         multipoles
@@ -593,7 +534,7 @@ fn m2l_pass<F: FarOps>(
     locals: &mut [f64],
     times: &mut PhaseTimes,
 ) {
-    let len = f.len();
+    let len = f.flat_len();
     timed(&mut times.m2l, || {
         locals.par_chunks_mut(len).enumerate().for_each_init(
             || f.scratch(),
@@ -626,7 +567,7 @@ fn m2l_pass_batched(
     locals: &mut [f64],
     times: &mut PhaseTimes,
 ) {
-    let len = f.len();
+    let len = f.flat_len();
     let clen = len / 2;
     let p = f.ops.order();
     let multipoles = as_complex(multipoles);
@@ -696,7 +637,7 @@ fn local_passes<F: FarOps>(
     fields: &mut Fields,
     times: &mut PhaseTimes,
 ) {
-    let len = f.len();
+    let len = f.flat_len();
     let tt = &plan.target_tree;
     timed(&mut times.l2l, || {
         for l in 0..tt.levels.len().saturating_sub(1) {
@@ -746,7 +687,7 @@ fn treecode_far(
     fields: &mut Fields,
     times: &mut PhaseTimes,
 ) {
-    let len = f.len();
+    let len = f.flat_len();
     let tt = &plan.target_tree;
     timed(&mut times.m2p, || {
         for_each_leaf(tt, fields, |leaf, r, vel, str_| {

@@ -10,6 +10,7 @@
 
 pub mod cpu;
 
+use crate::far::Expansions;
 use crate::lists::InteractionLists;
 use crate::tree::Tree;
 use crate::{Fields, FmmError, Sources, Targets};
@@ -154,34 +155,33 @@ pub trait Backend: Send + Sync {
         times: &mut PhaseTimes,
     ) -> Result<(), FmmError>;
     fn fields(&self, plan: &Plan, state: Self::State) -> Result<Fields, FmmError>;
-    /// The multipole expansions of source cells `cells` (after `upward`), concatenated, as raw
-    /// `f64` data: interleaved `(re, im)` coefficients for the FMM and the treecode,
-    /// pseudo-particle strengths `[k * 3 + c]` for the PPM.
+    /// The multipole expansions of source cells `cells` (after `upward`), in the order of
+    /// `cells`, typed by the plan's far field ([`crate::far::Expansions`]).
     fn multipoles(
         &self,
         plan: &Plan,
         state: &Self::State,
         cells: &[usize],
-    ) -> Result<Vec<f64>, FmmError>;
+    ) -> Result<Expansions, FmmError>;
     /// Adds local expansions to target cells before `downward` (periodic far images, and remote
-    /// contributions under MPI); `data` holds one expansion per cell, concatenated.
+    /// contributions under MPI); `data` holds one expansion per cell, in the order of `cells`.
     fn add_locals(
         &self,
         plan: &Plan,
         state: &mut Self::State,
         cells: &[usize],
-        data: &[f64],
+        data: &Expansions,
     ) -> Result<(), FmmError>;
     /// Overwrites the multipole expansions of source cells `cells` after `upward` (cells of an
     /// MPI rank's locally essential tree whose multipoles were computed elsewhere); `data`
-    /// holds one expansion per cell, concatenated. Backends without MPI support may keep the
+    /// holds one expansion per cell, in the order of `cells`. Backends without MPI support may keep the
     /// default, which refuses.
     fn set_multipoles(
         &self,
         plan: &Plan,
         state: &mut Self::State,
         cells: &[usize],
-        data: &[f64],
+        data: &Expansions,
     ) -> Result<(), FmmError> {
         let _ = (plan, state, cells, data);
         Err(FmmError::BadParameter {
@@ -224,7 +224,7 @@ impl<B: Backend> Backend for &B {
         plan: &Plan,
         st: &B::State,
         cells: &[usize],
-    ) -> Result<Vec<f64>, FmmError> {
+    ) -> Result<Expansions, FmmError> {
         (**self).multipoles(plan, st, cells)
     }
     fn add_locals(
@@ -232,7 +232,7 @@ impl<B: Backend> Backend for &B {
         plan: &Plan,
         st: &mut B::State,
         cells: &[usize],
-        data: &[f64],
+        data: &Expansions,
     ) -> Result<(), FmmError> {
         (**self).add_locals(plan, st, cells, data)
     }
@@ -241,7 +241,7 @@ impl<B: Backend> Backend for &B {
         plan: &Plan,
         st: &mut B::State,
         cells: &[usize],
-        data: &[f64],
+        data: &Expansions,
     ) -> Result<(), FmmError> {
         (**self).set_multipoles(plan, st, cells, data)
     }

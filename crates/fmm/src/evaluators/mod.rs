@@ -7,12 +7,10 @@
 pub mod direct;
 
 use crate::backend::{timed, Backend, FarField, PhaseTimes, Plan};
-use crate::expansions::{expansion_len, Complex64};
+use crate::far::{Expansions, FarMethod};
 use crate::lists::{cell_sigma_max, InteractionLists, ListParams};
-use crate::operators::potential::local_potential;
 use crate::operators::Operators;
 use crate::periodic::{self, Periodic};
-use crate::ppm::PseudoParticles;
 use crate::tree::{BoundingCube, Tree};
 use crate::{Fields, FmmError, Sources, Targets, MAX_ORDER};
 use std::str::FromStr;
@@ -178,18 +176,11 @@ pub fn plan(
     targets: &Targets,
     times: &mut PhaseTimes,
 ) -> Result<(Plan, Sources, Targets), FmmError> {
-    let far_field = match params.method {
-        Method::Fmm => FarField::Fmm,
-        Method::Treecode => FarField::Treecode,
-        Method::Ppm => FarField::Ppm,
-        Method::Direct => {
-            return Err(FmmError::BadParameter {
-                name: "method",
-                value: "direct".into(),
-                reason: "the direct sum has no plan",
-            })
-        }
-    };
+    let far_field = FarField::of_method(params.method).ok_or(FmmError::BadParameter {
+        name: "method",
+        value: "direct".into(),
+        reason: "the direct sum has no plan",
+    })?;
     let (source_tree, target_tree, sorted_sources, sorted_targets) = timed(&mut times.tree, || {
         let (src_pos, tgt_pos, cube) = match &params.periodic {
             None => (
@@ -225,8 +216,7 @@ pub fn plan(
             theta: params.theta,
             core_cutoff: params.core_cutoff,
             period: params.periodic.map(|p| p.box_length),
-            sphere_radius_factor: (far_field == FarField::Ppm)
-                .then(|| crate::ppm::PseudoParticles::new(params.order).radius_factor()),
+            sphere_radius_factor: FarMethod::new(far_field, params.order).sphere_radius_factor(),
         };
         InteractionLists::build(&target_tree, &source_tree, &sigma_max, &lp)
     });
@@ -369,11 +359,7 @@ fn evaluate_unchecked<B: Backend>(
     };
     if let Some(p) = &plan.periodic {
         let corr = periodic::surface_correction(&sorted_sources, p.box_length);
-        for v in &mut fields.velocity {
-            for c in 0..3 {
-                v[c] -= corr[c];
-            }
-        }
+        periodic::subtract_surface(&mut fields.velocity, corr);
     }
     times.total = t0.elapsed().as_secs_f64();
     Ok(Evaluation {
@@ -384,51 +370,22 @@ fn evaluate_unchecked<B: Backend>(
     })
 }
 
-/// Local data of the far periodic images for the level-2 target cells (and shallower leaves), in the
-/// backend's representation: FMM local coefficients, or pseudo-particle potentials.
+/// Local data of the far periodic images for the level-2 target cells (and shallower
+/// leaves), in the plan's far-field representation ([`FarMethod::from_fmm_locals`]: FMM local
+/// coefficients, or pseudo-particle potentials).
 pub fn periodic_far_images<B: Backend>(
     backend: &B,
     plan: &Plan,
     state: &B::State,
     p: &Periodic,
-) -> Result<(Vec<usize>, Vec<f64>), FmmError> {
-    let root_raw = backend.multipoles(plan, state, &[0])?;
+) -> Result<(Vec<usize>, Expansions), FmmError> {
+    let root_m = backend.multipoles(plan, state, &[0])?;
     let ops = Operators::new(plan.order);
-    let root_cell = &plan.source_tree.cells[0];
-    let ppm = (plan.far_field == FarField::Ppm).then(|| PseudoParticles::new(plan.order));
+    let far = FarMethod::of_plan(plan);
     // The FMM multipole of the whole box about its centre (the origin).
-    let root: Vec<Complex64> = match &ppm {
-        None => root_raw
-            .chunks_exact(2)
-            .map(|c| Complex64::new(c[0], c[1]))
-            .collect(),
-        Some(pp) => {
-            // pseudo-particles reproduce the moments of degree <= p exactly, so their P2M is
-            // the FMM multipole of the sources
-            let pts = pp.sphere_points(root_cell.center, root_cell.half_width);
-            let st: Vec<[f64; 3]> = root_raw
-                .chunks_exact(3)
-                .map(|q| [q[0], q[1], q[2]])
-                .collect();
-            let mut m = vec![Complex64::new(0.0, 0.0); expansion_len(plan.order)];
-            ops.p2m(root_cell.center, &pts, &st, &mut m);
-            m
-        }
-    };
+    let root = far.fmm_multipole(&ops, &plan.source_tree.cells[0], &root_m);
     let tt = &plan.target_tree;
     let locals = periodic::outer_image_locals(&ops, p, &root, tt);
     let cells: Vec<usize> = locals.iter().map(|l| l.0).collect();
-    let mut data = Vec::new();
-    for (c, local) in &locals {
-        match &ppm {
-            None => data.extend(local.iter().flat_map(|z| [z.re, z.im])),
-            Some(pp) => {
-                let cell = &tt.cells[*c];
-                let pts = pp.sphere_points(cell.center, cell.half_width);
-                let phi = local_potential(plan.order, cell.center, local, &pts);
-                data.extend(phi.iter().flatten());
-            }
-        }
-    }
-    Ok((cells, data))
+    Ok((cells, far.from_fmm_locals(tt, &locals)))
 }

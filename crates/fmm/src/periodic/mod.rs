@@ -215,10 +215,10 @@ pub fn check_box(periodic: &Periodic, sigma_max: f64, counts: WrapCounts) -> Res
     Ok(())
 }
 
-/// The constant velocity by which cubic summation differs from the zero-mean periodic
-/// solution (see the module doc), for wrapped positions. Subtract it from the lattice sum.
-pub fn surface_correction(s: &Sources, box_length: f64) -> [f64; 3] {
-    // D_cl = sum_j alpha_jc x_jl ; u_m = 1/(3V) eps_mlc D_cl
+/// The dipole moment `D_cl = sum_j alpha_jc x_jl` (index `[c][l]`) of wrapped sources, summed
+/// in input order: the one input of the surface term ([`surface_velocity`]). A distributed
+/// evaluation sums it per rank and reduces the ranks' moments.
+pub fn dipole_moment(s: &Sources) -> [[f64; 3]; 3] {
     let mut d = [[0.0; 3]; 3];
     for (a, x) in s.strength.iter().zip(&s.position) {
         for c in 0..3 {
@@ -227,6 +227,14 @@ pub fn surface_correction(s: &Sources, box_length: f64) -> [f64; 3] {
             }
         }
     }
+    d
+}
+
+/// The constant velocity by which cubic summation differs from the zero-mean periodic
+/// solution (see the module doc), from the dipole moment `d` ([`dipole_moment`], index
+/// `[c][l]`): `u_m = 1/(3V) eps_mlc D_cl`. Every periodic engine (the adaptive plan on one or
+/// several ranks, the uniform grid) subtracts this velocity from the lattice sum.
+pub fn surface_velocity(d: &[[f64; 3]; 3], box_length: f64) -> [f64; 3] {
     let v = box_length.powi(3);
     let f = 1.0 / (3.0 * v);
     // eps_mlc D_cl: m=0: D_zy - D_yz ; m=1: D_xz - D_zx ; m=2: D_yx - D_xy  (index [c][l])
@@ -235,6 +243,22 @@ pub fn surface_correction(s: &Sources, box_length: f64) -> [f64; 3] {
         f * (d[0][2] - d[2][0]),
         f * (d[1][0] - d[0][1]),
     ]
+}
+
+/// The constant velocity by which cubic summation differs from the zero-mean periodic
+/// solution (see the module doc), for wrapped positions. Subtract it from the lattice sum
+/// ([`subtract_surface`]).
+pub fn surface_correction(s: &Sources, box_length: f64) -> [f64; 3] {
+    surface_velocity(&dipole_moment(s), box_length)
+}
+
+/// Subtracts the surface-term velocity `corr` ([`surface_velocity`]) from every velocity.
+pub fn subtract_surface(velocity: &mut [[f64; 3]], corr: [f64; 3]) {
+    for v in velocity {
+        for c in 0..3 {
+            v[c] -= corr[c];
+        }
+    }
 }
 
 /// Periodic velocity and stretching of Gaussian blobs summed in Fourier space, the independent

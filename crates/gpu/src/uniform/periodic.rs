@@ -107,13 +107,7 @@ impl PeriodicSums {
     /// solution, `u_m = (1 / 3V) eps_mlc D_cl` (`fmm::periodic::surface_correction`, of the
     /// wrapped positions; `1/(4 pi)` included): subtract it from every velocity.
     pub fn surface_correction(&self, box_length: f64) -> [f64; 3] {
-        let d = &self.dipole;
-        let f = 1.0 / (3.0 * box_length.powi(3));
-        [
-            f * (d[2][1] - d[1][2]),
-            f * (d[0][2] - d[2][0]),
-            f * (d[1][0] - d[0][1]),
-        ]
+        fmm::periodic::surface_velocity(&self.dipole, box_length)
     }
 
     /// Refuses what has no periodic solution or breaks the near field: the checks of

@@ -1,0 +1,102 @@
+//! Particle-particle sums on the device: P2P over the near lists (`p2p_near`, tasks of
+//! `P2P_TARGETS` targets from [`crate::layout::NearLayout`]) and the all-pairs direct sum
+//! (`p2p_all`).
+
+use super::{blocks, flat4, CudaBackend, CudaState, P2P_TARGETS, P2P_THREADS};
+use crate::device::{GpuResult, P2P};
+use crate::layout::{pack_sources, pack_targets, NearLayout};
+use cudarc::driver::PushKernelArg;
+use fmm::backend::{timed, PhaseTimes, Plan};
+use fmm::{Fields, Sources, Targets};
+
+impl CudaBackend {
+    pub(super) fn near_impl(
+        &self,
+        plan: &Plan,
+        st: &mut CudaState,
+        times: &mut PhaseTimes,
+    ) -> GpuResult<()> {
+        let s = self.dev.stream().clone();
+        let f = self.dev.function(&P2P, &[], "p2p_near")?;
+        let mut wall = 0.0;
+        let r: GpuResult<()> = timed(&mut wall, || {
+            let lay = NearLayout::build(
+                &plan.target_tree,
+                &plan.source_tree,
+                &plan.lists.near,
+                P2P_TARGETS,
+            );
+            st.times.p2p_pairs = lay.pairs;
+            if lay.tasks.is_empty() {
+                return Ok(());
+            }
+            let d_tasks = s.clone_htod(flat4(&lay.tasks))?;
+            let d_nsrc = s.clone_htod(&lay.task_nsrc)?;
+            let d_runs = s.clone_htod(flat4(&lay.runs))?;
+            let period = plan.periodic.map(|q| q.box_length).unwrap_or(0.0) as f32;
+            st.times.p2p += self.event_timed(|| {
+                let mut lb = s.launch_builder(&f);
+                lb.arg(&st.tpos).arg(&st.tstr).arg(&st.spos).arg(&st.sstr);
+                lb.arg(&d_tasks).arg(&d_nsrc).arg(&d_runs).arg(&period);
+                lb.arg(&mut st.vel).arg(&mut st.strf);
+                // SAFETY: the arguments match kernels/p2p.cu `p2p_near` in order and type;
+                // the tasks index cells and particles inside the buffers passed, which
+                // outlive the launch (the event or copy after it synchronizes the stream).
+                unsafe { lb.launch(blocks(lay.tasks.len(), P2P_THREADS)) }?;
+                Ok(())
+            })?;
+            Ok(())
+        });
+        times.p2p += wall;
+        r
+    }
+
+    /// Direct all-pairs sum on the device (free space): fields (with `1/(4 pi)`, in the given
+    /// order) and the kernel time in seconds.
+    pub fn all_pairs(&self, sources: &Sources, targets: &Targets) -> GpuResult<(Fields, f64)> {
+        let s = self.dev.stream().clone();
+        let f = self.dev.function(&P2P, &[], "p2p_all")?;
+        let (sp, sa) = pack_sources(sources);
+        let (tp, ta) = pack_targets(targets);
+        let (d_sp, d_sa) = (s.clone_htod(&sp)?, s.clone_htod(&sa)?);
+        let (d_tp, d_ta) = (s.clone_htod(&tp)?, s.clone_htod(&ta)?);
+        let mut vel = s.alloc_zeros::<f32>(3 * targets.len())?;
+        let mut strf = s.alloc_zeros::<f32>(3 * targets.len())?;
+        let (nt, ns) = (targets.len() as i32, sources.len() as i32);
+        let secs = self.event_timed(|| {
+            let mut lb = s.launch_builder(&f);
+            lb.arg(&d_tp)
+                .arg(&d_ta)
+                .arg(&nt)
+                .arg(&d_sp)
+                .arg(&d_sa)
+                .arg(&ns);
+            lb.arg(&mut vel).arg(&mut strf);
+            // SAFETY: the arguments match kernels/p2p.cu `p2p_all` in order and type;
+            // the tasks index cells and particles inside the buffers passed, which
+            // outlive the launch (the event or copy after it synchronizes the stream).
+            unsafe { lb.launch(blocks(targets.len().div_ceil(128), 128)) }?;
+            Ok(())
+        })?;
+        let st = CudaState {
+            p: 0,
+            nt: targets.len(),
+            tpos: d_tp,
+            tstr: d_ta,
+            spos: d_sp,
+            sstr: d_sa,
+            vel,
+            strf,
+            scenters: s.alloc_zeros(1)?,
+            tcenters: s.alloc_zeros(1)?,
+            knm: s.alloc_zeros(1)?,
+            multipoles: None,
+            locals: None,
+            rots: None,
+            ppm: None,
+            ppm_dev: None,
+            times: self.last_kernel_times(),
+        };
+        Ok((self.fields_impl(st)?, secs))
+    }
+}
