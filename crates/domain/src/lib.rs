@@ -26,7 +26,7 @@ pub mod wire;
 pub use comm::MpiComm;
 pub use comm::{world, Comm, ReduceOp, SelfComm, ThreadComm};
 pub use essential::{evaluate_owned, OwnedSources, OwnedTargets};
-pub use evaluator::DistributedEvaluator;
+pub use evaluator::{DistributedEvaluator, OwnedEvaluator};
 pub use partition::Partition;
 
 use fmm::backend::{Backend, PhaseTimes};

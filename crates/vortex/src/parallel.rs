@@ -41,9 +41,7 @@ use crate::rhs::{add_times, Derivatives, RightHandSide};
 use crate::stepping::{State, StepReport, Stepper};
 use domain::partition::{global_cube, Partition};
 use domain::wire::{Reader, Writer};
-use domain::{
-    Comm, CommStats, DistributedEvaluator, DomainParams, OwnedSources, OwnedTargets, ReduceOp,
-};
+use domain::{Comm, CommStats, DistributedEvaluator, DomainParams, OwnedEvaluator, ReduceOp};
 use fmm::{
     Backend, EvalParams, Evaluator, Fields, Method, PhaseTimes, PlanEvaluator, Sources, TargetSpec,
     Targets,
@@ -336,16 +334,27 @@ impl<'c, B: Backend> DistRhs<'c, B> {
         }
     }
 
-    fn domain_err(&self) -> impl FnOnce(domain::DomainError) -> Error {
+    /// The fields of one evaluation that started at `t0`; its times and communication added
+    /// to the totals (errors carry the step).
+    fn record(
+        &mut self,
+        t0: Instant,
+        ev: std::result::Result<fmm::Evaluation, fmm::FmmError>,
+    ) -> Result<Fields> {
         let step = self.step;
-        move |source| Error::Domain { step, source }
+        let ev = ev.map_err(|source| Error::Fmm { step, source })?;
+        add_times(&mut self.times, &ev.times);
+        self.comm_seconds += comm_seconds(&ev.comm);
+        self.evaluations += 1;
+        self.seconds += t0.elapsed().as_secs_f64();
+        Ok(ev.fields)
     }
 
     /// Fields at this rank's `targets` (in their order) induced by the sources of all ranks, in
-    /// any distribution. Collective.
+    /// any distribution: the adaptive plan on one rank, [`DistributedEvaluator`] on several.
+    /// Collective.
     pub fn evaluate_at(&mut self, sources: &Sources, targets: &Targets) -> Result<Fields> {
         let t0 = Instant::now();
-        let step = self.step;
         let at = TargetSpec::Points(targets);
         let ev = if self.comm.size() == 1 {
             PlanEvaluator::new(&self.backend, self.params.clone())
@@ -353,14 +362,8 @@ impl<'c, B: Backend> DistRhs<'c, B> {
         } else {
             DistributedEvaluator::new(self.comm, &self.backend, self.params.clone())
                 .and_then(|mut e| e.evaluate(sources, at))
-        }
-        .map_err(|source| Error::Fmm { step, source })?;
-        add_times(&mut self.times, &ev.times);
-        self.comm_seconds += comm_seconds(&ev.comm);
-        let fields = ev.fields;
-        self.evaluations += 1;
-        self.seconds += t0.elapsed().as_secs_f64();
-        Ok(fields)
+        };
+        self.record(t0, ev)
     }
 
     /// Fields at the particles `p` at themselves, on one rank: [`DistRhs::at_sources`] when
@@ -371,22 +374,17 @@ impl<'c, B: Backend> DistRhs<'c, B> {
             return self.evaluate_at(&p.to_sources(), &targets_of(p));
         }
         let t0 = Instant::now();
-        let step = self.step;
         let sources = p.to_sources();
         let ev = match &mut self.at_sources {
             Some(e) => e.evaluate(&sources, TargetSpec::Sources),
             None => PlanEvaluator::new(&self.backend, self.params.clone())
                 .and_then(|mut e| e.evaluate(&sources, TargetSpec::Sources)),
-        }
-        .map_err(|source| Error::Fmm { step, source })?;
-        add_times(&mut self.times, &ev.times);
-        self.evaluations += 1;
-        self.seconds += t0.elapsed().as_secs_f64();
-        Ok(ev.fields)
+        };
+        self.record(t0, ev)
     }
 
     /// Fields at the particles `p` (sources and targets) held at their owners under `part`,
-    /// sorted by (`keys`, `gid`). Collective.
+    /// sorted by (`keys`, `gid`), through [`OwnedEvaluator`] (no redistribution). Collective.
     pub fn evaluate_owned(
         &mut self,
         part: &Partition,
@@ -401,35 +399,10 @@ impl<'c, B: Backend> DistRhs<'c, B> {
             return self.evaluate_at(&p.to_sources(), &targets_of(p));
         }
         let t0 = Instant::now();
-        let src = OwnedSources {
-            gid: gid.to_vec(),
-            key: keys.to_vec(),
-            sources: p.to_sources(),
-        };
-        let tgt = OwnedTargets {
-            gid: gid.to_vec(),
-            key: keys.to_vec(),
-            targets: targets_of(p),
-        };
-        let mut stats = CommStats::default();
-        let mut times = PhaseTimes::default();
-        let fields = domain::evaluate_owned(
-            self.comm,
-            &self.backend,
-            &self.params,
-            part,
-            &src,
-            &tgt,
-            &mut stats,
-            &mut times,
-        )
-        .map_err(self.domain_err())?;
-        times.total = t0.elapsed().as_secs_f64();
-        add_times(&mut self.times, &times);
-        self.comm_seconds += comm_seconds(&stats);
-        self.evaluations += 1;
-        self.seconds += t0.elapsed().as_secs_f64();
-        Ok(fields)
+        let (comm, params) = (self.comm, self.params.clone());
+        let ev = OwnedEvaluator::new(comm, &self.backend, params, part, gid, keys)
+            .and_then(|mut e| e.evaluate(&p.to_sources(), TargetSpec::Sources));
+        self.record(t0, ev)
     }
 }
 
