@@ -262,7 +262,7 @@ fn run_resident(
 ) -> Result<method::run::RunSummary> {
     let build: method::run::Build<'_> = Box::new(move |config, start| {
         let sim = resident::ResidentSimulation::new(comm, config, index, start)?;
-        Ok(Box::new(sim) as Box<dyn method::Simulator + '_>)
+        Ok(method::run::Simulation::Gathered(Box::new(sim)))
     });
     let name = format!("cuda device {index}, particle state resident on the device");
     Ok(method::run::run_loaded_with(

@@ -6,7 +6,7 @@
 //! * `diagnostics.csv`: one row per diagnostics step ([`crate::diagnostics::CSV_HEADER`]);
 //! * `spectrum_STEP.csv` (periodic), `grid_STEP.vtk` and the particle snapshots
 //!   `particles_STEP.vtp` (binary XML VTK; `particles.pvd` lists them with their times for
-//!   ParaView) or `particles_STEP.vtk` (`output.snapshot_format = "vtk"`, legacy ASCII);
+//!   ParaView; on several ranks `particles_STEP.pvtp` and one piece per rank) or `particles_STEP.vtk` (`output.snapshot_format = "vtk"`, legacy ASCII);
 //! * `checkpoint.bin` (checksummed, atomic, the last `output.checkpoints_kept` kept as
 //!   `checkpoint.bin.1` ...; every `output.checkpoint_every` steps, every
 //!   `output.checkpoint_wall_minutes`, at the end and when a signal stops the run; each after a
@@ -18,7 +18,8 @@
 //! * `energy.png`, `spectra.png` (periodic, `output.plots`).
 //!
 //! Under MPI ([`run_on`] with any [`domain::Comm`]) every rank steps its own particles (see
-//! [`crate::parallel`]) and rank 0 writes every file; the outputs do not depend on the number of
+//! [`crate::parallel`]) and rank 0 writes every file but the particle snapshots (each rank
+//! writes its piece `particles_STEP_pRANK.vtp`, rank 0 the `particles_STEP.pvtp`); the outputs do not depend on the number of
 //! ranks beyond round-off, and a checkpoint written with `R` ranks continues with any other
 //! number. A restart continues from a checkpoint bit for bit (same number of ranks); rows of
 //! `diagnostics.csv` and `timing.csv` after the checkpoint's step are replaced. A blow-up
@@ -309,7 +310,7 @@ fn host_build<'c, B: Backend + 'c>(
             None => DistSimulation::new(comm, config, backend)?,
         };
         sim.rhs.at_sources = at_sources;
-        Ok(Box::new(sim) as Box<dyn Simulator + 'c>)
+        Ok(Simulation::Pieces(Box::new(sim)))
     })
 }
 
@@ -456,8 +457,48 @@ fn setup_out(out: &Path, config: &Config, mode: OutMode) -> Result<()> {
 
 /// How a run's simulation is made on every rank: from the configuration (a fresh start,
 /// `None`) or from a checkpoint's global state (`Some(state)`: rank 0's, `None` elsewhere).
-pub type Build<'c> =
-    Box<dyn FnOnce(Config, Option<Option<State>>) -> Result<Box<dyn Simulator + 'c>> + 'c>;
+pub type Build<'c> = Box<dyn FnOnce(Config, Option<Option<State>>) -> Result<Simulation<'c>> + 'c>;
+
+/// The simulation a run drives: one whose ranks hold their own particles on the host (each
+/// rank writes its piece of a particle snapshot, nothing is gathered) or any other
+/// [`Simulator`] (snapshots gathered on rank 0). Dereferences to the [`Simulator`].
+pub enum Simulation<'c> {
+    Pieces(Box<dyn LocalParticles + 'c>),
+    Gathered(Box<dyn Simulator + 'c>),
+}
+
+/// A [`Simulator`] whose ranks can hand out their own particles.
+pub trait LocalParticles: Simulator {
+    /// This rank's particles and their velocities, in the same order. Collective (the
+    /// velocity may have to be evaluated).
+    fn local_particles(&mut self) -> Result<(&crate::Particles, Vec<[f64; 3]>)>;
+}
+
+impl<B: Backend> LocalParticles for DistSimulation<'_, B> {
+    fn local_particles(&mut self) -> Result<(&crate::Particles, Vec<[f64; 3]>)> {
+        let v = self.derivatives()?.velocity.clone();
+        Ok((&self.state.particles, v))
+    }
+}
+
+impl<'c> std::ops::Deref for Simulation<'c> {
+    type Target = dyn Simulator + 'c;
+    fn deref(&self) -> &Self::Target {
+        match self {
+            Simulation::Pieces(s) => &**s,
+            Simulation::Gathered(s) => &**s,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Simulation<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        match self {
+            Simulation::Pieces(s) => &mut **s,
+            Simulation::Gathered(s) => &mut **s,
+        }
+    }
+}
 
 /// Runs a configuration on the ranks of `comm` (each with its own `backend`), writing into `out`
 /// from rank 0: [`run_with`] over a [`DistSimulation`] (the state on the host ranks), with
@@ -691,12 +732,7 @@ pub fn run_with<'c>(
             }
             if snap_due {
                 let tio = Instant::now();
-                let g = sim.snapshot()?;
-                let r = match g {
-                    Some((p, v)) => write_snapshot(out, &cfg, step, sim.t(), &p, &v, &mut pvd),
-                    None => Ok(()),
-                };
-                agree(comm, r)?;
+                write_snapshot(&mut sim, comm, out, &cfg, &mut pvd)?;
                 t_io += tio.elapsed().as_secs_f64();
             }
         }
@@ -917,36 +953,65 @@ impl CheckpointWriter {
 pub const PVD_FILE: &str = "particles.pvd";
 
 fn snapshot_step(file: &str) -> Option<u64> {
-    file.strip_prefix("particles_")?
-        .strip_suffix(".vtp")?
+    let stem = file.strip_prefix("particles_")?;
+    stem.strip_suffix(".vtp")
+        .or_else(|| stem.strip_suffix(".pvtp"))?
         .parse()
         .ok()
 }
 
-/// Writes the particle snapshot of `step` in the configured format (rank 0); a `.vtp` is added
-/// to `particles.pvd` with its time.
+/// The particle snapshot of the current step in the configured format. In `.vtp` with several
+/// ranks that hold their own particles, every rank writes its piece `particles_STEP_pRANK.vtp`
+/// and rank 0 the `particles_STEP.pvtp` that names the pieces (nothing is gathered); otherwise
+/// the particles gathered on rank 0 go to one `particles_STEP.vtp` (or `.vtk`). Rank 0 lists a
+/// `.vtp`/`.pvtp` in `particles.pvd` with its time. Collective.
 fn write_snapshot(
+    sim: &mut Simulation,
+    comm: &dyn Comm,
     out: &Path,
     cfg: &Config,
-    step: u64,
-    t: f64,
-    p: &crate::Particles,
-    velocity: &[[f64; 3]],
     pvd: &mut Vec<(f64, String)>,
 ) -> Result<()> {
-    match cfg.output.snapshot_format {
-        SnapshotFormat::Vtk => diagnostics::write_vtk_particles(
-            &out.join(format!("particles_{step:06}.vtk")),
-            p,
-            Some(velocity),
-            &format!("vortex method, step {step}, t = {t}"),
-        ),
-        SnapshotFormat::Vtp => {
-            let name = format!("particles_{step:06}.vtp");
-            vtp::write_particles(&out.join(&name), p, Some(velocity))?;
-            pvd.retain(|(_, f)| *f != name);
-            pvd.push((t, name));
-            vtp::write_pvd(&out.join(PVD_FILE), pvd)
+    let (step, t, ranks) = (sim.step_index(), sim.t(), comm.size());
+    let list = |pvd: &mut Vec<(f64, String)>, file: String| {
+        pvd.retain(|(_, f)| snapshot_step(f) != Some(step));
+        pvd.push((t, file));
+        vtp::write_pvd(&out.join(PVD_FILE), pvd)
+    };
+    match (&mut *sim, cfg.output.snapshot_format) {
+        (Simulation::Pieces(s), SnapshotFormat::Vtp) if ranks > 1 => {
+            let piece = |r: usize| format!("particles_{step:06}_p{r:04}.vtp");
+            let r = s.local_particles().and_then(|(p, v)| {
+                vtp::write_particles(&out.join(piece(comm.rank())), p, Some(&v))
+            });
+            agree(comm, r)?;
+            let r = if comm.rank() == 0 {
+                let file = format!("particles_{step:06}.pvtp");
+                let pieces: Vec<String> = (0..ranks).map(piece).collect();
+                vtp::write_pvtp(&out.join(&file), &pieces, true).and_then(|_| list(pvd, file))
+            } else {
+                Ok(())
+            };
+            agree(comm, r)
+        }
+        _ => {
+            let r = match sim.snapshot()? {
+                Some((p, v)) => match cfg.output.snapshot_format {
+                    SnapshotFormat::Vtk => diagnostics::write_vtk_particles(
+                        &out.join(format!("particles_{step:06}.vtk")),
+                        &p,
+                        Some(&v),
+                        &format!("vortex method, step {step}, t = {t}"),
+                    ),
+                    SnapshotFormat::Vtp => {
+                        let file = format!("particles_{step:06}.vtp");
+                        vtp::write_particles(&out.join(&file), &p, Some(&v))
+                            .and_then(|_| list(pvd, file))
+                    }
+                },
+                None => Ok(()),
+            };
+            agree(comm, r)
         }
     }
 }
