@@ -76,12 +76,12 @@ pub fn restart_keys(cfg: &Config) -> BTreeMap<String, String> {
     let mut m = durable::flatten_toml(&text).unwrap_or_default();
     for k in [
         "t_end",
-        "stats_every",
+        "diagnostics_interval",
         "spectrum_times",
         "field_times",
         "field_formats",
         "vorticity",
-        "checkpoint_every",
+        "checkpoint_interval",
         "checkpoint_wall_minutes",
         "checkpoints_kept",
         "energy_growth_limit",
@@ -289,7 +289,7 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
                       last: Option<Stats>|
      -> Result<Stats, RunError> {
         let t = solver.time();
-        let stats_due = match cfg.stats_every {
+        let stats_due = match cfg.diagnostics_interval {
             None => true,
             Some(e) => periodic_hit(t, e) || hit(t, t_end),
         };
@@ -306,7 +306,7 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
             *peak = (st.dissipation, t);
         }
         if !(first && restarted) && cfg.spectrum_times.iter().any(|&e| hit(t, e)) {
-            let p = out.join(format!("spectrum_{t:010.4}.csv"));
+            let p = out.join(io::spectrum_file_name(t));
             io::write_spectrum_csv(&p, &solver.spectrum()?)?;
             log::info!("t = {t:.4}: spectrum -> {}", p.display());
         }
@@ -362,10 +362,10 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
     while solver.time() < t_end - TOL * t_end.abs().max(1.0) {
         let t = solver.time();
         let mut next = t_end;
-        if let Some(e) = cfg.stats_every {
+        if let Some(e) = cfg.diagnostics_interval {
             next = next.min(periodic_next(t, e));
         }
-        if let Some(e) = cfg.checkpoint_every {
+        if let Some(e) = cfg.checkpoint_interval {
             next = next.min(periodic_next(t, e));
         }
         for &e in cfg.spectrum_times.iter().chain(cfg.field_times.iter()) {
@@ -395,7 +395,7 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
         let wall_due = cfg.checkpoint_wall_minutes > 0.0
             && last_ck_wall.elapsed().as_secs_f64() >= 60.0 * cfg.checkpoint_wall_minutes;
         let stop = durable::interrupted();
-        let ck_due = cfg.checkpoint_every.is_some_and(|e| periodic_hit(t, e))
+        let ck_due = cfg.checkpoint_interval.is_some_and(|e| periodic_hit(t, e))
             || hit(t, t_end)
             || wall_due
             || stop.is_some();

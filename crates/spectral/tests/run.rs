@@ -7,15 +7,15 @@ n = 16
 nu = 0.02
 t_end = 0.5
 dt = 0.025
-stats_every = 0.05
+diagnostics_interval = 0.05
 spectrum_times = [0.0, 0.5]
 field_times = [0.5]
 field_formats = ["npy", "vtk"]
 vorticity = true
-checkpoint_every = 0.25
+checkpoint_interval = 0.25
 threads = 2
 [initial]
-type = "isotropic"
+kind = "isotropic"
 k_peak = 3.0
 seed = 5
 energy = 0.5
@@ -175,9 +175,9 @@ nu = 0.0
 inviscid = true
 t_end = 1000.0
 dt = 2.0
-checkpoint_every = 2.0
+checkpoint_interval = 2.0
 [initial]
-type = "taylor-green"
+kind = "taylor-green"
 amplitude = 20.0
 "#;
     let c = cfg(text);

@@ -4,7 +4,8 @@
 //! Output directory (default `runs/out/<config stem>`):
 //! * `config.toml`: the configuration as run;
 //! * `diagnostics.csv`: one row per diagnostics step ([`crate::diagnostics::CSV_HEADER`]);
-//! * `spectrum_STEP.csv` (periodic), `grid_STEP.vtk` and the particle snapshots
+//! * `spectrum_TTTTT.TTTT.csv` (periodic; named by the time, as `vortex spectral` names them),
+//!   `grid_STEP.vtk` and the particle snapshots
 //!   `particles_STEP.vtp` (binary XML VTK; `particles.pvd` lists them with their times for
 //!   ParaView; on several ranks `particles_STEP.pvtp` and one piece per rank) or `particles_STEP.vtk` (`output.snapshot_format = "vtk"`, legacy ASCII);
 //! * `checkpoint.bin` (checksummed, atomic, the last `output.checkpoints_kept` kept as
@@ -632,7 +633,7 @@ pub fn run_with<'c>(
         ProgressBar::hidden()
     };
 
-    let every = |k: u64, s: u64| k > 0 && s % k == 0;
+    let o = Schedules::new(&cfg);
     // the snapshots' time series: those of the earlier run up to the restart's step are kept
     let mut pvd: Vec<(f64, String)> = vtp::read_pvd(&out.join(PVD_FILE))
         .into_iter()
@@ -684,12 +685,11 @@ pub fn run_with<'c>(
         let last = step >= stop || signal.is_some();
         // a checkpoint is written only after the diagnostics of its state passed the checks
         let ck_due = (step > start_step || restart.is_none())
-            && (last || every(cfg.output.checkpoint_every, step) || flags[1] > 0.0);
+            && (last || o.checkpoint.due(step) || flags[1] > 0.0);
         // a restart's own step has its row already (written before its checkpoint)
         let diag_due = (step == start_step && restart.is_none())
-            || (step > start_step && (last || ck_due || every(cfg.output.diagnostics_every, step)));
-        let snap_due =
-            cfg.output.snapshot_every > 0 && (every(cfg.output.snapshot_every, step) || last);
+            || (step > start_step && (last || ck_due || o.diagnostics.due(step)));
+        let snap_due = o.snapshot.any() && (o.snapshot.due(step) || last);
         let (mut t_diag, mut t_io) = (0.0, 0.0);
         if diag_due || snap_due {
             if diag_due {
@@ -847,6 +847,61 @@ pub fn run_with<'c>(
         interrupted,
         backend: backend_name,
     })
+}
+
+/// When an output is due: every `every` steps (0: not by steps) and at the first step at or
+/// after each multiple of the simulation-time `interval` (`t = step dt`).
+#[derive(Clone, Copy, Debug)]
+struct Schedule {
+    every: u64,
+    interval: Option<f64>,
+    dt: f64,
+}
+
+impl Schedule {
+    fn any(&self) -> bool {
+        self.every > 0 || self.interval.is_some()
+    }
+
+    fn due(&self, step: u64) -> bool {
+        // the multiples of the interval reached by a step, a relative 1e-9 below each counted
+        let reached = |iv: f64, s: u64| (s as f64 * self.dt / iv * (1.0 + 1e-9)).floor();
+        (self.every > 0 && step % self.every == 0)
+            || self
+                .interval
+                .is_some_and(|iv| step == 0 || reached(iv, step) > reached(iv, step - 1))
+    }
+}
+
+/// The schedules of the outputs of `vortex run` (`output.*_every` in steps, `output.*_interval`
+/// in simulation time).
+struct Schedules {
+    diagnostics: Schedule,
+    snapshot: Schedule,
+    checkpoint: Schedule,
+}
+
+impl Schedules {
+    fn new(cfg: &Config) -> Self {
+        let o = &cfg.output;
+        let s = |every, interval| Schedule {
+            every,
+            interval,
+            dt: cfg.dt,
+        };
+        if o.spectra && cfg.domain.periodic && cfg.dt < 1e-4 {
+            log::warn!(
+                "dt = {} < 1e-4: spectra of successive diagnostics rows may share a file name \
+                 (spectrum_TTTTT.TTTT.csv keeps 4 decimals of the time)",
+                cfg.dt
+            );
+        }
+        Schedules {
+            diagnostics: s(o.diagnostics_every, o.diagnostics_interval),
+            snapshot: s(o.snapshot_every, o.snapshot_interval),
+            checkpoint: s(o.checkpoint_every, o.checkpoint_interval),
+        }
+    }
 }
 
 /// The energy checks of a diagnostics row: a decaying flow's energy may not rise
@@ -1031,7 +1086,7 @@ fn write_diag_row(
     writeln!(o.csv, "{}", d.csv_row(rt)).map_err(Error::io(&o.csv_path))?;
     o.csv.flush().map_err(Error::io(&o.csv_path))?;
     if let (Some(spec), true) = (&d.spectrum, cfg.output.spectra) {
-        diagnostics::write_spectrum(&out.join(format!("spectrum_{step:06}.csv")), spec)?;
+        diagnostics::write_spectrum(&out.join(spectral::io::spectrum_file_name(d.t)), spec)?;
         spectra.push((d.t, spec.clone()));
     }
     if snap_due {
