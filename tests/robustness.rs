@@ -264,6 +264,69 @@ fn occupied_output_directory_is_refused_unless_overwrite() {
 }
 
 #[test]
+fn spectral_cfl_check_failures_in_run_json_and_steps_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let sp = |dt: f64| {
+        format!(
+            "n = 8\nnu = 0.01\nt_end = {}\ndt = {dt}\nbackend = \"cpu\"\n\
+             [initial]\nkind = \"taylor-green\"\n",
+            4.0 * dt
+        )
+    };
+    // max(|u|+|v|+|w|) = 1 on the grid: dt = 1 gives CFL 1.27, a warning; dt = 4 about 5,
+    // refused at the first step
+    let warn = write(dir.path(), "w.toml", &sp(1.0));
+    let o = run(&[
+        "spectral",
+        s(&warn),
+        "--out",
+        s(&dir.path().join("w")),
+        "--no-progress",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("above health.cfl_warn"),
+        "{}",
+        stderr(&o)
+    );
+    let bad = write(dir.path(), "b.toml", &sp(4.0));
+    let out = dir.path().join("b");
+    let o = run(&["spectral", s(&bad), "--out", s(&out), "--no-progress"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("health.cfl_limit"), "{}", stderr(&o));
+    // the failed invocation is recorded with its error
+    let info = std::fs::read_to_string(out.join("run.json")).unwrap();
+    assert!(info.contains("\"status\": \"failed\""), "{info}");
+    assert!(
+        info.contains("health.cfl_limit") && info.contains("\"end\""),
+        "{info}"
+    );
+    // a refused directory is left alone: no record of the refused invocation
+    let o = run(&["spectral", s(&warn), "--out", s(&out), "--no-progress"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(std::fs::read_to_string(out.join("run.json")).unwrap(), info);
+    // `vortex run --steps 0`: the state at t = 0 written, said plainly
+    let tg = write(dir.path(), "tg.toml", &tiny(0.1, 0.3, ""));
+    let out = dir.path().join("z");
+    let o = run(&["run", s(&tg), "--out", s(&out), "--steps", "0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no step taken"), "{}", stderr(&o));
+    assert!(out.join("checkpoint.bin").exists());
+    let info = std::fs::read_to_string(out.join("run.json")).unwrap();
+    assert!(info.contains("\"status\": \"completed\""), "{info}");
+    // a vortex run that fails is recorded too
+    let unstable = write(dir.path(), "u.toml", &tiny(5.0, 10.0, ""));
+    let out = dir.path().join("u");
+    let o = run(&["run", s(&unstable), "--out", s(&out)]);
+    assert_eq!(o.status.code(), Some(1));
+    let info = std::fs::read_to_string(out.join("run.json")).unwrap();
+    assert!(
+        info.contains("\"status\": \"failed\"") && info.contains("unstable"),
+        "{info}"
+    );
+}
+
+#[test]
 fn one_vocabulary_and_time_intervals_in_both_solvers() {
     let dir = tempfile::tempdir().unwrap();
     // outputs by simulation time: rows at t = 0, 0.2, 0.4, 0.5 (the end), a snapshot at

@@ -124,6 +124,10 @@ energy_growth_limit = 2.0  # stop when the energy exceeds this times its initial
 threads = 0            # rayon threads (0: all)
 backend = "auto"       # auto | cpu | cuda
 
+[health]
+cfl_warn = 1.0         # warn above the advective CFL dt * max(|u|+|v|+|w|) / dx
+cfl_limit = 2.5        # stop above this CFL (RK4 is stable to about 2.8)
+
 [initial]
 kind = "taylor-green"  # taylor-green | taylor-green-2d | isotropic
 # amplitude = 1.0      # Taylor-Green amplitude

@@ -18,6 +18,10 @@
 //! threads = 0               # rayon threads, 0 = all cores
 //! backend = "auto"          # "auto" (the GPU when usable, else the CPU), "cpu" or "cuda"
 //!
+//! [health]                  # the per-step stability check
+//! cfl_warn = 1.0            # warn above dt * max(|u|+|v|+|w|) / dx
+//! cfl_limit = 2.5           # stop with an error above
+//!
 //! [initial]
 //! kind = "taylor-green"     # "taylor-green", "taylor-green-2d" or "isotropic"
 //! amplitude = 1.0           # Taylor-Green only
@@ -180,8 +184,32 @@ pub struct Config {
     /// Compute backend.
     #[serde(default)]
     pub backend: Backend,
+    /// Per-step stability thresholds.
+    #[serde(default)]
+    pub health: Health,
     /// Initial condition.
     pub initial: InitialConfig,
+}
+
+/// The per-step stability check (`[health]`, the keys of `vortex run`'s): the advective CFL
+/// number `dt max(|u|+|v|+|w|) / dx` of every step, a warning above `cfl_warn`, an error
+/// above `cfl_limit` (RK4 on the advective eigenvalues is stable to about 2.8).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Health {
+    /// Warn (once) above this CFL number.
+    pub cfl_warn: f64,
+    /// Stop with an error above this CFL number.
+    pub cfl_limit: f64,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health {
+            cfl_warn: 1.0,
+            cfl_limit: 2.5,
+        }
+    }
 }
 
 fn default_wall_minutes() -> f64 {
@@ -346,6 +374,16 @@ impl Config {
                     return Err(bad(key, format!("must be > 0, got {x}")));
                 }
             }
+        }
+        let h = &self.health;
+        if !(h.cfl_warn > 0.0 && h.cfl_limit >= h.cfl_warn && h.cfl_limit.is_finite()) {
+            return Err(bad(
+                "health.cfl_limit",
+                format!(
+                    "need 0 < cfl_warn <= cfl_limit, got {} and {}",
+                    h.cfl_warn, h.cfl_limit
+                ),
+            ));
         }
         if !(self.checkpoint_wall_minutes.is_finite() && self.checkpoint_wall_minutes >= 0.0) {
             return Err(bad(

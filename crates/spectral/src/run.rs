@@ -61,6 +61,24 @@ pub enum RunError {
         /// Last good checkpoint.
         checkpoint: String,
     },
+    /// A step failed the stability check (`[health]`); no checkpoint is written for it.
+    #[error(
+        "unstable time step at step {step} (t = {t}): advective CFL dt*max(|u|+|v|+|w|)/dx = \
+         {cfl:.3} above health.cfl_limit = {limit} (RK4 is stable to about 2.8); reduce dt or \
+         cfl; last good checkpoint: {checkpoint}"
+    )]
+    Unstable {
+        /// The step (1-based).
+        step: u64,
+        /// Time at its start.
+        t: f64,
+        /// Its CFL number.
+        cfl: f64,
+        /// `health.cfl_limit`.
+        limit: f64,
+        /// Last good checkpoint.
+        checkpoint: String,
+    },
     /// Thread pool.
     #[error("thread pool: {0}")]
     Threads(String),
@@ -87,6 +105,8 @@ pub fn restart_keys(cfg: &Config) -> BTreeMap<String, String> {
         "energy_growth_limit",
         "threads",
         "backend",
+        "health.cfl_warn",
+        "health.cfl_limit",
     ] {
         m.remove(k);
     }
@@ -359,6 +379,7 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
 
     let start = Instant::now();
     let mut steps = 0u64;
+    let mut cfl_warned = false;
     while solver.time() < t_end - TOL * t_end.abs().max(1.0) {
         let t = solver.time();
         let mut next = t_end;
@@ -390,6 +411,29 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
             Err(e) => return Err(e.into()),
         };
         steps += 1;
+        // the per-step health check (non-finite fields are refused by the step itself)
+        if info.cfl > cfg.health.cfl_limit {
+            bar.abandon();
+            return Err(RunError::Unstable {
+                step: solver.steps(),
+                t: solver.time() - info.dt,
+                cfl: info.cfl,
+                limit: cfg.health.cfl_limit,
+                checkpoint: match last_good_ck {
+                    Some(tc) => format!("{} (t = {tc})", ck_path.display()),
+                    None => "none written yet".into(),
+                },
+            });
+        }
+        if info.cfl > cfg.health.cfl_warn && !cfl_warned {
+            cfl_warned = true;
+            log::warn!(
+                "step {}: advective CFL {:.3} above health.cfl_warn = {} (warned once)",
+                solver.steps(),
+                info.cfl,
+                cfg.health.cfl_warn
+            );
+        }
         let t = solver.time();
         last = do_outputs(solver.as_mut(), &mut csv, &mut peak, false, Some(last))?;
         let wall_due = cfg.checkpoint_wall_minutes > 0.0

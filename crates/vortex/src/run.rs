@@ -208,6 +208,17 @@ fn check_run_memory(cfg: &Config) -> Result<()> {
 
 impl RunSummary {
     pub fn report(&self) -> String {
+        if self.steps == 0 {
+            return format!(
+                "no step taken (--steps 0): the state at t = {:.4} is in the outputs (diagnostics \
+                 row, checkpoint.bin); {} particles, energy {:.6e}, enstrophy {:.6e}; outputs in {}",
+                self.t,
+                self.n_particles,
+                self.last.energy,
+                self.last.enstrophy,
+                self.out.display()
+            );
+        }
         format!(
             "{} steps to t = {:.4} in {:.1} s ({:.3} s/step), {} particles, {} re-interpolations; \
              energy {:.6e}, enstrophy {:.6e}; outputs in {}",
@@ -344,9 +355,11 @@ pub fn run_loaded_with<'c>(
             comm.size()
         );
         log::info!("{line}");
-        log::info!("{}", summary.phases.report());
         eprintln!("{line}");
-        eprintln!("{}", summary.phases.report());
+        if summary.steps > 0 {
+            log::info!("{}", summary.phases.report());
+            eprintln!("{}", summary.phases.report());
+        }
     }
     Ok(summary)
 }
