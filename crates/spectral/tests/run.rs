@@ -176,10 +176,23 @@ inviscid = true
 t_end = 1000.0
 dt = 2.0
 checkpoint_interval = 2.0
+[health]
+cfl_warn = 1e9
+cfl_limit = 1e9
 [initial]
 kind = "taylor-green"
 amplitude = 20.0
 "#;
+    // with the default thresholds the per-step check refuses the first step (CFL about 100)
+    let strict = cfg(&text
+        .replace("1e9", "2.5")
+        .replace("cfl_warn = 2.5", "cfl_warn = 1.0"));
+    let e = run_config(&strict, &opts(&d.path().join("strict"), None)).unwrap_err();
+    assert!(
+        matches!(e, RunError::Unstable { step: 1, .. }) && e.to_string().contains("cfl_limit"),
+        "{e}"
+    );
+    // without it, the blow-up checks: the thresholds off
     let c = cfg(text);
     let e = run_config(&c, &opts(&out, None)).unwrap_err();
     let s = e.to_string();
