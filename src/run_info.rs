@@ -49,8 +49,64 @@ pub struct Invocation {
     pub backend: String,
     pub ranks: usize,
     pub threads: usize,
-    /// `completed`, `interrupted by signal N` or `error: ...`.
-    pub outcome: String,
+    pub outcome: Outcome,
+}
+
+/// How an invocation ended (`status` in `run.json`, with the signal or the error text).
+pub enum Outcome {
+    Completed,
+    Interrupted(usize),
+    Failed(String),
+}
+
+impl Outcome {
+    /// From what a run returned: its summary's signal, or its error.
+    pub fn of<T, E: std::fmt::Display>(
+        r: &std::result::Result<T, E>,
+        signal: impl Fn(&T) -> Option<usize>,
+    ) -> Outcome {
+        match r {
+            Ok(s) => signal(s).map_or(Outcome::Completed, Outcome::Interrupted),
+            Err(e) => Outcome::Failed(format!("{e:#}")),
+        }
+    }
+
+    fn json(&self) -> (&'static str, String, Value) {
+        match self {
+            Outcome::Completed => ("completed", "completed".into(), Value::Null),
+            Outcome::Interrupted(sig) => (
+                "interrupted",
+                format!("interrupted by signal {sig}"),
+                json!(sig),
+            ),
+            Outcome::Failed(e) => ("failed", format!("error: {e}"), json!(e)),
+        }
+    }
+}
+
+/// The configuration as run (`config.toml` of the output directory) as JSON; null when it
+/// cannot be read.
+pub fn config_json(path: &Path) -> Value {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| toml::from_str::<toml::Value>(&t).ok())
+        .and_then(|v| serde_json::to_value(v).ok())
+        .unwrap_or(Value::Null)
+}
+
+/// When `out/config.toml` was last written (`None`: absent); taken before a run and after it,
+/// a change tells that the run began writing into `out`.
+pub fn config_stamp(out: &Path) -> Option<SystemTime> {
+    std::fs::metadata(out.join("config.toml"))
+        .and_then(|m| m.modified())
+        .ok()
+}
+
+/// Whether this invocation began writing into `out`: its `config.toml` was (re)written since
+/// `before` (a refused configuration or a refused directory leaves `out` alone).
+pub fn wrote_into(out: &Path, before: Option<SystemTime>) -> bool {
+    let now = config_stamp(out);
+    now.is_some() && now != before
 }
 
 /// Appends `inv` to `out/run.json` (created when absent; rewritten atomically).
@@ -60,7 +116,8 @@ pub fn record(out: &Path, inv: &Invocation) -> Result<()> {
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
         .unwrap_or_else(|| json!({ "invocations": [] }));
-    let entry = json!({
+    let (status, outcome, detail) = inv.outcome.json();
+    let mut entry = json!({
         "command": inv.command,
         "version": env!("CARGO_PKG_VERSION"),
         "commit": env!("VORTEX_GIT_COMMIT"),
@@ -73,8 +130,16 @@ pub fn record(out: &Path, inv: &Invocation) -> Result<()> {
         "host": host(),
         "start": iso8601(inv.start),
         "end": iso8601(SystemTime::now()),
-        "outcome": inv.outcome,
+        "status": status,
+        "outcome": outcome,
     });
+    if let Some(e) = entry.as_object_mut() {
+        match &inv.outcome {
+            Outcome::Interrupted(_) => e.insert("signal".into(), detail),
+            Outcome::Failed(_) => e.insert("error".into(), detail),
+            Outcome::Completed => None,
+        };
+    }
     match doc.get_mut("invocations").and_then(Value::as_array_mut) {
         Some(a) => a.push(entry),
         None => doc = json!({ "invocations": [entry] }),

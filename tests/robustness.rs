@@ -256,11 +256,139 @@ fn occupied_output_directory_is_refused_unless_overwrite() {
     let sp = write(
         dir.path(),
         "sp.toml",
-        "n = 8\nnu = 0.01\nt_end = 0.02\ndt = 0.01\nbackend = \"cpu\"\n[initial]\ntype = \"taylor-green\"\n",
+        "n = 8\nnu = 0.01\nt_end = 0.02\ndt = 0.01\nbackend = \"cpu\"\n[initial]\nkind = \"taylor-green\"\n",
     );
     let o = run(&["spectral", s(&sp), "--out", s(&out), "--no-progress"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("not empty"), "{}", stderr(&o));
+}
+
+#[test]
+fn spectral_cfl_check_failures_in_run_json_and_steps_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let sp = |dt: f64| {
+        format!(
+            "n = 8\nnu = 0.01\nt_end = {}\ndt = {dt}\nbackend = \"cpu\"\n\
+             [initial]\nkind = \"taylor-green\"\n",
+            4.0 * dt
+        )
+    };
+    // max(|u|+|v|+|w|) = 1 on the grid: dt = 1 gives CFL 1.27, a warning; dt = 4 about 5,
+    // refused at the first step
+    let warn = write(dir.path(), "w.toml", &sp(1.0));
+    let o = run(&[
+        "spectral",
+        s(&warn),
+        "--out",
+        s(&dir.path().join("w")),
+        "--no-progress",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("above health.cfl_warn"),
+        "{}",
+        stderr(&o)
+    );
+    let bad = write(dir.path(), "b.toml", &sp(4.0));
+    let out = dir.path().join("b");
+    let o = run(&["spectral", s(&bad), "--out", s(&out), "--no-progress"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("health.cfl_limit"), "{}", stderr(&o));
+    // the failed invocation is recorded with its error
+    let info = std::fs::read_to_string(out.join("run.json")).unwrap();
+    assert!(info.contains("\"status\": \"failed\""), "{info}");
+    assert!(
+        info.contains("health.cfl_limit") && info.contains("\"end\""),
+        "{info}"
+    );
+    // a refused directory is left alone: no record of the refused invocation
+    let o = run(&["spectral", s(&warn), "--out", s(&out), "--no-progress"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(std::fs::read_to_string(out.join("run.json")).unwrap(), info);
+    // `vortex run --steps 0`: the state at t = 0 written, said plainly
+    let tg = write(dir.path(), "tg.toml", &tiny(0.1, 0.3, ""));
+    let out = dir.path().join("z");
+    let o = run(&["run", s(&tg), "--out", s(&out), "--steps", "0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no step taken"), "{}", stderr(&o));
+    assert!(out.join("checkpoint.bin").exists());
+    let info = std::fs::read_to_string(out.join("run.json")).unwrap();
+    assert!(info.contains("\"status\": \"completed\""), "{info}");
+    // a vortex run that fails is recorded too
+    let unstable = write(dir.path(), "u.toml", &tiny(5.0, 10.0, ""));
+    let out = dir.path().join("u");
+    let o = run(&["run", s(&unstable), "--out", s(&out)]);
+    assert_eq!(o.status.code(), Some(1));
+    let info = std::fs::read_to_string(out.join("run.json")).unwrap();
+    assert!(
+        info.contains("\"status\": \"failed\"") && info.contains("unstable"),
+        "{info}"
+    );
+}
+
+#[test]
+fn one_vocabulary_and_time_intervals_in_both_solvers() {
+    let dir = tempfile::tempdir().unwrap();
+    // outputs by simulation time: rows at t = 0, 0.2, 0.4, 0.5 (the end), a snapshot at
+    // t = 0, 0.3 and the end; spectra named by the time as the spectral solver names them
+    let cfg = tiny(
+        0.1,
+        0.5,
+        "diagnostics_interval = 0.2\nsnapshot_interval = 0.3\ncheckpoint_interval = 0.25",
+    )
+    .replace("diagnostics_every = 5", "diagnostics_every = 0");
+    let a = write(dir.path(), "a.toml", &cfg);
+    let out = dir.path().join("a");
+    let o = run(&["run", s(&a), "--out", s(&out)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let steps: Vec<i64> = std::fs::read_to_string(out.join("diagnostics.csv"))
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| (10.0 * l.split(',').next().unwrap().parse::<f64>().unwrap()).round() as i64)
+        .collect();
+    // step 3: the checkpoint at t = 0.3 (after 0.25) writes its row first
+    assert_eq!(steps, [0, 2, 3, 4, 5]);
+    for f in [
+        "spectrum_00000.2000.csv",
+        "spectrum_00000.5000.csv",
+        "particles_000003.vtp",
+        "particles_000005.vtp",
+    ] {
+        assert!(out.join(f).exists(), "{f} missing");
+    }
+    assert!(!out.join("particles_000002.vtp").exists());
+    // `[initial] type` is refused in both solvers, naming `kind`
+    let bad = write(dir.path(), "b.toml", &cfg.replace("kind = ", "type = "));
+    let o = run(&["run", s(&bad), "--out", s(&dir.path().join("b"))]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("initial.kind"), "{}", stderr(&o));
+    let sp = "n = 8\nnu = 0.01\nt_end = 0.02\ndt = 0.01\nbackend = \"cpu\"\n\
+              diagnostics_interval = 0.01\ncheckpoint_interval = 0.01\n\
+              spectrum_times = [0.01]\n[initial]\nkind = \"taylor-green\"\n";
+    let good = write(dir.path(), "sp.toml", sp);
+    let out = dir.path().join("sp");
+    let o = run(&["spectral", s(&good), "--out", s(&out), "--no-progress"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(out.join("spectrum_00000.0100.csv").exists());
+    for (old, new) in [
+        ("kind = ", "type = "),
+        ("diagnostics_interval", "stats_every"),
+        ("checkpoint_interval", "checkpoint_every"),
+    ] {
+        let p = write(dir.path(), "sp2.toml", &sp.replace(old, new));
+        let o = run(&["spectral", s(&p), "--out", s(&dir.path().join("sp2"))]);
+        assert_eq!(o.status.code(), Some(1));
+        let want = old.trim_end_matches(" = ");
+        assert!(
+            stderr(&o).contains(&format!(
+                "use `{}",
+                if want == "kind" { "initial.kind" } else { want }
+            )),
+            "{}",
+            stderr(&o)
+        );
+    }
 }
 
 #[test]

@@ -1,9 +1,9 @@
 """Reading the output directory of ``vortex run`` or ``vortex spectral``.
 
 ``vortex run`` writes ``config.toml``, ``diagnostics.csv`` (one row per diagnostics step),
-``timing.csv`` (seconds of each phase of every step), ``spectrum_STEP.csv`` (periodic runs) and
-``checkpoint.bin``; ``vortex spectral`` writes ``energy.csv``, ``spectrum_T.csv`` (T the time)
-and ``checkpoint.bin``. CSV files have a header row (``CONVENTIONS.md``, "Files").
+``timing.csv`` (seconds of each phase of every step), ``spectrum_TTTTT.TTTT.csv`` (periodic
+runs; T the time, ``spectrum_STEP.csv`` in older runs) and ``checkpoint.bin``; ``vortex spectral``
+writes ``energy.csv``, ``spectrum_TTTTT.TTTT.csv`` and ``checkpoint.bin``. CSV files have a header row (``CONVENTIONS.md``, "Files").
 """
 from __future__ import annotations
 
@@ -117,8 +117,9 @@ def load_run(path) -> Run:
     spectra: Dict[float, np.ndarray] = {}
     for f in glob.glob(os.path.join(d, "spectrum_*.csv")):
         tag = os.path.basename(f)[len("spectrum_"):-len(".csv")]
-        if solver == "vortex":
-            # spectrum_STEP.csv: the time is STEP * dt of the configuration
+        if "." not in tag:
+            # spectrum_STEP.csv of vortex runs before both solvers named spectra by the time:
+            # the time is STEP * dt of the configuration
             dt = (config or {}).get("dt")
             if dt is None:
                 raise ValueError(f"{f}: the step needs dt from {cfg_path}, which is missing")

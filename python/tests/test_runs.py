@@ -35,13 +35,13 @@ n = 8
 nu = 0.01
 t_end = 0.1
 dt = 0.01
-stats_every = 0.05
+diagnostics_interval = 0.05
 spectrum_times = [0.0, 0.1]
 field_times = []
-checkpoint_every = 0.1
+checkpoint_interval = 0.1
 threads = 1
 [initial]
-type = "taylor-green"
+kind = "taylor-green"
 amplitude = 1.0
 """
 

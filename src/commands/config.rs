@@ -78,12 +78,15 @@ drop = 1e-6            # free space: drop strengths below drop * max |alpha|
 
 [output]
 diagnostics_every = 10 # a row of diagnostics.csv every this many steps
+# diagnostics_interval = 0.1  # ... and/or every this much simulation time (first step at or after)
 # grid = 16            # grid points per direction for energy and spectra (default: initial.n)
 # grid_velocity = "fmm" # fmm | vorticity (default: fmm on the host state, vorticity on the device)
 spectra = true         # spectrum with each diagnostics row (periodic)
 snapshot_every = 0     # particle snapshots every this many steps (0: none)
+# snapshot_interval = 1.0  # ... and/or every this much simulation time
 snapshot_format = "vtp"  # vtp (binary XML VTK + particles.pvd with the times) | vtk (legacy ASCII)
 checkpoint_every = 0   # checkpoints every this many steps (0: at the end and by wall time)
+# checkpoint_interval = 1.0  # ... and/or every this much simulation time
 checkpoint_wall_minutes = 30.0  # also a checkpoint this often by wall time (0: off)
 checkpoints_kept = 2   # checkpoint.bin, checkpoint.bin.1, ...
 energy_growth_limit = 10.0  # stop when the energy exceeds this times its initial value
@@ -109,20 +112,24 @@ t_end = 10.0           # end time (required)
 dt = 0.01              # fixed step (or cfl)
 # cfl = 0.5            # adaptive step dt = cfl * dx / max(|u|+|v|+|w|) (instead of dt)
 # dt_max = 0.05        # largest adaptive step
-# stats_every = 0.1    # time between rows of energy.csv (default: every step)
+# diagnostics_interval = 0.1  # time between rows of energy.csv (default: every step)
 spectrum_times = []    # times at which spectra are written
 field_times = []       # times at which velocity fields are written
 field_formats = ["npy"]  # npy and/or vtk
 vorticity = false      # also write vorticity fields
-# checkpoint_every = 1.0  # time between checkpoints (default: at the end and by wall time)
+# checkpoint_interval = 1.0  # time between checkpoints (default: at the end and by wall time)
 checkpoint_wall_minutes = 30.0  # also a checkpoint this often by wall time (0: off)
 checkpoints_kept = 2   # checkpoint.bin, checkpoint.bin.1, ...
 energy_growth_limit = 2.0  # stop when the energy exceeds this times its initial value
 threads = 0            # rayon threads (0: all)
 backend = "auto"       # auto | cpu | cuda
 
+[health]
+cfl_warn = 1.0         # warn above the advective CFL dt * max(|u|+|v|+|w|) / dx
+cfl_limit = 2.5        # stop above this CFL (RK4 is stable to about 2.8)
+
 [initial]
-kind = "taylor-green"  # taylor-green | taylor-green-2d | isotropic (`type` is accepted too)
+kind = "taylor-green"  # taylor-green | taylor-green-2d | isotropic
 # amplitude = 1.0      # Taylor-Green amplitude
 # k_peak = 4.0         # isotropic: peak wavenumber
 # energy = 0.5         # isotropic: energy (or re_lambda)

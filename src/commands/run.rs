@@ -51,28 +51,14 @@ pub struct RunArgs {
 pub fn run(args: &RunArgs) -> Result<Option<usize>> {
     crate::set_global_threads(args.threads)?;
     let start = std::time::SystemTime::now();
+    let before = crate::run_info::config_stamp(&out_dir(args));
     let mut several = false;
     let r = crate::ranks::with_comm(|comm, local_rank| {
-        let r = run_ranks(args, comm, local_rank).and_then(|(s, config)| {
-            if comm.rank() == 0 {
-                crate::run_info::record(
-                    &s.out,
-                    &crate::run_info::Invocation {
-                        command: "run",
-                        start,
-                        config,
-                        backend: s.backend.clone(),
-                        ranks: s.ranks,
-                        threads: rayon::current_num_threads(),
-                        outcome: match s.interrupted {
-                            Some(sig) => format!("interrupted by signal {sig}"),
-                            None => "completed".into(),
-                        },
-                    },
-                )?;
-            }
-            Ok(s.interrupted)
-        });
+        let r = run_ranks(args, comm, local_rank);
+        if comm.rank() == 0 {
+            record(args, start, before, &r)?;
+        }
+        let r = r.map(|(s, _)| s.interrupted);
         if let Err(e) = &r {
             if comm.size() > 1 {
                 // every rank has the same outcome: rank 0 prints it before any rank exits (mpirun
@@ -90,6 +76,62 @@ pub fn run(args: &RunArgs) -> Result<Option<usize>> {
         std::process::exit(1);
     }
     r
+}
+
+/// The output directory of the run (`--out`, or the default from the configuration's name).
+fn out_dir(args: &RunArgs) -> PathBuf {
+    args.out
+        .clone()
+        .unwrap_or_else(|| method::run::default_out(&args.config))
+}
+
+/// Appends this invocation to `run.json` of its output directory (rank 0): completed,
+/// interrupted or failed with the error; a failure only once the run began writing there.
+fn record(
+    args: &RunArgs,
+    start: std::time::SystemTime,
+    before: Option<std::time::SystemTime>,
+    r: &Result<(method::run::RunSummary, serde_json::Value)>,
+) -> Result<()> {
+    let out = match r {
+        Ok((s, _)) => s.out.clone(),
+        Err(_) => out_dir(args),
+    };
+    if r.is_err() && !crate::run_info::wrote_into(&out, before) {
+        return Ok(());
+    }
+    let (config, backend, ranks) = match r {
+        Ok((s, config)) => (config.clone(), s.backend.clone(), s.ranks),
+        // the configuration as run, from the directory
+        Err(_) => (
+            crate::run_info::config_json(&out.join("config.toml")),
+            args.backend.map_or("(from the configuration)".into(), |b| {
+                format!("{b:?}").to_lowercase()
+            }),
+            0,
+        ),
+    };
+    let rec = crate::run_info::record(
+        &out,
+        &crate::run_info::Invocation {
+            command: "run",
+            start,
+            config,
+            backend,
+            ranks,
+            threads: rayon::current_num_threads(),
+            outcome: crate::run_info::Outcome::of(r, |(s, _)| s.interrupted),
+        },
+    );
+    match r {
+        Ok(_) => rec,
+        Err(_) => {
+            if let Err(e) = rec {
+                log::warn!("{e:#}");
+            }
+            Ok(())
+        }
+    }
 }
 
 fn run_ranks(
@@ -262,7 +304,7 @@ fn run_resident(
 ) -> Result<method::run::RunSummary> {
     let build: method::run::Build<'_> = Box::new(move |config, start| {
         let sim = resident::ResidentSimulation::new(comm, config, index, start)?;
-        Ok(Box::new(sim) as Box<dyn method::Simulator + '_>)
+        Ok(method::run::Simulation::Gathered(Box::new(sim)))
     });
     let name = format!("cuda device {index}, particle state resident on the device");
     Ok(method::run::run_loaded_with(

@@ -53,26 +53,36 @@ pub fn run(args: &SpectralArgs) -> anyhow::Result<Option<usize>> {
         cfg.backend = b;
     }
     let start = std::time::SystemTime::now();
-    let s = spectral::run::run_config(&cfg, &opts)?;
-    crate::run_info::record(
-        &s.out,
-        &crate::run_info::Invocation {
-            command: "spectral",
-            start,
-            config: serde_json::to_value(&cfg)?,
-            backend: s.backend.clone(),
-            ranks: 1,
-            threads: if cfg.threads == 0 {
-                rayon::current_num_threads()
-            } else {
-                cfg.threads
+    let before = crate::run_info::config_stamp(&opts.out);
+    let r = spectral::run::run_config(&cfg, &opts);
+    let outcome = crate::run_info::Outcome::of(&r, |s| s.interrupted);
+    // a failed run is recorded too, once it began writing into its directory
+    if r.is_ok() || crate::run_info::wrote_into(&opts.out, before) {
+        let backend = match &r {
+            Ok(s) => s.backend.clone(),
+            Err(_) => format!("{:?}", cfg.backend).to_lowercase(),
+        };
+        let rec = crate::run_info::record(
+            &opts.out,
+            &crate::run_info::Invocation {
+                command: "spectral",
+                start,
+                config: serde_json::to_value(&cfg)?,
+                backend,
+                ranks: 1,
+                threads: if cfg.threads == 0 {
+                    rayon::current_num_threads()
+                } else {
+                    cfg.threads
+                },
+                outcome,
             },
-            outcome: match s.interrupted {
-                Some(sig) => format!("interrupted by signal {sig}"),
-                None => "completed".into(),
-            },
-        },
-    )?;
+        );
+        if let (Err(e), Ok(_)) = (&rec, &r) {
+            anyhow::bail!("{e:#}");
+        }
+    }
+    let s = r?;
     println!("{}", s.report());
     Ok(s.interrupted)
 }

@@ -9,17 +9,21 @@
 //! dt = 0.01                 # fixed step; or give cfl (and optionally dt_max) instead
 //! # cfl = 0.5
 //! # dt_max = 0.05
-//! stats_every = 0.1         # time between rows of energy.csv (default: every step)
+//! diagnostics_interval = 0.1  # time between rows of energy.csv (default: every step)
 //! spectrum_times = [0.0, 5.0, 10.0]
 //! field_times = [10.0]      # velocity fields on the grid
 //! field_formats = ["npy", "vtk"]
 //! vorticity = false         # also write the vorticity with the fields
-//! checkpoint_every = 1.0    # time between checkpoints (default: only at the end)
+//! checkpoint_interval = 1.0   # time between checkpoints (default: only at the end)
 //! threads = 0               # rayon threads, 0 = all cores
 //! backend = "auto"          # "auto" (the GPU when usable, else the CPU), "cpu" or "cuda"
 //!
+//! [health]                  # the per-step stability check
+//! cfl_warn = 1.0            # warn above dt * max(|u|+|v|+|w|) / dx
+//! cfl_limit = 2.5           # stop with an error above
+//!
 //! [initial]
-//! type = "taylor-green"     # "taylor-green", "taylor-green-2d" or "isotropic"
+//! kind = "taylor-green"     # "taylor-green", "taylor-green-2d" or "isotropic"
 //! amplitude = 1.0           # Taylor-Green only
 //! # k_peak = 4.0            # isotropic only, with seed and one of energy / re_lambda
 //! # seed = 1
@@ -100,8 +104,7 @@ pub enum InitialKind {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InitialConfig {
-    /// Kind of initial field (`kind`, the vortex method's key; `type` is accepted as an alias).
-    #[serde(rename = "kind", alias = "type")]
+    /// Kind of initial field (`kind`, as in the vortex method; `type` is refused, naming it).
     pub kind: InitialKind,
     /// Amplitude of the Taylor-Green fields (default 1).
     #[serde(default)]
@@ -145,9 +148,10 @@ pub struct Config {
     /// Largest adaptive step.
     #[serde(default)]
     pub dt_max: Option<f64>,
-    /// Time between rows of energy.csv (default: every step).
+    /// Simulation time between rows of energy.csv (default: every step); the key of
+    /// `vortex run`'s `[output]` for the same interval.
     #[serde(default)]
-    pub stats_every: Option<f64>,
+    pub diagnostics_interval: Option<f64>,
     /// Times at which spectra are written.
     #[serde(default)]
     pub spectrum_times: Vec<f64>,
@@ -160,10 +164,10 @@ pub struct Config {
     /// Also write vorticity fields.
     #[serde(default)]
     pub vorticity: bool,
-    /// Time between checkpoints.
+    /// Simulation time between checkpoints (as `vortex run`'s `output.checkpoint_interval`).
     #[serde(default)]
-    pub checkpoint_every: Option<f64>,
-    /// Wall-clock minutes between checkpoints besides `checkpoint_every` (default 30; 0: off).
+    pub checkpoint_interval: Option<f64>,
+    /// Wall-clock minutes between checkpoints besides `checkpoint_interval` (default 30; 0: off).
     #[serde(default = "default_wall_minutes")]
     pub checkpoint_wall_minutes: f64,
     /// How many checkpoints are kept (`checkpoint.bin` the newest, `checkpoint.bin.1` ...;
@@ -180,8 +184,32 @@ pub struct Config {
     /// Compute backend.
     #[serde(default)]
     pub backend: Backend,
+    /// Per-step stability thresholds.
+    #[serde(default)]
+    pub health: Health,
     /// Initial condition.
     pub initial: InitialConfig,
+}
+
+/// The per-step stability check (`[health]`, the keys of `vortex run`'s): the advective CFL
+/// number `dt max(|u|+|v|+|w|) / dx` of every step, a warning above `cfl_warn`, an error
+/// above `cfl_limit` (RK4 on the advective eigenvalues is stable to about 2.8).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Health {
+    /// Warn (once) above this CFL number.
+    pub cfl_warn: f64,
+    /// Stop with an error above this CFL number.
+    pub cfl_limit: f64,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health {
+            cfl_warn: 1.0,
+            cfl_limit: 2.5,
+        }
+    }
 }
 
 fn default_wall_minutes() -> f64 {
@@ -198,6 +226,39 @@ fn default_growth() -> f64 {
 
 fn default_formats() -> Vec<String> {
     vec!["npy".into()]
+}
+
+/// Keys of earlier configurations and the keys both solvers use for them now (one vocabulary:
+/// `*_interval` is simulation time, `*_every` a number of steps, `[initial] kind`).
+pub const RENAMED: &[(&str, &str)] = &[
+    ("stats_every", "diagnostics_interval"),
+    ("checkpoint_every", "checkpoint_interval"),
+    ("initial.type", "initial.kind"),
+];
+
+/// Refuses a key of `renamed` (`table.key` or a top-level `key`) present in the TOML `text`,
+/// naming the key to use; text that does not parse is left to the full parse.
+pub fn refuse_renamed(text: &str, file: &str, renamed: &[(&str, &str)]) -> Result<(), ConfigError> {
+    let Ok(table) = text.parse::<toml::Table>() else {
+        return Ok(());
+    };
+    for (old, new) in renamed {
+        let present = match old.split_once('.') {
+            Some((t, k)) => table
+                .get(t)
+                .and_then(|v| v.as_table())
+                .is_some_and(|t| t.contains_key(k)),
+            None => table.contains_key(*old),
+        };
+        if present {
+            return Err(ConfigError::Invalid {
+                file: file.to_string(),
+                key: old.to_string(),
+                msg: format!("not a key (any more): use `{new}` (the same key in both solvers)"),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// A configuration error naming the file and, where it applies, the key.
@@ -244,6 +305,7 @@ impl Config {
 
     /// Parse and validate TOML text; `file` names it in errors.
     pub fn from_str_named(text: &str, file: &str) -> Result<Config, ConfigError> {
+        refuse_renamed(text, file, RENAMED)?;
         let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             file: file.to_string(),
             msg: e.to_string().trim_end().replace('\n', " | "),
@@ -304,14 +366,24 @@ impl Config {
             }
         }
         for (key, v) in [
-            ("stats_every", self.stats_every),
-            ("checkpoint_every", self.checkpoint_every),
+            ("diagnostics_interval", self.diagnostics_interval),
+            ("checkpoint_interval", self.checkpoint_interval),
         ] {
             if let Some(x) = v {
                 if !(x.is_finite() && x > 0.0) {
                     return Err(bad(key, format!("must be > 0, got {x}")));
                 }
             }
+        }
+        let h = &self.health;
+        if !(h.cfl_warn > 0.0 && h.cfl_limit >= h.cfl_warn && h.cfl_limit.is_finite()) {
+            return Err(bad(
+                "health.cfl_limit",
+                format!(
+                    "need 0 < cfl_warn <= cfl_limit, got {} and {}",
+                    h.cfl_warn, h.cfl_limit
+                ),
+            ));
         }
         if !(self.checkpoint_wall_minutes.is_finite() && self.checkpoint_wall_minutes >= 0.0) {
             return Err(bad(

@@ -250,6 +250,11 @@ pub fn write_vtk(
     Ok(())
 }
 
+/// The file name of the spectrum at time `t`, `spectrum_TTTTT.TTTT.csv` (both solvers).
+pub fn spectrum_file_name(t: f64) -> String {
+    format!("spectrum_{t:010.4}.csv")
+}
+
 /// Write a spectrum as CSV `k,E`.
 pub fn write_spectrum_csv(path: &Path, spec: &[(f64, f64)]) -> Result<(), IoError> {
     let mut s = String::from("k,E\n");

@@ -41,6 +41,21 @@ fn log_range(vals: impl Iterator<Item = f64>) -> (f64, f64) {
     (lo / 1.5, hi * 1.5)
 }
 
+/// A short tick label for a log axis (plotters prints the full decimal expansion, e.g.
+/// `0.0000010000000000000002`, and the labels overlap): the plain number between 0.01 and 1000
+/// (`0.5`, `20`), otherwise one significant digit in scientific form (`1e-6`, `5e4`).
+fn log_label(v: &f64) -> String {
+    let a = v.abs();
+    if *v == 0.0 || !v.is_finite() {
+        format!("{v}")
+    } else if (0.01..1000.0).contains(&a) {
+        let s = format!("{v:.2}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        format!("{v:.0e}")
+    }
+}
+
 /// Energy decay (log scale) and dissipation against time, side by side. `rows` are
 /// `(t, energy, dissipation)`.
 pub fn plot_energy(path: &Path, rows: &[(f64, f64, f64)]) -> Result<(), IoError> {
@@ -64,6 +79,8 @@ pub fn plot_energy(path: &Path, rows: &[(f64, f64, f64)]) -> Result<(), IoError>
     ch.configure_mesh()
         .x_desc("t")
         .y_desc("E")
+        .y_labels(8)
+        .y_label_formatter(&log_label)
         .draw()
         .map_err(perr(path))?;
     ch.draw_series(LineSeries::new(
@@ -120,6 +137,10 @@ pub fn plot_spectra(path: &Path, spectra: &[(f64, Vec<(f64, f64)>)]) -> Result<(
     ch.configure_mesh()
         .x_desc("k")
         .y_desc("E(k)")
+        .x_labels(8)
+        .y_labels(8)
+        .x_label_formatter(&log_label)
+        .y_label_formatter(&log_label)
         .draw()
         .map_err(perr(path))?;
     let ns = spectra.len().max(1);
@@ -142,4 +163,26 @@ pub fn plot_spectra(path: &Path, spectra: &[(f64, Vec<(f64, f64)>)]) -> Result<(
         .map_err(perr(path))?;
     root.present().map_err(perr(path))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_axis_labels_are_short() {
+        let cases = [
+            (1e-6, "1e-6"),
+            (1.0000000000000002e-6, "1e-6"),
+            (5e-4, "5e-4"),
+            (0.5, "0.5"),
+            (0.25, "0.25"),
+            (1.0, "1"),
+            (20.0, "20"),
+            (3e4, "3e4"),
+        ];
+        for (v, want) in cases {
+            assert_eq!(log_label(&v), want, "{v:e}");
+        }
+    }
 }

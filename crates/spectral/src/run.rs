@@ -61,6 +61,24 @@ pub enum RunError {
         /// Last good checkpoint.
         checkpoint: String,
     },
+    /// A step failed the stability check (`[health]`); no checkpoint is written for it.
+    #[error(
+        "unstable time step at step {step} (t = {t}): advective CFL dt*max(|u|+|v|+|w|)/dx = \
+         {cfl:.3} above health.cfl_limit = {limit} (RK4 is stable to about 2.8); reduce dt or \
+         cfl; last good checkpoint: {checkpoint}"
+    )]
+    Unstable {
+        /// The step (1-based).
+        step: u64,
+        /// Time at its start.
+        t: f64,
+        /// Its CFL number.
+        cfl: f64,
+        /// `health.cfl_limit`.
+        limit: f64,
+        /// Last good checkpoint.
+        checkpoint: String,
+    },
     /// Thread pool.
     #[error("thread pool: {0}")]
     Threads(String),
@@ -76,17 +94,19 @@ pub fn restart_keys(cfg: &Config) -> BTreeMap<String, String> {
     let mut m = durable::flatten_toml(&text).unwrap_or_default();
     for k in [
         "t_end",
-        "stats_every",
+        "diagnostics_interval",
         "spectrum_times",
         "field_times",
         "field_formats",
         "vorticity",
-        "checkpoint_every",
+        "checkpoint_interval",
         "checkpoint_wall_minutes",
         "checkpoints_kept",
         "energy_growth_limit",
         "threads",
         "backend",
+        "health.cfl_warn",
+        "health.cfl_limit",
     ] {
         m.remove(k);
     }
@@ -240,14 +260,86 @@ fn open_energy_csv(path: &Path, restarted: bool, t0: f64) -> Result<std::fs::Fil
         .map_err(os(path))?)
 }
 
+/// A run as a sequence of named phases: [`open_run`] (solver, output directory), the outputs
+/// of the start ([`RunOutputs::at`]), then per step the step with its health check
+/// ([`Progress::step`]), the outputs due at its time and the checkpoint when due
+/// ([`Progress::checkpoint`]); at the end the plots ([`plot_run`]).
 fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
-    // Everything that can fail on input is checked before anything is written.
-    let (mut solver, restarted, e0) = match &opts.restart {
+    let (mut solver, e0) = open_run(cfg, opts)?;
+    let restarted = opts.restart.is_some();
+    let out = &opts.out;
+    let t0 = solver.time();
+    let mut outputs = RunOutputs {
+        cfg,
+        out,
+        energy_path: out.join("energy.csv"),
+        csv: open_energy_csv(&out.join("energy.csv"), restarted, t0)?,
+        restarted,
+        peak: (0.0, t0),
+    };
+    let mut last = outputs.at(solver.as_mut(), true, None)?;
+    let mut run = Progress {
+        cfg,
+        ck_path: out.join(CHECKPOINT_FILE),
+        keys: keys_text(&restart_keys(cfg)),
+        e0: e0.unwrap_or(last.energy),
+        last_good_ck: restarted.then_some(t0),
+        last_ck_wall: Instant::now(),
+        cfl_warned: false,
+        bar: spectral_bar(opts.progress && cfg.t_end > t0),
+    };
+    let start = Instant::now();
+    let (mut steps, mut interrupted) = (0u64, None);
+    let t_end = cfg.t_end;
+    while solver.time() < t_end - TOL * t_end.abs().max(1.0) {
+        let info = run.step(solver.as_mut())?;
+        steps += 1;
+        last = outputs.at(solver.as_mut(), false, Some(last))?;
+        if let Some(sig) = run.checkpoint(solver.as_mut(), last)? {
+            interrupted = Some(sig);
+            break;
+        }
+        let t = solver.time();
+        run.bar
+            .set_position(((t - t0) / (t_end - t0) * 1000.0) as u64);
+        run.bar.set_message(format!(
+            "t={t:.3} dt={:.2e} cfl={:.2} {:.3}s/step E={:.4e}",
+            info.dt,
+            info.cfl,
+            start.elapsed().as_secs_f64() / steps as f64,
+            last.energy
+        ));
+    }
+    run.bar.finish_and_clear();
+    let wall_s = start.elapsed().as_secs_f64();
+    outputs.csv.sync_all().map_err(os(&outputs.energy_path))?;
+    plot_run(out, &outputs.energy_path)?;
+    Ok(RunSummary {
+        steps,
+        last,
+        peak_dissipation: outputs.peak,
+        wall_s,
+        s_per_step: if steps > 0 {
+            wall_s / steps as f64
+        } else {
+            0.0
+        },
+        out: out.clone(),
+        backend: solver.backend_name(),
+        interrupted,
+    })
+}
+
+/// The solver (fresh, or from the checkpoint with the initial energy it carries) and the
+/// prepared output directory with `config.toml`. Everything that can fail on input is checked
+/// before anything is written.
+fn open_run(cfg: &Config, opts: &RunOptions) -> Result<(Box<dyn Stepper>, Option<f64>), RunError> {
+    let (solver, e0) = match &opts.restart {
         Some(path) => {
             let (s, e0) = resume(cfg, path)?;
-            (s, true, Some(e0))
+            (s, Some(e0))
         }
-        None => (new_stepper(cfg, cfg.backend)?, false, None),
+        None => (new_stepper(cfg, cfg.backend)?, None),
     };
     log::info!(
         "spectral solver: {}^3, {:?}, backend {}",
@@ -256,7 +348,7 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
         solver.backend_name()
     );
     let out = &opts.out;
-    let mode = match (restarted, opts.overwrite) {
+    let mode = match (opts.restart.is_some(), opts.overwrite) {
         (true, _) => OutMode::Restart,
         (false, true) => OutMode::Overwrite,
         (false, false) => OutMode::Fresh,
@@ -270,117 +362,142 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
         })
     })?;
     durable::write_atomic(&out.join("config.toml"), &[cfg_text.as_bytes()], 1)?;
-    let ck_path = out.join(CHECKPOINT_FILE);
-    let energy_path = out.join("energy.csv");
-    let t0 = solver.time();
-    let mut csv = open_energy_csv(&energy_path, restarted, t0)?;
+    Ok((solver, e0))
+}
 
-    let t_end = cfg.t_end;
-    let mut peak = (0.0f64, t0);
-    let mut last_good_ck: Option<f64> = if restarted { Some(t0) } else { None };
+/// The progress bar (per mille of the time to `t_end`), hidden unless `show`.
+fn spectral_bar(show: bool) -> ProgressBar {
+    if !show {
+        return ProgressBar::hidden();
+    }
+    let b = ProgressBar::new(1000);
+    b.set_style(
+        ProgressStyle::with_template(
+            "{bar:40.cyan/blue} {percent:>3}% {msg} [{elapsed_precise} < {eta_precise}]",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    b
+}
 
-    // Statistics are computed when a row of energy.csv is due (and at the start and the end): on
-    // the GPU backend they need the state on the host. The peak dissipation is the largest of
-    // those rows.
-    let do_outputs = |solver: &mut dyn Stepper,
-                      csv: &mut std::fs::File,
-                      peak: &mut (f64, f64),
-                      first: bool,
-                      last: Option<Stats>|
-     -> Result<Stats, RunError> {
+/// The time-scheduled outputs: rows of `energy.csv`, spectra, fields; the peak dissipation.
+struct RunOutputs<'a> {
+    cfg: &'a Config,
+    out: &'a Path,
+    energy_path: PathBuf,
+    csv: std::fs::File,
+    restarted: bool,
+    /// `(dissipation, t)` of the largest dissipation among the rows.
+    peak: (f64, f64),
+}
+
+impl RunOutputs<'_> {
+    /// The outputs due at the solver's time. Statistics are computed when a row of energy.csv
+    /// is due (and at the start and the end): on the GPU backend they need the state on the
+    /// host; otherwise `last` is returned. `first`: the start of the run (a restart's start has
+    /// its outputs already).
+    fn at(
+        &mut self,
+        solver: &mut dyn Stepper,
+        first: bool,
+        last: Option<Stats>,
+    ) -> Result<Stats, RunError> {
+        let (cfg, out) = (self.cfg, self.out);
         let t = solver.time();
-        let stats_due = match cfg.stats_every {
+        let stats_due = match cfg.diagnostics_interval {
             None => true,
-            Some(e) => periodic_hit(t, e) || hit(t, t_end),
+            Some(e) => periodic_hit(t, e) || hit(t, cfg.t_end),
         };
         let st = match last {
             Some(st) if !stats_due => st,
             _ => solver.stats()?,
         };
-        if stats_due && !(first && restarted) {
-            writeln!(csv, "{}", st.csv_row())
-                .and_then(|_| csv.flush())
-                .map_err(os(&energy_path))?;
+        let again = first && self.restarted;
+        if stats_due && !again {
+            writeln!(self.csv, "{}", st.csv_row())
+                .and_then(|_| self.csv.flush())
+                .map_err(os(&self.energy_path))?;
         }
-        if st.dissipation > peak.0 {
-            *peak = (st.dissipation, t);
+        if st.dissipation > self.peak.0 {
+            self.peak = (st.dissipation, t);
         }
-        if !(first && restarted) && cfg.spectrum_times.iter().any(|&e| hit(t, e)) {
-            let p = out.join(format!("spectrum_{t:010.4}.csv"));
+        if !again && cfg.spectrum_times.iter().any(|&e| hit(t, e)) {
+            let p = out.join(io::spectrum_file_name(t));
             io::write_spectrum_csv(&p, &solver.spectrum()?)?;
             log::info!("t = {t:.4}: spectrum -> {}", p.display());
         }
-        if !(first && restarted) && cfg.field_times.iter().any(|&e| hit(t, e)) {
-            let vel = solver.velocity()?;
-            let vort = if cfg.vorticity {
-                Some(solver.vorticity()?)
-            } else {
-                None
-            };
-            for fmt in &cfg.field_formats {
-                if fmt == "npy" {
-                    let p = out.join(format!("velocity_{t:010.4}.npy"));
-                    io::write_field_npy(&p, &vel)?;
-                    if let Some(w) = &vort {
-                        io::write_field_npy(&out.join(format!("vorticity_{t:010.4}.npy")), w)?;
-                    }
-                } else {
-                    let p = out.join(format!("fields_{t:010.4}.vtk"));
-                    let mut fl: Vec<(&str, &crate::VelocityField)> = vec![("velocity", &vel)];
-                    if let Some(w) = &vort {
-                        fl.push(("vorticity", w));
-                    }
-                    io::write_vtk(&p, &format!("vortex spectral t={t}"), &fl)?;
-                }
-            }
-            log::info!("t = {t:.4}: fields written");
+        if !again && cfg.field_times.iter().any(|&e| hit(t, e)) {
+            write_fields(solver, cfg, out, t)?;
         }
         Ok(st)
-    };
+    }
+}
 
-    let mut last = do_outputs(solver.as_mut(), &mut csv, &mut peak, true, None)?;
-    let e0 = e0.unwrap_or(last.energy);
-    let keys = keys_text(&restart_keys(cfg));
-    let mut last_ck_wall = Instant::now();
-    let mut interrupted = None;
-
-    let bar = if opts.progress && t_end > t0 {
-        let b = ProgressBar::new(1000);
-        b.set_style(
-            ProgressStyle::with_template(
-                "{bar:40.cyan/blue} {percent:>3}% {msg} [{elapsed_precise} < {eta_precise}]",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        b
+/// The velocity (and vorticity) fields at time `t` in the configured formats.
+fn write_fields(
+    solver: &mut dyn Stepper,
+    cfg: &Config,
+    out: &Path,
+    t: f64,
+) -> Result<(), RunError> {
+    let vel = solver.velocity()?;
+    let vort = if cfg.vorticity {
+        Some(solver.vorticity()?)
     } else {
-        ProgressBar::hidden()
+        None
     };
-
-    let start = Instant::now();
-    let mut steps = 0u64;
-    while solver.time() < t_end - TOL * t_end.abs().max(1.0) {
-        let t = solver.time();
-        let mut next = t_end;
-        if let Some(e) = cfg.stats_every {
-            next = next.min(periodic_next(t, e));
-        }
-        if let Some(e) = cfg.checkpoint_every {
-            next = next.min(periodic_next(t, e));
-        }
-        for &e in cfg.spectrum_times.iter().chain(cfg.field_times.iter()) {
-            if e > t + TOL * e.abs().max(1.0) {
-                next = next.min(e);
+    for fmt in &cfg.field_formats {
+        if fmt == "npy" {
+            let p = out.join(format!("velocity_{t:010.4}.npy"));
+            io::write_field_npy(&p, &vel)?;
+            if let Some(w) = &vort {
+                io::write_field_npy(&out.join(format!("vorticity_{t:010.4}.npy")), w)?;
             }
+        } else {
+            let p = out.join(format!("fields_{t:010.4}.vtk"));
+            let mut fl: Vec<(&str, &crate::VelocityField)> = vec![("velocity", &vel)];
+            if let Some(w) = &vort {
+                fl.push(("vorticity", w));
+            }
+            io::write_vtk(&p, &format!("vortex spectral t={t}"), &fl)?;
         }
-        let info = match solver.step_limited(next - t) {
+    }
+    log::info!("t = {t:.4}: fields written");
+    Ok(())
+}
+
+/// The stepping state of a run: health thresholds, checkpoints, the progress bar.
+struct Progress<'a> {
+    cfg: &'a Config,
+    ck_path: PathBuf,
+    /// The configuration keys a restart must keep.
+    keys: String,
+    e0: f64,
+    /// Time of the last checkpoint written for a state that passed the checks.
+    last_good_ck: Option<f64>,
+    last_ck_wall: Instant,
+    cfl_warned: bool,
+    bar: ProgressBar,
+}
+
+impl Progress<'_> {
+    fn last_good(&self) -> String {
+        match self.last_good_ck {
+            Some(tc) => format!("{} (t = {tc})", self.ck_path.display()),
+            None => "none written yet".into(),
+        }
+    }
+
+    /// One step up to the next output time, with the per-step health check: non-finite
+    /// fields (refused by the step itself) and the CFL number against `[health]`.
+    fn step(&mut self, solver: &mut dyn Stepper) -> Result<crate::solver::StepInfo, RunError> {
+        let cfg = self.cfg;
+        let t = solver.time();
+        let info = match solver.step_limited(next_output(cfg, t) - t) {
             Ok(i) => i,
             Err(e @ SolverError::NonFinite { .. }) => {
-                bar.abandon();
-                let checkpoint = match last_good_ck {
-                    Some(tc) => format!("{} (t = {tc})", ck_path.display()),
-                    None => "none written yet".into(),
-                };
+                self.bar.abandon();
+                let checkpoint = self.last_good();
                 log::error!("{e}; last good checkpoint: {checkpoint}");
                 return Err(RunError::BlewUp {
                     source: e,
@@ -389,76 +506,108 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
             }
             Err(e) => return Err(e.into()),
         };
-        steps += 1;
+        if info.cfl > cfg.health.cfl_limit {
+            self.bar.abandon();
+            return Err(RunError::Unstable {
+                step: solver.steps(),
+                t,
+                cfl: info.cfl,
+                limit: cfg.health.cfl_limit,
+                checkpoint: self.last_good(),
+            });
+        }
+        if info.cfl > cfg.health.cfl_warn && !self.cfl_warned {
+            self.cfl_warned = true;
+            log::warn!(
+                "step {}: advective CFL {:.3} above health.cfl_warn = {} (warned once)",
+                solver.steps(),
+                info.cfl,
+                cfg.health.cfl_warn
+            );
+        }
+        Ok(info)
+    }
+
+    /// The checkpoint when due (interval, end, wall time, a signal), written only for a state
+    /// whose energy passes the check (so the one kept after a blow-up is the last good one);
+    /// returns the signal that stops the run.
+    fn checkpoint(
+        &mut self,
+        solver: &mut dyn Stepper,
+        last: Stats,
+    ) -> Result<Option<usize>, RunError> {
+        let cfg = self.cfg;
         let t = solver.time();
-        last = do_outputs(solver.as_mut(), &mut csv, &mut peak, false, Some(last))?;
         let wall_due = cfg.checkpoint_wall_minutes > 0.0
-            && last_ck_wall.elapsed().as_secs_f64() >= 60.0 * cfg.checkpoint_wall_minutes;
+            && self.last_ck_wall.elapsed().as_secs_f64() >= 60.0 * cfg.checkpoint_wall_minutes;
         let stop = durable::interrupted();
-        let ck_due = cfg.checkpoint_every.is_some_and(|e| periodic_hit(t, e))
-            || hit(t, t_end)
+        let due = cfg.checkpoint_interval.is_some_and(|e| periodic_hit(t, e))
+            || hit(t, cfg.t_end)
             || wall_due
             || stop.is_some();
-        if ck_due {
-            // a checkpoint is written only for a state whose energy passes the check, so the
-            // one kept after a blow-up is the last good one
-            let st = if hit(last.t, t) {
-                last
-            } else {
-                solver.stats()?
-            };
-            if !st.energy.is_finite() || st.energy > cfg.energy_growth_limit * e0 {
-                bar.abandon();
-                return Err(RunError::Unhealthy {
-                    t,
-                    energy: st.energy,
-                    e0,
-                    limit: cfg.energy_growth_limit,
-                    checkpoint: match last_good_ck {
-                        Some(tc) => format!("{} (t = {tc})", ck_path.display()),
-                        None => "none written yet".into(),
-                    },
-                });
-            }
-            let steps_done = solver.steps();
-            let mut ck = Checkpoint::from_state(
-                solver.state()?,
-                cfg.nu,
-                cfg.dealias,
-                t,
-                steps_done,
-                keys.clone(),
-            );
-            ck.initial_energy = e0;
-            io::write_checkpoint(&ck_path, &ck, cfg.checkpoints_kept)?;
-            last_good_ck = Some(t);
-            last_ck_wall = Instant::now();
-            log::debug!("t = {t:.4}: checkpoint");
-            if let Some(sig) = stop {
-                log::warn!(
-                    "signal {sig}: stopped at t = {t} (step {steps_done}) after writing {}",
-                    ck_path.display()
-                );
-                interrupted = Some(sig);
-                break;
-            }
+        if !due {
+            return Ok(None);
         }
-        let el = start.elapsed().as_secs_f64();
-        bar.set_position(((t - t0) / (t_end - t0) * 1000.0) as u64);
-        bar.set_message(format!(
-            "t={t:.3} dt={:.2e} cfl={:.2} {:.3}s/step E={:.4e}",
-            info.dt,
-            info.cfl,
-            el / steps as f64,
-            last.energy
-        ));
+        let st = if hit(last.t, t) {
+            last
+        } else {
+            solver.stats()?
+        };
+        if !st.energy.is_finite() || st.energy > cfg.energy_growth_limit * self.e0 {
+            self.bar.abandon();
+            return Err(RunError::Unhealthy {
+                t,
+                energy: st.energy,
+                e0: self.e0,
+                limit: cfg.energy_growth_limit,
+                checkpoint: self.last_good(),
+            });
+        }
+        let steps_done = solver.steps();
+        let mut ck = Checkpoint::from_state(
+            solver.state()?,
+            cfg.nu,
+            cfg.dealias,
+            t,
+            steps_done,
+            self.keys.clone(),
+        );
+        ck.initial_energy = self.e0;
+        io::write_checkpoint(&self.ck_path, &ck, cfg.checkpoints_kept)?;
+        self.last_good_ck = Some(t);
+        self.last_ck_wall = Instant::now();
+        log::debug!("t = {t:.4}: checkpoint");
+        if let Some(sig) = stop {
+            log::warn!(
+                "signal {sig}: stopped at t = {t} (step {steps_done}) after writing {}",
+                self.ck_path.display()
+            );
+        }
+        Ok(stop)
     }
-    bar.finish_and_clear();
-    let wall_s = start.elapsed().as_secs_f64();
-    csv.sync_all().map_err(os(&energy_path))?;
+}
 
-    // Figures from the files (so a restarted run plots its whole history).
-    let rows: Vec<(f64, f64, f64)> = io::read_csv(&energy_path)?
+/// The next time the step must land on: the end, the next row, checkpoint, spectrum or field.
+fn next_output(cfg: &Config, t: f64) -> f64 {
+    let mut next = cfg.t_end;
+    for e in [cfg.diagnostics_interval, cfg.checkpoint_interval]
+        .into_iter()
+        .flatten()
+    {
+        next = next.min(periodic_next(t, e));
+    }
+    for &e in cfg.spectrum_times.iter().chain(cfg.field_times.iter()) {
+        if e > t + TOL * e.abs().max(1.0) {
+            next = next.min(e);
+        }
+    }
+    next
+}
+
+/// The figures from the files (so a restarted run plots its whole history): `energy.png` and
+/// `spectra.png` (every `spectrum_*.csv`).
+fn plot_run(out: &Path, energy_path: &Path) -> Result<(), RunError> {
+    let rows: Vec<(f64, f64, f64)> = io::read_csv(energy_path)?
         .into_iter()
         .filter(|r| r.len() >= 4)
         .map(|r| (r[0], r[1], r[3]))
@@ -495,18 +644,5 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
             log::warn!("{e}");
         }
     }
-    Ok(RunSummary {
-        steps,
-        last,
-        peak_dissipation: peak,
-        wall_s,
-        s_per_step: if steps > 0 {
-            wall_s / steps as f64
-        } else {
-            0.0
-        },
-        out: out.clone(),
-        backend: solver.backend_name(),
-        interrupted,
-    })
+    Ok(())
 }

@@ -75,7 +75,7 @@ fn no_gpu_is_an_error_not_a_panic() {
             .unwrap_err();
             assert!(!e.to_string().is_empty());
             let c = spectral::Config::from_str_named(
-                "n = 8\nnu = 0.01\nt_end = 0.1\ndt = 0.01\nbackend = \"cuda\"\n[initial]\ntype = \"taylor-green\"\n",
+                "n = 8\nnu = 0.01\nt_end = 0.1\ndt = 0.01\nbackend = \"cuda\"\n[initial]\nkind = \"taylor-green\"\n",
                 "x.toml",
             )
             .unwrap();

@@ -7,15 +7,15 @@ n = 16
 nu = 0.02
 t_end = 0.5
 dt = 0.025
-stats_every = 0.05
+diagnostics_interval = 0.05
 spectrum_times = [0.0, 0.5]
 field_times = [0.5]
 field_formats = ["npy", "vtk"]
 vorticity = true
-checkpoint_every = 0.25
+checkpoint_interval = 0.25
 threads = 2
 [initial]
-type = "isotropic"
+kind = "isotropic"
 k_peak = 3.0
 seed = 5
 energy = 0.5
@@ -175,11 +175,24 @@ nu = 0.0
 inviscid = true
 t_end = 1000.0
 dt = 2.0
-checkpoint_every = 2.0
+checkpoint_interval = 2.0
+[health]
+cfl_warn = 1e9
+cfl_limit = 1e9
 [initial]
-type = "taylor-green"
+kind = "taylor-green"
 amplitude = 20.0
 "#;
+    // with the default thresholds the per-step check refuses the first step (CFL about 100)
+    let strict = cfg(&text
+        .replace("1e9", "2.5")
+        .replace("cfl_warn = 2.5", "cfl_warn = 1.0"));
+    let e = run_config(&strict, &opts(&d.path().join("strict"), None)).unwrap_err();
+    assert!(
+        matches!(e, RunError::Unstable { step: 1, .. }) && e.to_string().contains("cfl_limit"),
+        "{e}"
+    );
+    // without it, the blow-up checks: the thresholds off
     let c = cfg(text);
     let e = run_config(&c, &opts(&out, None)).unwrap_err();
     let s = e.to_string();

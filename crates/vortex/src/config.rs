@@ -34,9 +34,10 @@
 //! strain = 0.5         # ... or when (t - t_reset) max|alpha|/h^3 exceeds this (0: off)
 //!
 //! [output]             # optional
-//! diagnostics_every = 10
-//! checkpoint_every = 100
-//! snapshot_every = 0
+//! diagnostics_every = 10   # steps between rows of diagnostics.csv; and/or
+//! # diagnostics_interval = 0.1  # simulation time between rows (the first step at or after)
+//! checkpoint_every = 100    # steps; and/or checkpoint_interval (time)
+//! snapshot_every = 0        # steps; and/or snapshot_interval (time)
 //! energy_rise_warn = 1e-3   # decaying flow: warn when E rises above its lowest value by this
 //! energy_rise_limit = 0.02  # ... and stop with an error above this
 //! snapshot_format = "vtp"  # vtp (binary, with particles.pvd) | vtk (legacy ASCII)
@@ -58,6 +59,12 @@ use fmm::{BackendChoice, EvalParams, GridChoice, Method};
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
 use std::path::Path;
+
+/// Keys refused with the key to use (the vocabulary shared with `vortex spectral`).
+const RENAMED: &[(&str, &str)] = &[
+    ("initial.type", "initial.kind"),
+    ("output.stats_every", "output.diagnostics_interval"),
+];
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -330,6 +337,13 @@ pub struct OutputConfig {
     pub snapshot_format: SnapshotFormat,
     /// Checkpoints every this many steps (0: only at the end and by wall time).
     pub checkpoint_every: u64,
+    /// Diagnostics rows also every this much simulation time (at the first step at or after
+    /// each multiple; the key of `vortex spectral` for the same interval).
+    pub diagnostics_interval: Option<f64>,
+    /// Particle snapshots also every this much simulation time.
+    pub snapshot_interval: Option<f64>,
+    /// Checkpoints also every this much simulation time (as in `vortex spectral`).
+    pub checkpoint_interval: Option<f64>,
     /// A checkpoint also after this many wall-clock minutes since the last one (0: off).
     pub checkpoint_wall_minutes: f64,
     /// Checkpoints kept: `checkpoint.bin` the newest, `checkpoint.bin.1` the one before ...
@@ -357,6 +371,9 @@ impl Default for OutputConfig {
             snapshot_every: 0,
             snapshot_format: SnapshotFormat::Vtp,
             checkpoint_every: 0,
+            diagnostics_interval: None,
+            snapshot_interval: None,
+            checkpoint_interval: None,
             checkpoint_wall_minutes: 30.0,
             checkpoints_kept: 2,
             energy_growth_limit: 10.0,
@@ -408,6 +425,12 @@ impl Config {
 
     /// Parses and validates TOML text; `file` names it in error messages.
     pub fn from_str_named(text: &str, file: &str) -> Result<Config> {
+        spectral::config::refuse_renamed(text, file, RENAMED).map_err(|e| match e {
+            spectral::config::ConfigError::Invalid { file, key, msg } => {
+                Error::Config { file, key, msg }
+            }
+            e => Error::Other(e.to_string()),
+        })?;
         let c: Config = toml::from_str(text).map_err(|e| Error::ConfigParse {
             file: file.to_string(),
             msg: e.to_string().trim_end().to_string(),
@@ -817,6 +840,15 @@ impl Config {
                     self.output.checkpoint_wall_minutes
                 ),
             ));
+        }
+        for (key, v) in [
+            ("output.diagnostics_interval", o.diagnostics_interval),
+            ("output.snapshot_interval", o.snapshot_interval),
+            ("output.checkpoint_interval", o.checkpoint_interval),
+        ] {
+            if let Some(v) = v {
+                positive(file, key, v)?;
+            }
         }
         if self.output.checkpoints_kept == 0 {
             return Err(bad(

@@ -4,9 +4,10 @@
 //! Output directory (default `runs/out/<config stem>`):
 //! * `config.toml`: the configuration as run;
 //! * `diagnostics.csv`: one row per diagnostics step ([`crate::diagnostics::CSV_HEADER`]);
-//! * `spectrum_STEP.csv` (periodic), `grid_STEP.vtk` and the particle snapshots
+//! * `spectrum_TTTTT.TTTT.csv` (periodic; named by the time, as `vortex spectral` names them),
+//!   `grid_STEP.vtk` and the particle snapshots
 //!   `particles_STEP.vtp` (binary XML VTK; `particles.pvd` lists them with their times for
-//!   ParaView) or `particles_STEP.vtk` (`output.snapshot_format = "vtk"`, legacy ASCII);
+//!   ParaView; on several ranks `particles_STEP.pvtp` and one piece per rank) or `particles_STEP.vtk` (`output.snapshot_format = "vtk"`, legacy ASCII);
 //! * `checkpoint.bin` (checksummed, atomic, the last `output.checkpoints_kept` kept as
 //!   `checkpoint.bin.1` ...; every `output.checkpoint_every` steps, every
 //!   `output.checkpoint_wall_minutes`, at the end and when a signal stops the run; each after a
@@ -18,7 +19,8 @@
 //! * `energy.png`, `spectra.png` (periodic, `output.plots`).
 //!
 //! Under MPI ([`run_on`] with any [`domain::Comm`]) every rank steps its own particles (see
-//! [`crate::parallel`]) and rank 0 writes every file; the outputs do not depend on the number of
+//! [`crate::parallel`]) and rank 0 writes every file but the particle snapshots (each rank
+//! writes its piece `particles_STEP_pRANK.vtp`, rank 0 the `particles_STEP.pvtp`); the outputs do not depend on the number of
 //! ranks beyond round-off, and a checkpoint written with `R` ranks continues with any other
 //! number. A restart continues from a checkpoint bit for bit (same number of ranks); rows of
 //! `diagnostics.csv` and `timing.csv` after the checkpoint's step are replaced. A blow-up
@@ -206,6 +208,17 @@ fn check_run_memory(cfg: &Config) -> Result<()> {
 
 impl RunSummary {
     pub fn report(&self) -> String {
+        if self.steps == 0 {
+            return format!(
+                "no step taken (--steps 0): the state at t = {:.4} is in the outputs (diagnostics \
+                 row, checkpoint.bin); {} particles, energy {:.6e}, enstrophy {:.6e}; outputs in {}",
+                self.t,
+                self.n_particles,
+                self.last.energy,
+                self.last.enstrophy,
+                self.out.display()
+            );
+        }
         format!(
             "{} steps to t = {:.4} in {:.1} s ({:.3} s/step), {} particles, {} re-interpolations; \
              energy {:.6e}, enstrophy {:.6e}; outputs in {}",
@@ -309,7 +322,7 @@ fn host_build<'c, B: Backend + 'c>(
             None => DistSimulation::new(comm, config, backend)?,
         };
         sim.rhs.at_sources = at_sources;
-        Ok(Box::new(sim) as Box<dyn Simulator + 'c>)
+        Ok(Simulation::Pieces(Box::new(sim)))
     })
 }
 
@@ -342,9 +355,11 @@ pub fn run_loaded_with<'c>(
             comm.size()
         );
         log::info!("{line}");
-        log::info!("{}", summary.phases.report());
         eprintln!("{line}");
-        eprintln!("{}", summary.phases.report());
+        if summary.steps > 0 {
+            log::info!("{}", summary.phases.report());
+            eprintln!("{}", summary.phases.report());
+        }
     }
     Ok(summary)
 }
@@ -456,8 +471,48 @@ fn setup_out(out: &Path, config: &Config, mode: OutMode) -> Result<()> {
 
 /// How a run's simulation is made on every rank: from the configuration (a fresh start,
 /// `None`) or from a checkpoint's global state (`Some(state)`: rank 0's, `None` elsewhere).
-pub type Build<'c> =
-    Box<dyn FnOnce(Config, Option<Option<State>>) -> Result<Box<dyn Simulator + 'c>> + 'c>;
+pub type Build<'c> = Box<dyn FnOnce(Config, Option<Option<State>>) -> Result<Simulation<'c>> + 'c>;
+
+/// The simulation a run drives: one whose ranks hold their own particles on the host (each
+/// rank writes its piece of a particle snapshot, nothing is gathered) or any other
+/// [`Simulator`] (snapshots gathered on rank 0). Dereferences to the [`Simulator`].
+pub enum Simulation<'c> {
+    Pieces(Box<dyn LocalParticles + 'c>),
+    Gathered(Box<dyn Simulator + 'c>),
+}
+
+/// A [`Simulator`] whose ranks can hand out their own particles.
+pub trait LocalParticles: Simulator {
+    /// This rank's particles and their velocities, in the same order. Collective (the
+    /// velocity may have to be evaluated).
+    fn local_particles(&mut self) -> Result<(&crate::Particles, Vec<[f64; 3]>)>;
+}
+
+impl<B: Backend> LocalParticles for DistSimulation<'_, B> {
+    fn local_particles(&mut self) -> Result<(&crate::Particles, Vec<[f64; 3]>)> {
+        let v = self.derivatives()?.velocity.clone();
+        Ok((&self.state.particles, v))
+    }
+}
+
+impl<'c> std::ops::Deref for Simulation<'c> {
+    type Target = dyn Simulator + 'c;
+    fn deref(&self) -> &Self::Target {
+        match self {
+            Simulation::Pieces(s) => &**s,
+            Simulation::Gathered(s) => &**s,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Simulation<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        match self {
+            Simulation::Pieces(s) => &mut **s,
+            Simulation::Gathered(s) => &mut **s,
+        }
+    }
+}
 
 /// Runs a configuration on the ranks of `comm` (each with its own `backend`), writing into `out`
 /// from rank 0: [`run_with`] over a [`DistSimulation`] (the state on the host ranks), with
@@ -478,6 +533,11 @@ pub fn run_on<'c, B: Backend + 'c>(
 /// Runs a configuration on the ranks of `comm` with the simulation that `build` makes, writing
 /// into `out` from rank 0. Every rank returns the same outcome; the summary's diagnostics are
 /// rank 0's. Collective.
+///
+/// The pipeline of every step, each a named phase of [`RunLoop`]: the health verdict of the
+/// step about to be taken, what is due (signals and the wall-time interval agreed over the
+/// ranks), the diagnostics row with its energy checks, the particle snapshot, the checkpoint,
+/// then the step itself with its timing row and progress.
 pub fn run_with<'c>(
     comm: &'c dyn Comm,
     config: Config,
@@ -486,268 +546,361 @@ pub fn run_with<'c>(
     opts: &RunOptions,
     build: Build<'c>,
 ) -> Result<RunSummary> {
-    let root = comm.rank() == 0;
-    check_same(
-        comm,
-        "options",
-        &format!(
-            "{} t_end={:e} out={} restart={:?} {opts:?}",
-            config.fingerprint(),
-            config.t_end,
-            out.display(),
-            restart
-        ),
-    )?;
     let wall0 = Instant::now();
-    let mode = match (restart.is_some(), opts.overwrite) {
-        (true, _) => OutMode::Restart,
-        (false, true) => OutMode::Overwrite,
-        (false, false) => OutMode::Fresh,
-    };
-    let r = if root {
-        setup_out(out, &config, mode).and_then(|_| check_run_memory(&config))
-    } else {
-        Ok(())
-    };
-    agree(comm, r)?;
-
-    let (mut sim, mut e0) = match restart {
-        Some(p) => {
-            let ck = if root {
-                checkpoint::read_for(p, &config).map(Some)
-            } else {
-                Ok(None)
-            };
-            let ck = agree(comm, ck)?;
-            let (state, e0) = match ck {
-                Some(ck) => {
-                    log::info!("restart from {} at step {}", p.display(), ck.state.step);
-                    (Some(ck.state), Some(ck.initial_energy))
-                }
-                None => (None, None),
-            };
-            (build(config, Some(state))?, e0)
-        }
-        None => (build(config, None)?, None),
-    };
-    if let Some(r) = sim.take_initial_report() {
-        log::info!("initial RBF solve: {}", r.summary());
-    }
-    let backend_name = sim.describe();
-    let cfg = sim.config().clone();
-    let n_steps = cfg.steps();
-    let start_step = sim.step_index();
-    let stop = opts
-        .max_steps
-        .map_or(n_steps, |k| n_steps.min(start_step + k))
-        .max(start_step);
-    let grid = cfg
-        .periodic()
-        .map(|_| cfg.output.grid.or(cfg.lattice_n()).unwrap_or(16));
-    let box_l = cfg.domain.box_length;
-
-    let outputs = if root {
-        open_outputs(out, restart.is_some(), start_step).map(Some)
-    } else {
-        Ok(None)
-    };
-    let mut outputs = agree(comm, outputs)?;
-
-    let mut monitor = EnergyMonitor::new(cfg.energy_tolerance());
-    if root && restart.is_some() {
-        // the rows kept from before the restart continue the energy history
-        for (step, t, e) in energy_rows(&out.join("diagnostics.csv")) {
-            if let EnergyVerdict::Unstable { message } = monitor.observe(step, t, e) {
-                log::warn!("kept row of diagnostics.csv: {message}");
-            }
-        }
-    }
-
-    let ck_path = out.join("checkpoint.bin");
-    let mut last_ck = match restart {
-        Some(p) => format!("{} (step {start_step}, the restart)", p.display()),
-        None => String::from("(none written yet)"),
-    };
-    let mut last_ck_wall = Instant::now();
-    let mut writer = CheckpointWriter::default();
-    let mut interrupted: Option<usize>;
-    let mut warned = false;
-    let h = if cfg.lattice_h().is_finite() {
-        cfg.lattice_h()
-    } else {
-        sim.smallest_core()
-    };
-    let bar = if cfg.output.progress && root {
-        let b = ProgressBar::new(stop);
-        b.set_style(
-            ProgressStyle::with_template(
-                "{bar:40.cyan/blue} step {pos}/{len} {msg} [{elapsed_precise} < {eta_precise}]",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        b.set_position(start_step);
-        b
-    } else {
-        ProgressBar::hidden()
-    };
-
-    let every = |k: u64, s: u64| k > 0 && s % k == 0;
-    // the snapshots' time series: those of the earlier run up to the restart's step are kept
-    let mut pvd: Vec<(f64, String)> = vtp::read_pvd(&out.join(PVD_FILE))
-        .into_iter()
-        .filter(|(_, f)| snapshot_step(f).is_some_and(|s| s <= start_step && restart.is_some()))
-        .collect();
-    let mut spectra: Vec<(f64, Vec<(f64, f64)>)> = vec![];
-    let mut last_diag = Diagnostics::default();
-    let mut totals = PhaseTotals::default();
-    let mut since_row = PhaseTotals::default();
-    let loop_start = Instant::now();
+    let dest = Destination { out, restart, opts };
+    let mut run = RunLoop::start(comm, config, &dest, build)?;
     loop {
         let it0 = Instant::now();
         // f_n may be evaluated for the diagnostics before the step: counted in this step's FMM
-        let phases0 = sim.phases();
-        let step = sim.step_index();
-        // the stability verdict of the step about to be taken (its f_n is the step's own)
-        let [max_speed, max_rate] = sim.step_measures().inspect_err(|_| bar.abandon())?;
+        let phases0 = run.sim.phases();
+        let step = run.sim.step_index();
+        run.check_health(step)?;
+        let due = run.due(step);
+        let mut io = PhaseIo::default();
+        if due.diagnostics {
+            run.diagnostics(step, due.snapshot, &mut io)?;
+        }
+        if due.snapshot {
+            let t = Instant::now();
+            write_snapshot(&mut run.sim, comm, &run.out, &run.cfg, &mut run.pvd)?;
+            io.io += t.elapsed().as_secs_f64();
+        }
+        if due.checkpoint {
+            run.checkpoint(step, due.last, &mut io)?;
+        }
+        run.interrupted = due.signal;
+        if let (Some(sig), 0) = (due.signal, comm.rank()) {
+            log::warn!(
+                "signal {sig}: stopped at step {step} (t = {}) after writing {}; continue with \
+                 --restart {}",
+                run.sim.t(),
+                run.last_ck,
+                run.ck_path.display()
+            );
+        }
+        if due.last {
+            let mut v = [io.diagnostics, io.io];
+            comm.allreduce_f64(&mut v, ReduceOp::Max);
+            run.totals.diagnostics += v[0];
+            run.totals.io += v[1];
+            break;
+        }
+        run.advance(it0, phases0, io)?;
+    }
+    Ok(run.finish(wall0))
+}
+
+/// Seconds of a step's diagnostics and output (files, checkpoints, snapshots) on this rank.
+#[derive(Clone, Copy, Debug, Default)]
+struct PhaseIo {
+    diagnostics: f64,
+    io: f64,
+}
+
+/// What the step about to be taken writes, and whether the run ends there.
+#[derive(Clone, Copy, Debug)]
+struct Due {
+    /// A signal that stops the run (agreed over the ranks).
+    signal: Option<usize>,
+    last: bool,
+    diagnostics: bool,
+    snapshot: bool,
+    checkpoint: bool,
+}
+
+/// Where a run writes and from what it starts.
+#[derive(Clone, Copy)]
+struct Destination<'a> {
+    out: &'a Path,
+    restart: Option<&'a Path>,
+    opts: &'a RunOptions,
+}
+
+/// The state of a run between its phases (see [`run_with`]).
+struct RunLoop<'c> {
+    comm: &'c dyn Comm,
+    sim: Simulation<'c>,
+    cfg: Config,
+    out: PathBuf,
+    restarted: bool,
+    start_step: u64,
+    stop: u64,
+    /// Points per side of the diagnostics grid (periodic).
+    grid: Option<usize>,
+    /// The spacing of the stability measures.
+    h: f64,
+    schedules: Schedules,
+    /// Rank 0's CSV files.
+    outputs: Option<Outputs>,
+    monitor: EnergyMonitor,
+    e0: Option<f64>,
+    ck_path: PathBuf,
+    last_ck: String,
+    last_ck_wall: Instant,
+    writer: CheckpointWriter,
+    warned: bool,
+    bar: ProgressBar,
+    pvd: Vec<(f64, String)>,
+    spectra: Vec<(f64, Vec<(f64, f64)>)>,
+    last_diag: Diagnostics,
+    totals: PhaseTotals,
+    since_row: PhaseTotals,
+    loop_start: Instant,
+    interrupted: Option<usize>,
+    backend_name: String,
+}
+
+impl<'c> RunLoop<'c> {
+    /// The output directory, the simulation (fresh or from the checkpoint), the CSV files, the
+    /// energy history kept from before a restart and the progress bar. Collective.
+    fn start(
+        comm: &'c dyn Comm,
+        config: Config,
+        dest: &Destination,
+        build: Build<'c>,
+    ) -> Result<Self> {
+        let Destination { out, restart, opts } = *dest;
+        let root = comm.rank() == 0;
+        check_same(
+            comm,
+            "options",
+            &format!(
+                "{} t_end={:e} out={} restart={:?} {opts:?}",
+                config.fingerprint(),
+                config.t_end,
+                out.display(),
+                restart
+            ),
+        )?;
+        let mode = match (restart.is_some(), opts.overwrite) {
+            (true, _) => OutMode::Restart,
+            (false, true) => OutMode::Overwrite,
+            (false, false) => OutMode::Fresh,
+        };
+        let r = if root {
+            setup_out(out, &config, mode).and_then(|_| check_run_memory(&config))
+        } else {
+            Ok(())
+        };
+        agree(comm, r)?;
+        let (mut sim, e0) = open_simulation(comm, config, restart, build)?;
+        if let Some(r) = sim.take_initial_report() {
+            log::info!("initial RBF solve: {}", r.summary());
+        }
+        let cfg = sim.config().clone();
+        let start_step = sim.step_index();
+        let stop = opts
+            .max_steps
+            .map_or(cfg.steps(), |k| cfg.steps().min(start_step + k))
+            .max(start_step);
+        let outputs = if root {
+            open_outputs(out, restart.is_some(), start_step).map(Some)
+        } else {
+            Ok(None)
+        };
+        let outputs = agree(comm, outputs)?;
+        let mut monitor = EnergyMonitor::new(cfg.energy_tolerance());
+        if root && restart.is_some() {
+            // the rows kept from before the restart continue the energy history
+            for (step, t, e) in energy_rows(&out.join("diagnostics.csv")) {
+                if let EnergyVerdict::Unstable { message } = monitor.observe(step, t, e) {
+                    log::warn!("kept row of diagnostics.csv: {message}");
+                }
+            }
+        }
+        let last_ck = match restart {
+            Some(p) => format!("{} (step {start_step}, the restart)", p.display()),
+            None => String::from("(none written yet)"),
+        };
+        // the snapshots' time series: those of the earlier run up to the restart's step are kept
+        let pvd = vtp::read_pvd(&out.join(PVD_FILE))
+            .into_iter()
+            .filter(|(_, f)| snapshot_step(f).is_some_and(|s| s <= start_step && restart.is_some()))
+            .collect();
+        Ok(RunLoop {
+            comm,
+            grid: cfg
+                .periodic()
+                .map(|_| cfg.output.grid.or(cfg.lattice_n()).unwrap_or(16)),
+            h: if cfg.lattice_h().is_finite() {
+                cfg.lattice_h()
+            } else {
+                sim.smallest_core()
+            },
+            schedules: Schedules::new(&cfg),
+            bar: progress_bar(cfg.output.progress && root, start_step, stop),
+            backend_name: sim.describe(),
+            sim,
+            cfg,
+            out: out.to_path_buf(),
+            restarted: restart.is_some(),
+            start_step,
+            stop,
+            outputs,
+            monitor,
+            e0,
+            ck_path: out.join("checkpoint.bin"),
+            last_ck,
+            last_ck_wall: Instant::now(),
+            writer: CheckpointWriter::default(),
+            warned: false,
+            pvd,
+            spectra: vec![],
+            last_diag: Diagnostics::default(),
+            totals: PhaseTotals::default(),
+            since_row: PhaseTotals::default(),
+            loop_start: Instant::now(),
+            interrupted: None,
+        })
+    }
+
+    /// The stability verdict of the step about to be taken (its f_n is the step's own): an
+    /// error above the limits, a warning (once) above the warning thresholds.
+    fn check_health(&mut self, step: u64) -> Result<()> {
+        let [max_speed, max_rate] = self
+            .sim
+            .step_measures()
+            .inspect_err(|_| self.bar.abandon())?;
         let m = health::StepMeasures {
-            dt: cfg.dt,
-            h,
+            dt: self.cfg.dt,
+            h: self.h,
             max_speed,
             max_rate,
         };
-        match health::check_step(&m, &cfg.health) {
+        match health::check_step(&m, &self.cfg.health) {
             Verdict::Refuse(what) => {
-                bar.abandon();
+                self.bar.abandon();
                 return Err(Error::Unstable {
                     step,
-                    t: sim.t(),
+                    t: self.sim.t(),
                     what,
-                    last_checkpoint: last_ck,
+                    last_checkpoint: self.last_ck.clone(),
                 });
             }
-            Verdict::Warn(what) if root && !warned => {
-                warned = true;
+            Verdict::Warn(what) if self.comm.rank() == 0 && !self.warned => {
+                self.warned = true;
                 log::warn!("step {step}: {what} (warned once)");
             }
             _ => {}
         }
-        // a signal or the wall-time interval, agreed over the ranks
+        Ok(())
+    }
+
+    /// What is due at `step`: a signal or the wall-time interval (agreed over the ranks), the
+    /// end, the schedules. Collective.
+    fn due(&self, step: u64) -> Due {
+        let o = &self.cfg.output;
         let mut flags = [
             spectral::durable::interrupted().unwrap_or(0) as f64,
-            (cfg.output.checkpoint_wall_minutes > 0.0
-                && last_ck_wall.elapsed().as_secs_f64()
-                    >= 60.0 * cfg.output.checkpoint_wall_minutes) as u8 as f64,
+            (o.checkpoint_wall_minutes > 0.0
+                && self.last_ck_wall.elapsed().as_secs_f64() >= 60.0 * o.checkpoint_wall_minutes)
+                as u8 as f64,
         ];
-        comm.allreduce_f64(&mut flags, ReduceOp::Max);
+        self.comm.allreduce_f64(&mut flags, ReduceOp::Max);
         let signal = (flags[0] > 0.0).then_some(flags[0] as usize);
-        let last = step >= stop || signal.is_some();
+        let last = step >= self.stop || signal.is_some();
+        let (s, start) = (&self.schedules, self.start_step);
         // a checkpoint is written only after the diagnostics of its state passed the checks
-        let ck_due = (step > start_step || restart.is_none())
-            && (last || every(cfg.output.checkpoint_every, step) || flags[1] > 0.0);
+        let checkpoint =
+            (step > start || !self.restarted) && (last || s.checkpoint.due(step) || flags[1] > 0.0);
         // a restart's own step has its row already (written before its checkpoint)
-        let diag_due = (step == start_step && restart.is_none())
-            || (step > start_step && (last || ck_due || every(cfg.output.diagnostics_every, step)));
-        let snap_due =
-            cfg.output.snapshot_every > 0 && (every(cfg.output.snapshot_every, step) || last);
-        let (mut t_diag, mut t_io) = (0.0, 0.0);
-        if diag_due || snap_due {
-            if diag_due {
-                let td = Instant::now();
-                let d = sim.diagnostics(grid, snap_due)?;
-                t_diag += td.elapsed().as_secs_f64();
-                let tio = Instant::now();
-                let r = match (d, outputs.as_mut()) {
-                    (Some(d), Some(o)) => {
-                        check_energy(&mut monitor, &mut e0, &d, step, &cfg, &last_ck)
-                            .inspect_err(|_| bar.abandon())
-                            .and_then(|()| {
-                                let rt = since_row.per_step();
-                                since_row = PhaseTotals::default();
-                                let progress = (start_step, stop, loop_start.elapsed());
-                                report_row(&bar, &d, &rt, step, progress);
-                                write_diag_row(
-                                    o,
-                                    &d,
-                                    &rt,
-                                    out,
-                                    step,
-                                    box_l,
-                                    &cfg,
-                                    &mut spectra,
-                                    snap_due,
-                                )
-                                .map(|_| d)
-                            })
-                    }
-                    _ => Ok(Diagnostics::default()),
+        let diagnostics = (step == start && !self.restarted)
+            || (step > start && (last || checkpoint || s.diagnostics.due(step)));
+        Due {
+            signal,
+            last,
+            diagnostics,
+            snapshot: s.snapshot.any() && (s.snapshot.due(step) || last),
+            checkpoint,
+        }
+    }
+
+    /// The diagnostics of the current state: energy checks, the progress line, the row of
+    /// `diagnostics.csv` with its spectrum (and the grid snapshot when `snapshot`); the
+    /// outcome agreed over the ranks. Collective.
+    fn diagnostics(&mut self, step: u64, snapshot: bool, io: &mut PhaseIo) -> Result<()> {
+        let td = Instant::now();
+        let d = self.sim.diagnostics(self.grid, snapshot)?;
+        io.diagnostics += td.elapsed().as_secs_f64();
+        let tio = Instant::now();
+        let r = match (d, self.outputs.as_mut()) {
+            (Some(d), Some(o)) => check_energy(
+                &mut self.monitor,
+                &mut self.e0,
+                &d,
+                step,
+                &self.cfg,
+                &self.last_ck,
+            )
+            .inspect_err(|_| self.bar.abandon())
+            .and_then(|()| {
+                let rt = self.since_row.per_step();
+                self.since_row = PhaseTotals::default();
+                let progress = (self.start_step, self.stop, self.loop_start.elapsed());
+                report_row(&self.bar, &d, &rt, step, progress);
+                let row = DiagRow {
+                    d: &d,
+                    rt: &rt,
+                    step,
+                    snapshot,
                 };
-                let d = agree(comm, r)?;
-                last_diag = Diagnostics {
-                    spectrum: None,
-                    grid_velocity: None,
-                    ..d
-                };
-                t_io += tio.elapsed().as_secs_f64();
-            }
-            if snap_due {
-                let tio = Instant::now();
-                let g = sim.snapshot()?;
-                let r = match g {
-                    Some((p, v)) => write_snapshot(out, &cfg, step, sim.t(), &p, &v, &mut pvd),
-                    None => Ok(()),
-                };
-                agree(comm, r)?;
-                t_io += tio.elapsed().as_secs_f64();
+                write_diag_row(o, &row, &self.out, &self.cfg, &mut self.spectra).map(|_| d)
+            }),
+            _ => Ok(Diagnostics::default()),
+        };
+        let d = agree(self.comm, r)?;
+        self.last_diag = Diagnostics {
+            spectrum: None,
+            grid_velocity: None,
+            ..d
+        };
+        io.io += tio.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    /// The checkpoint of the current state, written by a thread of rank 0 (the previous one
+    /// finished first); at the end of the run it is on disk before the outcome is reported.
+    /// Collective.
+    fn checkpoint(&mut self, step: u64, last: bool, io: &mut PhaseIo) -> Result<()> {
+        let tio = Instant::now();
+        if let Some(done) = self.writer.finish(self.comm)? {
+            self.last_ck = done;
+        }
+        let state = self.sim.gather_state()?;
+        let ck = state.map(|s| Checkpoint::new(&self.cfg, self.e0.unwrap_or(f64::NAN), s));
+        let kept = self.cfg.output.checkpoints_kept;
+        self.writer.start(ck, &self.ck_path, kept, step);
+        if last {
+            if let Some(done) = self.writer.finish(self.comm)? {
+                self.last_ck = done;
             }
         }
-        if ck_due {
-            let tio = Instant::now();
-            // the previous checkpoint's writer finishes first (one file written at a time)
-            if let Some(done) = writer.finish(comm)? {
-                last_ck = done;
-            }
-            let state = sim.gather_state()?;
-            let ck = state.map(|state| Checkpoint::new(&cfg, e0.unwrap_or(f64::NAN), state));
-            writer.start(ck, &ck_path, cfg.output.checkpoints_kept, step);
-            if last {
-                // the run ends here: its checkpoint is on disk before the outcome is reported
-                if let Some(done) = writer.finish(comm)? {
-                    last_ck = done;
-                }
-            }
-            last_ck_wall = Instant::now();
-            t_io += tio.elapsed().as_secs_f64();
-        }
-        if let (Some(sig), true) = (signal, root) {
-            log::warn!(
-                "signal {sig}: stopped at step {step} (t = {}) after writing {last_ck}; \
-                 continue with --restart {}",
-                sim.t(),
-                ck_path.display()
+        self.last_ck_wall = Instant::now();
+        io.io += tio.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    /// One step: the update (and re-interpolation), the finite-state check, the step's row of
+    /// `timing.csv` (each phase the largest over the ranks) and the progress bar. Collective.
+    fn advance(
+        &mut self,
+        it0: Instant,
+        phases0: crate::parallel::Phases,
+        io: PhaseIo,
+    ) -> Result<()> {
+        let report = self.sim.step()?;
+        if let (Some(r), 0) = (&report.reinterpolation, self.comm.rank()) {
+            log::info!(
+                "step {}: re-interpolated, {}",
+                self.sim.step_index(),
+                r.summary()
             );
         }
-        interrupted = signal;
-        if last {
-            let mut v = [t_diag, t_io];
-            comm.allreduce_f64(&mut v, ReduceOp::Max);
-            totals.diagnostics += v[0];
-            totals.io += v[1];
-            break;
-        }
-        let report = sim.step()?;
-        if let Some(r) = &report.reinterpolation {
-            if root {
-                log::info!(
-                    "step {}: re-interpolated, {}",
-                    sim.step_index(),
-                    r.summary()
-                );
-            }
-        }
-        sim.check_finite(&last_ck).inspect_err(|_| bar.abandon())?;
-        let s = sim.step_index();
-        // this step's phases, the largest over the ranks
-        let ph = sim.phases();
+        self.sim
+            .check_finite(&self.last_ck)
+            .inspect_err(|_| self.bar.abandon())?;
+        let s = self.sim.step_index();
+        let ph = self.sim.phases();
         let d = |a: f64, b: f64| (a - b).max(0.0);
         let mut row = [
             it0.elapsed().as_secs_f64(),
@@ -756,24 +909,18 @@ pub fn run_with<'c>(
             d(ph.redistribute, phases0.redistribute),
             d(ph.update, phases0.update),
             d(ph.rbf, phases0.rbf),
-            t_diag,
-            t_io,
+            io.diagnostics,
+            io.io,
             0.0,
         ];
         row[8] = (row[0] - row[1] - row[3] - row[4] - row[5] - row[6] - row[7]).max(0.0);
-        comm.allreduce_f64(&mut row, ReduceOp::Max);
+        self.comm.allreduce_f64(&mut row, ReduceOp::Max);
         let pt = PhaseTotals::from_values(&row);
-        totals.add(&pt);
-        since_row.add(&pt);
-        if let Some(o) = outputs.as_mut() {
-            let line = format!(
-                "{s},{:.10e},{}\n",
-                sim.t(),
-                row.iter()
-                    .map(|v| format!("{v:.4e}"))
-                    .collect::<Vec<_>>()
-                    .join(",")
-            );
+        self.totals.add(&pt);
+        self.since_row.add(&pt);
+        if let Some(o) = self.outputs.as_mut() {
+            let values: Vec<String> = row.iter().map(|v| format!("{v:.4e}")).collect();
+            let line = format!("{s},{:.10e},{}\n", self.sim.t(), values.join(","));
             let r = o
                 .timing
                 .write_all(line.as_bytes())
@@ -782,35 +929,135 @@ pub fn run_with<'c>(
                 log::warn!("timing.csv: {e}");
             }
         }
-        bar.set_position(s);
-        bar.set_message(format!("t = {:.4}", sim.t()));
-    }
-    bar.finish_and_clear();
-    if let Some(o) = outputs.as_mut() {
-        let _ = o.timing.flush();
+        self.bar.set_position(s);
+        self.bar.set_message(format!("t = {:.4}", self.sim.t()));
+        Ok(())
     }
 
-    if root && cfg.output.plots && cfg.domain.periodic {
-        if let Some(o) = &outputs {
-            plot(&o.csv_path, &out.join("energy.png"), &cfg, &spectra, out);
+    /// The end: files flushed, plots (rank 0), the summary.
+    fn finish(mut self, wall0: Instant) -> RunSummary {
+        self.bar.finish_and_clear();
+        if let Some(o) = self.outputs.as_mut() {
+            let _ = o.timing.flush();
+        }
+        let cfg = &self.cfg;
+        if let (Some(o), true) = (&self.outputs, cfg.output.plots && cfg.domain.periodic) {
+            let png = self.out.join("energy.png");
+            plot(&o.csv_path, &png, cfg, &self.spectra, &self.out);
+        }
+        let steps = self.sim.step_index() - self.start_step;
+        RunSummary {
+            steps,
+            t: self.sim.t(),
+            wall_s: wall0.elapsed().as_secs_f64(),
+            s_per_step: self.loop_start.elapsed().as_secs_f64() / steps.max(1) as f64,
+            n_particles: self.sim.n_global(),
+            last: self.last_diag,
+            out: self.out,
+            reinterpolations: self.sim.reinterpolations(),
+            phases: self.totals,
+            ranks: self.comm.size(),
+            interrupted: self.interrupted,
+            backend: self.backend_name,
         }
     }
-    let steps = sim.step_index() - start_step;
-    let wall_s = wall0.elapsed().as_secs_f64();
-    Ok(RunSummary {
-        steps,
-        t: sim.t(),
-        wall_s,
-        s_per_step: loop_start.elapsed().as_secs_f64() / steps.max(1) as f64,
-        n_particles: sim.n_global(),
-        last: last_diag,
-        out: out.to_path_buf(),
-        reinterpolations: sim.reinterpolations(),
-        phases: totals,
-        ranks: comm.size(),
-        interrupted,
-        backend: backend_name,
-    })
+}
+
+/// The simulation of a run on every rank, fresh or from the checkpoint `restart` (read on
+/// rank 0), with the initial energy the checkpoint carries. Collective.
+fn open_simulation<'c>(
+    comm: &'c dyn Comm,
+    config: Config,
+    restart: Option<&Path>,
+    build: Build<'c>,
+) -> Result<(Simulation<'c>, Option<f64>)> {
+    let Some(p) = restart else {
+        return Ok((build(config, None)?, None));
+    };
+    let ck = if comm.rank() == 0 {
+        checkpoint::read_for(p, &config).map(Some)
+    } else {
+        Ok(None)
+    };
+    let (state, e0) = match agree(comm, ck)? {
+        Some(ck) => {
+            log::info!("restart from {} at step {}", p.display(), ck.state.step);
+            (Some(ck.state), Some(ck.initial_energy))
+        }
+        None => (None, None),
+    };
+    Ok((build(config, Some(state))?, e0))
+}
+
+/// The progress bar of rank 0 (hidden elsewhere and when `show` is false).
+fn progress_bar(show: bool, start_step: u64, stop: u64) -> ProgressBar {
+    if !show {
+        return ProgressBar::hidden();
+    }
+    let b = ProgressBar::new(stop);
+    b.set_style(
+        ProgressStyle::with_template(
+            "{bar:40.cyan/blue} step {pos}/{len} {msg} [{elapsed_precise} < {eta_precise}]",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    b.set_position(start_step);
+    b
+}
+
+/// When an output is due: every `every` steps (0: not by steps) and at the first step at or
+/// after each multiple of the simulation-time `interval` (`t = step dt`).
+#[derive(Clone, Copy, Debug)]
+struct Schedule {
+    every: u64,
+    interval: Option<f64>,
+    dt: f64,
+}
+
+impl Schedule {
+    fn any(&self) -> bool {
+        self.every > 0 || self.interval.is_some()
+    }
+
+    fn due(&self, step: u64) -> bool {
+        // the multiples of the interval reached by a step, a relative 1e-9 below each counted
+        let reached = |iv: f64, s: u64| (s as f64 * self.dt / iv * (1.0 + 1e-9)).floor();
+        (self.every > 0 && step % self.every == 0)
+            || self
+                .interval
+                .is_some_and(|iv| step == 0 || reached(iv, step) > reached(iv, step - 1))
+    }
+}
+
+/// The schedules of the outputs of `vortex run` (`output.*_every` in steps, `output.*_interval`
+/// in simulation time).
+struct Schedules {
+    diagnostics: Schedule,
+    snapshot: Schedule,
+    checkpoint: Schedule,
+}
+
+impl Schedules {
+    fn new(cfg: &Config) -> Self {
+        let o = &cfg.output;
+        let s = |every, interval| Schedule {
+            every,
+            interval,
+            dt: cfg.dt,
+        };
+        if o.spectra && cfg.domain.periodic && cfg.dt < 1e-4 {
+            log::warn!(
+                "dt = {} < 1e-4: spectra of successive diagnostics rows may share a file name \
+                 (spectrum_TTTTT.TTTT.csv keeps 4 decimals of the time)",
+                cfg.dt
+            );
+        }
+        Schedules {
+            diagnostics: s(o.diagnostics_every, o.diagnostics_interval),
+            snapshot: s(o.snapshot_every, o.snapshot_interval),
+            checkpoint: s(o.checkpoint_every, o.checkpoint_interval),
+        }
+    }
 }
 
 /// The energy checks of a diagnostics row: a decaying flow's energy may not rise
@@ -917,64 +1164,100 @@ impl CheckpointWriter {
 pub const PVD_FILE: &str = "particles.pvd";
 
 fn snapshot_step(file: &str) -> Option<u64> {
-    file.strip_prefix("particles_")?
-        .strip_suffix(".vtp")?
+    let stem = file.strip_prefix("particles_")?;
+    stem.strip_suffix(".vtp")
+        .or_else(|| stem.strip_suffix(".pvtp"))?
         .parse()
         .ok()
 }
 
-/// Writes the particle snapshot of `step` in the configured format (rank 0); a `.vtp` is added
-/// to `particles.pvd` with its time.
+/// The particle snapshot of the current step in the configured format. In `.vtp` with several
+/// ranks that hold their own particles, every rank writes its piece `particles_STEP_pRANK.vtp`
+/// and rank 0 the `particles_STEP.pvtp` that names the pieces (nothing is gathered); otherwise
+/// the particles gathered on rank 0 go to one `particles_STEP.vtp` (or `.vtk`). Rank 0 lists a
+/// `.vtp`/`.pvtp` in `particles.pvd` with its time. Collective.
 fn write_snapshot(
+    sim: &mut Simulation,
+    comm: &dyn Comm,
     out: &Path,
     cfg: &Config,
-    step: u64,
-    t: f64,
-    p: &crate::Particles,
-    velocity: &[[f64; 3]],
     pvd: &mut Vec<(f64, String)>,
 ) -> Result<()> {
-    match cfg.output.snapshot_format {
-        SnapshotFormat::Vtk => diagnostics::write_vtk_particles(
-            &out.join(format!("particles_{step:06}.vtk")),
-            p,
-            Some(velocity),
-            &format!("vortex method, step {step}, t = {t}"),
-        ),
-        SnapshotFormat::Vtp => {
-            let name = format!("particles_{step:06}.vtp");
-            vtp::write_particles(&out.join(&name), p, Some(velocity))?;
-            pvd.retain(|(_, f)| *f != name);
-            pvd.push((t, name));
-            vtp::write_pvd(&out.join(PVD_FILE), pvd)
+    let (step, t, ranks) = (sim.step_index(), sim.t(), comm.size());
+    let list = |pvd: &mut Vec<(f64, String)>, file: String| {
+        pvd.retain(|(_, f)| snapshot_step(f) != Some(step));
+        pvd.push((t, file));
+        vtp::write_pvd(&out.join(PVD_FILE), pvd)
+    };
+    match (&mut *sim, cfg.output.snapshot_format) {
+        (Simulation::Pieces(s), SnapshotFormat::Vtp) if ranks > 1 => {
+            let piece = |r: usize| format!("particles_{step:06}_p{r:04}.vtp");
+            let r = s.local_particles().and_then(|(p, v)| {
+                vtp::write_particles(&out.join(piece(comm.rank())), p, Some(&v))
+            });
+            agree(comm, r)?;
+            let r = if comm.rank() == 0 {
+                let file = format!("particles_{step:06}.pvtp");
+                let pieces: Vec<String> = (0..ranks).map(piece).collect();
+                vtp::write_pvtp(&out.join(&file), &pieces, true).and_then(|_| list(pvd, file))
+            } else {
+                Ok(())
+            };
+            agree(comm, r)
+        }
+        _ => {
+            let r = match sim.snapshot()? {
+                Some((p, v)) => match cfg.output.snapshot_format {
+                    SnapshotFormat::Vtk => diagnostics::write_vtk_particles(
+                        &out.join(format!("particles_{step:06}.vtk")),
+                        &p,
+                        Some(&v),
+                        &format!("vortex method, step {step}, t = {t}"),
+                    ),
+                    SnapshotFormat::Vtp => {
+                        let file = format!("particles_{step:06}.vtp");
+                        vtp::write_particles(&out.join(&file), &p, Some(&v))
+                            .and_then(|_| list(pvd, file))
+                    }
+                },
+                None => Ok(()),
+            };
+            agree(comm, r)
         }
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// One row of `diagnostics.csv` to write: the values, the phase times since the previous row,
+/// the step, and whether the step writes snapshots (then also the grid velocity).
+struct DiagRow<'a> {
+    d: &'a Diagnostics,
+    rt: &'a RowTimes,
+    step: u64,
+    snapshot: bool,
+}
+
+/// Writes a diagnostics row, its spectrum (`spectrum_TTTTT.TTTT.csv`) and, on snapshot steps,
+/// the grid velocity (`grid_STEP.vtk`).
 fn write_diag_row(
     o: &mut Outputs,
-    d: &Diagnostics,
-    rt: &RowTimes,
+    row: &DiagRow,
     out: &Path,
-    step: u64,
-    box_l: f64,
     cfg: &Config,
     spectra: &mut Vec<(f64, Vec<(f64, f64)>)>,
-    snap_due: bool,
 ) -> Result<()> {
-    writeln!(o.csv, "{}", d.csv_row(rt)).map_err(Error::io(&o.csv_path))?;
+    let (d, step) = (row.d, row.step);
+    writeln!(o.csv, "{}", d.csv_row(row.rt)).map_err(Error::io(&o.csv_path))?;
     o.csv.flush().map_err(Error::io(&o.csv_path))?;
     if let (Some(spec), true) = (&d.spectrum, cfg.output.spectra) {
-        diagnostics::write_spectrum(&out.join(format!("spectrum_{step:06}.csv")), spec)?;
+        diagnostics::write_spectrum(&out.join(spectral::io::spectrum_file_name(d.t)), spec)?;
         spectra.push((d.t, spec.clone()));
     }
-    if snap_due {
+    if row.snapshot {
         if let Some(v) = &d.grid_velocity {
             diagnostics::write_vtk_grid(
                 &out.join(format!("grid_{step:06}.vtk")),
                 v,
-                box_l,
+                cfg.domain.box_length,
                 &format!("vortex method, step {step}, t = {}", d.t),
             )?;
         }

@@ -83,8 +83,8 @@ impl CrossCase {
     pub fn spectral_config(&self) -> Result<spectral::Config> {
         let text = format!(
             "n = {n}\nnu = {nu:e}\ndealias = \"three-halves\"\nt_end = {te:e}\ndt = {dt:e}\n\
-             stats_every = {se:e}\nspectrum_times = [0.0, {te:e}]\nfield_times = []\n\
-             checkpoint_every = {te:e}\nthreads = 0\n[initial]\ntype = \"taylor-green\"\namplitude = 1.0\n",
+             diagnostics_interval = {se:e}\nspectrum_times = [0.0, {te:e}]\nfield_times = []\n\
+             checkpoint_interval = {te:e}\nthreads = 0\n[initial]\nkind = \"taylor-green\"\namplitude = 1.0\n",
             n = self.n,
             nu = self.nu,
             te = self.t_end,

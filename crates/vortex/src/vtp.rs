@@ -1,6 +1,8 @@
 //! Particle snapshots for ParaView in binary form: XML VTK PolyData (`.vtp`, VTK file format
 //! 1.0, little-endian, appended raw data with UInt64 block headers) and the `.pvd` collection that
-//! gives each snapshot its physical time (`docs/CONVENTIONS.md`, "Files").
+//! gives each snapshot its physical time (`docs/CONVENTIONS.md`, "Files"). Under MPI every rank
+//! writes its own particles as one piece (a `.vtp`) and rank 0 the `.pvtp` that names the pieces
+//! ([`write_pvtp`]): nothing is gathered.
 //!
 //! Per particle: position, strength `alpha` (3 x f64), `|alpha|`, `sigma` (f64), optionally the
 //! velocity (3 x f64), one vertex cell (connectivity and offset, 2 x i64): 104 B with the velocity,
@@ -18,53 +20,63 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     }
 }
 
-/// One array of the appended block: name, VTK type, components, little-endian bytes.
-struct Array {
+/// Hands every value of an array, as little-endian 8-byte words, to a sink.
+type Values<'a> = Box<dyn Fn(&mut dyn FnMut([u8; 8])) + 'a>;
+
+/// One array of the appended block: name, VTK type, components, and its values, streamed to
+/// the file (never held as bytes in memory).
+struct Array<'a> {
     name: &'static str,
     ty: &'static str,
     comps: usize,
-    bytes: Vec<u8>,
+    values: Values<'a>,
 }
 
-fn f64s(name: &'static str, comps: usize, v: impl Iterator<Item = f64>) -> Array {
-    Array {
-        name,
-        ty: "Float64",
-        comps,
-        bytes: v.flat_map(f64::to_le_bytes).collect(),
+impl<'a> Array<'a> {
+    fn f64s<I: Iterator<Item = f64>>(
+        name: &'static str,
+        comps: usize,
+        v: impl Fn() -> I + 'a,
+    ) -> Self {
+        Array {
+            name,
+            ty: "Float64",
+            comps,
+            values: Box::new(move |w| v().for_each(|x| w(x.to_le_bytes()))),
+        }
     }
-}
 
-fn i64s(name: &'static str, v: impl Iterator<Item = i64>) -> Array {
-    Array {
-        name,
-        ty: "Int64",
-        comps: 1,
-        bytes: v.flat_map(i64::to_le_bytes).collect(),
+    fn i64s(name: &'static str, v: std::ops::Range<i64>) -> Self {
+        Array {
+            name,
+            ty: "Int64",
+            comps: 1,
+            values: Box::new(move |w| v.clone().for_each(|x| w(x.to_le_bytes()))),
+        }
     }
-}
 
-fn header(a: &Array, offset: usize) -> String {
-    format!(
-        "<DataArray type=\"{}\" Name=\"{}\" NumberOfComponents=\"{}\" format=\"appended\" offset=\"{offset}\"/>\n",
-        a.ty, a.name, a.comps
-    )
+    fn header(&self, offset: usize) -> String {
+        format!(
+            "<DataArray type=\"{}\" Name=\"{}\" NumberOfComponents=\"{}\" format=\"appended\" offset=\"{offset}\"/>\n",
+            self.ty, self.name, self.comps
+        )
+    }
 }
 
 /// Writes `p` (and `velocity`, aligned with it) as a `.vtp` file, atomically (temporary file,
-/// rename).
+/// rename). Under MPI each rank writes its own particles as one piece of a `.pvtp`.
 pub fn write_particles(path: &Path, p: &Particles, velocity: Option<&[[f64; 3]]>) -> Result<()> {
     let n = p.len();
-    let points = f64s("Points", 3, p.position.iter().flatten().copied());
-    let conn = i64s("connectivity", 0..n as i64);
-    let offs = i64s("offsets", 1..=n as i64);
+    let points = Array::f64s("Points", 3, || p.position.iter().flatten().copied());
+    let conn = Array::i64s("connectivity", 0..n as i64);
+    let offs = Array::i64s("offsets", 1..n as i64 + 1);
     let mut data = vec![
-        f64s("alpha", 3, p.strength.iter().flatten().copied()),
-        f64s("alpha_magnitude", 1, p.strength.iter().map(|a| norm(*a))),
-        f64s("sigma", 1, p.sigma.iter().copied()),
+        Array::f64s("alpha", 3, || p.strength.iter().flatten().copied()),
+        Array::f64s("alpha_magnitude", 1, || p.strength.iter().map(|a| norm(*a))),
+        Array::f64s("sigma", 1, || p.sigma.iter().copied()),
     ];
     if let Some(v) = velocity {
-        data.push(f64s("velocity", 3, v.iter().flatten().copied()));
+        data.push(Array::f64s("velocity", 3, || v.iter().flatten().copied()));
     }
     let mut xml = String::from(
         "<?xml version=\"1.0\"?>\n<VTKFile type=\"PolyData\" version=\"1.0\" \
@@ -74,10 +86,11 @@ pub fn write_particles(path: &Path, p: &Particles, velocity: Option<&[[f64; 3]]>
         "<Piece NumberOfPoints=\"{n}\" NumberOfVerts=\"{n}\" NumberOfLines=\"0\" \
          NumberOfStrips=\"0\" NumberOfPolys=\"0\">\n"
     ));
+    let bytes = |a: &Array| 8 * n * a.comps;
     let mut offset = 0;
     let mut next = |a: &Array| {
-        let h = header(a, offset);
-        offset += 8 + a.bytes.len();
+        let h = a.header(offset);
+        offset += 8 + bytes(a);
         h
     };
     xml.push_str("<PointData Scalars=\"sigma\" Vectors=\"alpha\">\n");
@@ -92,11 +105,18 @@ pub fn write_particles(path: &Path, p: &Particles, velocity: Option<&[[f64; 3]]>
     xml.push_str("</Verts>\n</Piece>\n</PolyData>\n<AppendedData encoding=\"raw\">\n_");
     let tmp = path.with_extension("vtp.tmp");
     let r = (|| -> std::io::Result<()> {
-        let mut w = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
+        let f = std::fs::File::create(&tmp)?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 22, f);
         w.write_all(xml.as_bytes())?;
         for a in data.iter().chain([&points, &conn, &offs]) {
-            w.write_all(&(a.bytes.len() as u64).to_le_bytes())?;
-            w.write_all(&a.bytes)?;
+            w.write_all(&(bytes(a) as u64).to_le_bytes())?;
+            let mut err = Ok(());
+            (a.values)(&mut |b| {
+                if err.is_ok() {
+                    err = w.write_all(&b);
+                }
+            });
+            err?;
         }
         w.write_all(b"\n</AppendedData>\n</VTKFile>\n")?;
         w.flush()
@@ -106,6 +126,47 @@ pub fn write_particles(path: &Path, p: &Particles, velocity: Option<&[[f64; 3]]>
         return Err(io_err(&tmp)(e));
     }
     std::fs::rename(&tmp, path).map_err(io_err(path))
+}
+
+/// Writes the `.pvtp` file of a snapshot written in pieces (one `.vtp` per rank, `pieces`
+/// relative to the `.pvtp`'s directory) with the arrays [`write_particles`] writes, atomically.
+pub fn write_pvtp(path: &Path, pieces: &[String], with_velocity: bool) -> Result<()> {
+    let array = |ty: &str, name: &str, comps: usize| {
+        format!("<PDataArray type=\"{ty}\" Name=\"{name}\" NumberOfComponents=\"{comps}\"/>\n")
+    };
+    let mut s = String::from(
+        "<?xml version=\"1.0\"?>\n<VTKFile type=\"PPolyData\" version=\"1.0\" \
+         byte_order=\"LittleEndian\" header_type=\"UInt64\">\n<PPolyData GhostLevel=\"0\">\n\
+         <PPointData Scalars=\"sigma\" Vectors=\"alpha\">\n",
+    );
+    s.push_str(&array("Float64", "alpha", 3));
+    s.push_str(&array("Float64", "alpha_magnitude", 1));
+    s.push_str(&array("Float64", "sigma", 1));
+    if with_velocity {
+        s.push_str(&array("Float64", "velocity", 3));
+    }
+    s.push_str("</PPointData>\n<PPoints>\n");
+    s.push_str(&array("Float64", "Points", 3));
+    s.push_str("</PPoints>\n");
+    for f in pieces {
+        s.push_str(&format!("<Piece Source=\"{f}\"/>\n"));
+    }
+    s.push_str("</PPolyData>\n</VTKFile>\n");
+    spectral::durable::write_atomic(path, &[s.as_bytes()], 1)
+        .map_err(|e| Error::Other(e.to_string()))
+}
+
+/// The piece file names of a `.pvtp` written by [`write_pvtp`] (empty when absent).
+pub fn read_pvtp(path: &Path) -> Vec<String> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return vec![];
+    };
+    text.lines()
+        .filter_map(|l| {
+            let i = l.find("Source=\"")? + 8;
+            Some(l[i..i + l[i..].find('"')?].to_string())
+        })
+        .collect()
 }
 
 /// Writes the `.pvd` collection of `(time, file name)` snapshots, atomically.
@@ -196,5 +257,13 @@ mod tests {
         let e = vec![(0.0, "a.vtp".to_string()), (0.25, "b.vtp".to_string())];
         write_pvd(&pvd, &e).unwrap();
         assert_eq!(read_pvd(&pvd), e);
+        // the parallel file names its pieces
+        let pvtp = dir.path().join("p.pvtp");
+        let pieces = vec!["p_p0000.vtp".to_string(), "p_p0001.vtp".to_string()];
+        write_pvtp(&pvtp, &pieces, true).unwrap();
+        assert_eq!(read_pvtp(&pvtp), pieces);
+        assert!(std::fs::read_to_string(&pvtp)
+            .unwrap()
+            .contains("Name=\"velocity\""));
     }
 }

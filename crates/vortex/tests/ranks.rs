@@ -223,9 +223,27 @@ fn vortex_ring_is_independent_of_the_rank_count() {
         let s = ok(run_ranks(r, RING, &out, None, &RunOptions::default()));
         assert_eq!(s.ranks, r);
         compare(&format!("ring, R = {r}"), &base, &out, REINTERPOLATED_TOL);
-        // the same number of particles and arrays: the same size of binary snapshot
-        let vtk = |d: &Path| std::fs::read(d.join("particles_000004.vtp")).unwrap().len();
-        assert_eq!(vtk(&base), vtk(&out));
+        // every rank wrote its piece, rank 0 the .pvtp naming them: the 1-rank file's particles
+        let points = |f: PathBuf| -> usize {
+            let b = std::fs::read(&f).unwrap();
+            let head = String::from_utf8_lossy(&b[..b.len().min(600)]).into_owned();
+            let i = head.find("NumberOfPoints=\"").unwrap() + 16;
+            head[i..i + head[i..].find('"').unwrap()].parse().unwrap()
+        };
+        let pieces: Vec<String> = (0..r)
+            .map(|k| format!("particles_000004_p{k:04}.vtp"))
+            .collect();
+        let total: usize = pieces.iter().map(|f| points(out.join(f))).sum();
+        assert_eq!(total, points(base.join("particles_000004.vtp")));
+        assert_eq!(
+            method::vtp::read_pvtp(&out.join("particles_000004.pvtp")),
+            pieces
+        );
+        let pvd = method::vtp::read_pvd(&out.join("particles.pvd"));
+        assert!(
+            pvd.iter().any(|(_, f)| f == "particles_000004.pvtp"),
+            "{pvd:?}"
+        );
     }
     // 2 steps on 2 ranks (AB2 history behind), continued on 3 ranks through a re-interpolation
     let out = dir.path().join("ring-restart");

@@ -80,7 +80,7 @@ fn restart_continues_bit_for_bit() {
         "particles_000000.vtp",
         "particles_000006.vtp",
         "grid_000006.vtk",
-        "spectrum_000006.csv",
+        "spectrum_00000.6000.csv",
     ] {
         assert!(a.join(f).exists(), "{f} missing");
     }
