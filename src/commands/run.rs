@@ -1,6 +1,6 @@
 //! `vortex run CONFIG.toml [--out DIR] [--restart FILE] [--steps K] [--backend B] [--grid G]`: a
 //! vortex-method simulation, in one process or as `mpirun -np R vortex run ...` (built with the
-//! `mpi` feature). All the logic lives in the `method` crate (`method::run::run_loaded_on`);
+//! `mpi` feature). All the logic lives in the `method` crate (`method::run::run`);
 //! this is argument glue: rank 0 reads the configuration and broadcasts it, the options are
 //! checked to be the same on every rank, the planner (`fmm::planner`) chooses the engine of the
 //! particles at themselves, and each rank builds the backend named by the configuration or
@@ -188,7 +188,6 @@ fn run_ranks(
         max_steps: args.steps,
         overwrite: args.overwrite,
     };
-    let (out, restart) = (args.out.as_deref(), args.restart.as_deref());
     match device {
         Device::Cuda => {
             #[cfg(feature = "cuda")]
@@ -221,21 +220,13 @@ fn run_ranks(
                 } else {
                     None
                 };
-                let summary = method::run::run_loaded_on(
-                    comm,
-                    config,
-                    &args.config,
-                    out,
-                    restart,
-                    b,
-                    at_sources,
-                    &opts,
-                )?;
+                let build = method::run::host_build(comm, b, at_sources);
+                let summary = run_and_report(comm, config, args, &opts, build)?;
                 Ok((summary, config_json))
             }
             #[cfg(not(feature = "cuda"))]
             {
-                let _ = (local_rank, out, restart);
+                let _ = local_rank;
                 unreachable!("the planner refuses cuda without the `cuda` feature");
             }
         }
@@ -248,16 +239,8 @@ fn run_ranks(
                     args.config.display()
                 );
             }
-            let summary = method::run::run_loaded_on(
-                comm,
-                config,
-                &args.config,
-                out,
-                restart,
-                fmm::CpuBackend,
-                None,
-                &opts,
-            )?;
+            let build = method::run::host_build(comm, fmm::CpuBackend, None);
+            let summary = run_and_report(comm, config, args, &opts, build)?;
             Ok((summary, config_json))
         }
     }
@@ -306,15 +289,33 @@ fn run_resident(
         let sim = resident::ResidentSimulation::new(comm, config, index, start)?;
         Ok(method::run::Simulation::Gathered(Box::new(sim)))
     });
-    let name = format!("cuda device {index}, particle state resident on the device");
-    Ok(method::run::run_loaded_with(
-        comm,
-        config,
-        &args.config,
-        args.out.as_deref(),
-        args.restart.as_deref(),
-        opts,
-        &name,
-        build,
-    )?)
+    run_and_report(comm, config, args, opts, build)
+}
+
+/// `method::run::run` into `--out` (default `runs/out/<config stem>`); rank 0 prints the
+/// summary line (what ran, on how many ranks) and the shares of the phases. Collective.
+fn run_and_report<'c>(
+    comm: &'c dyn Comm,
+    config: method::Config,
+    args: &RunArgs,
+    opts: &method::run::RunOptions,
+    build: method::run::Build<'c>,
+) -> Result<method::run::RunSummary> {
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| method::run::default_out(&args.config));
+    let summary = method::run::run(comm, config, &out, args.restart.as_deref(), opts, build)?;
+    if comm.rank() == 0 {
+        eprintln!(
+            "{} [backend {}, {} rank(s)]",
+            summary.report(),
+            summary.backend,
+            comm.size()
+        );
+        if summary.steps > 0 {
+            eprintln!("{}", summary.phases.report());
+        }
+    }
+    Ok(summary)
 }

@@ -176,12 +176,6 @@ impl RunSummary {
 /// Name of the checkpoint file in the output directory.
 pub const CHECKPOINT_FILE: &str = "checkpoint.bin";
 
-/// Read a configuration file and run it.
-pub fn run_file(config_path: &Path, opts: &RunOptions) -> Result<RunSummary, RunError> {
-    let cfg = Config::from_file(config_path)?;
-    run_config(&cfg, opts)
-}
-
 /// Run a validated configuration in its own rayon pool of `cfg.threads` threads.
 pub fn run_config(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
     let pool = rayon::ThreadPoolBuilder::new()

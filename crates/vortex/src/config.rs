@@ -17,7 +17,7 @@
 //! theta = 0.5
 //! leaf_size = 64
 //! core_cutoff = 6.0
-//! backend = "auto"     # auto | cpu | cuda: which fmm::Backend the binary hands to run::run_loaded
+//! backend = "auto"     # auto | cpu | cuda: which fmm::Backend the binary builds for the run
 //! device = 0           # GPU index for cuda (auto: the GPU when one is usable)
 //! grid = "adaptive"    # adaptive | uniform: uniform = the particles' FMM on a grid built on the GPU
 //!
@@ -120,7 +120,7 @@ pub struct EvaluationConfig {
     pub core_cutoff: f64,
     /// Compute backend: `"auto"` (the GPU when one is usable, else the CPU), `"cpu"` or `"cuda"`.
     /// The `method` crate runs any `fmm::Backend`; the binary builds the one named here (see
-    /// [`crate::run::run_loaded`]). Not part of the checkpoint fingerprint: a run may be continued
+    /// [`crate::run::host_build`]). Not part of the checkpoint fingerprint: a run may be continued
     /// on another backend (bit-for-bit only on the same one).
     #[serde(deserialize_with = "de_backend")]
     pub backend: BackendChoice,

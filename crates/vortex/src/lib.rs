@@ -23,7 +23,7 @@
 //!   process it runs over `domain::SelfComm`);
 //! * [`simulator`]: what the run loop asks of a simulation, whatever holds its state (the
 //!   host ranks, or one GPU in the `resident` crate);
-//! * [`run`]: the `vortex run` command ([`run::run`], [`run::run_on`] for any communicator);
+//! * [`run`]: the `vortex run` command ([`run::run`]: one run on the ranks of any communicator, the simulation made by a [`run::Build`]);
 //! * [`vtp`]: binary particle snapshots (XML VTK PolyData) and their `.pvd` time series;
 //! * [`validate`]: cross-validation against the spectral solver (Taylor-Green, same initial field).
 

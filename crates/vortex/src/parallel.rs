@@ -946,6 +946,13 @@ impl<B: Backend> crate::simulator::Simulator for DistSimulation<'_, B> {
         self.phases
     }
     fn describe(&self) -> String {
-        self.rhs.backend.name()
+        match &self.rhs.at_sources {
+            Some(e) => format!(
+                "{} ({} for the particles at themselves)",
+                self.rhs.backend.name(),
+                e.describe()
+            ),
+            None => self.rhs.backend.name(),
+        }
     }
 }

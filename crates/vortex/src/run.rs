@@ -18,7 +18,7 @@
 //!   each the largest over the ranks ([`TIMING_HEADER`]); their shares are logged at the end;
 //! * `energy.png`, `spectra.png` (periodic, `output.plots`).
 //!
-//! Under MPI ([`run_on`] with any [`domain::Comm`]) every rank steps its own particles (see
+//! Under MPI ([`run`] with any [`domain::Comm`]) every rank steps its own particles (see
 //! [`crate::parallel`]) and rank 0 writes every file but the particle snapshots (each rank
 //! writes its piece `particles_STEP_pRANK.vtp`, rank 0 the `particles_STEP.pvtp`); the outputs do not depend on the number of
 //! ranks beyond round-off, and a checkpoint written with `R` ranks continues with any other
@@ -43,7 +43,7 @@ use crate::parallel::{agree, check_same, DistSimulation};
 use crate::simulator::Simulator;
 use crate::stepping::State;
 use crate::vtp;
-use domain::{Comm, ReduceOp, SelfComm};
+use domain::{Comm, ReduceOp};
 use fmm::Backend;
 use indicatif::{ProgressBar, ProgressStyle};
 use spectral::durable::{self, OutMode};
@@ -244,74 +244,10 @@ pub fn default_out(config_path: &Path) -> PathBuf {
     PathBuf::from("runs/out").join(stem)
 }
 
-/// Entry point of `vortex run` for the CPU backend: reads and checks the configuration, runs it
-/// and logs a summary. `evaluation.backend = "cuda"` is refused here (this crate does not build GPU
-/// backends): the binary reads the configuration with [`Config::from_file`], builds the backend that
-/// `config.evaluation.backend` names and calls [`run_loaded`].
-pub fn run(config_path: &Path, out: Option<&Path>, restart: Option<&Path>) -> Result<()> {
-    let config = Config::from_file(config_path)?;
-    if config.evaluation.backend == fmm::BackendChoice::Cuda {
-        return Err(Error::Config {
-            file: config_path.display().to_string(),
-            key: "evaluation.backend".into(),
-            msg: "\"cuda\" needs the binary's GPU dispatch (method::run::run_loaded with a gpu::CudaBackend); this entry point runs the CPU backend only".into(),
-        });
-    }
-    run_loaded(config, config_path, out, restart, fmm::CpuBackend).map(|_| ())
-}
-
-/// [`run_loaded_on`] in one process.
-pub fn run_loaded<B: Backend>(
-    config: Config,
-    config_path: &Path,
-    out: Option<&Path>,
-    restart: Option<&Path>,
-    backend: B,
-) -> Result<RunSummary> {
-    run_loaded_on(
-        &SelfComm,
-        config,
-        config_path,
-        out,
-        restart,
-        backend,
-        None,
-        &RunOptions::default(),
-    )
-}
-
-/// Runs an already read configuration on the ranks of `comm` with this rank's `backend`
-/// (whatever `config.evaluation.backend` resolved to in the caller) and, when given, the
-/// engine the planner chose for the evaluations of the particles at themselves
-/// (`at_sources`, e.g. the GPU uniform grid), into `out` or `runs/out/<config stem>`; rank 0
-/// logs a summary that names the backend and the number of ranks, and the shares of the
-/// phases. Collective.
-#[allow(clippy::too_many_arguments)]
-pub fn run_loaded_on<'c, B: Backend + 'c>(
-    comm: &'c dyn Comm,
-    config: Config,
-    config_path: &Path,
-    out: Option<&Path>,
-    restart: Option<&Path>,
-    backend: B,
-    at_sources: Option<Box<dyn fmm::Evaluator + 'c>>,
-    opts: &RunOptions,
-) -> Result<RunSummary> {
-    let name = match &at_sources {
-        Some(e) => format!(
-            "{} ({} for the particles at themselves)",
-            backend.name(),
-            e.describe()
-        ),
-        None => backend.name(),
-    };
-    let build = host_build(comm, backend, at_sources);
-    run_loaded_with(comm, config, config_path, out, restart, opts, &name, build)
-}
-
-/// The [`Build`] of a [`DistSimulation`] (the state on the host ranks) with `backend` and the
-/// planner's engine of the particles at themselves, `at_sources`.
-fn host_build<'c, B: Backend + 'c>(
+/// The [`Build`] of a [`DistSimulation`] (the state on the host ranks) with this rank's
+/// `backend` and, when given, the planner's engine of the particles at themselves
+/// (`at_sources`, e.g. the GPU uniform grid; the adaptive plan on `backend` otherwise).
+pub fn host_build<'c, B: Backend + 'c>(
     comm: &'c dyn Comm,
     backend: B,
     at_sources: Option<Box<dyn fmm::Evaluator + 'c>>,
@@ -324,44 +260,6 @@ fn host_build<'c, B: Backend + 'c>(
         sim.rhs.at_sources = at_sources;
         Ok(Simulation::Pieces(Box::new(sim)))
     })
-}
-
-/// [`run_with`] for the binary: the output directory defaulted from the configuration's
-/// name, and rank 0 logs `name` (what computes the steps), the summary and the shares of the
-/// phases. Collective.
-#[allow(clippy::too_many_arguments)]
-pub fn run_loaded_with<'c>(
-    comm: &'c dyn Comm,
-    config: Config,
-    config_path: &Path,
-    out: Option<&Path>,
-    restart: Option<&Path>,
-    opts: &RunOptions,
-    name: &str,
-    build: Build<'c>,
-) -> Result<RunSummary> {
-    let out = out
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| default_out(config_path));
-    let root = comm.rank() == 0;
-    if root {
-        log::info!("backend: {name}, {} rank(s)", comm.size());
-    }
-    let summary = run_with(comm, config, &out, restart, opts, build)?;
-    if root {
-        let line = format!(
-            "{} [backend {name}, {} rank(s)]",
-            summary.report(),
-            comm.size()
-        );
-        log::info!("{line}");
-        eprintln!("{line}");
-        if summary.steps > 0 {
-            log::info!("{}", summary.phases.report());
-            eprintln!("{}", summary.phases.report());
-        }
-    }
-    Ok(summary)
 }
 
 fn csv_rows_before(path: &Path, step: u64) -> Result<Vec<String>> {
@@ -405,24 +303,6 @@ fn energy_rows(path: &Path) -> Vec<(u64, f64, f64)> {
             ))
         })
         .collect()
-}
-
-/// Runs a configuration with any backend in one process, writing into `out`.
-pub fn run_config<B: Backend>(
-    config: Config,
-    out: &Path,
-    restart: Option<&Path>,
-    backend: B,
-) -> Result<RunSummary> {
-    run_on(
-        &SelfComm,
-        config,
-        out,
-        restart,
-        backend,
-        None,
-        &RunOptions::default(),
-    )
 }
 
 /// Files that only rank 0 writes.
@@ -514,22 +394,6 @@ impl std::ops::DerefMut for Simulation<'_> {
     }
 }
 
-/// Runs a configuration on the ranks of `comm` (each with its own `backend`), writing into `out`
-/// from rank 0: [`run_with`] over a [`DistSimulation`] (the state on the host ranks), with
-/// `at_sources` the planner's engine of the particles at themselves. Collective.
-pub fn run_on<'c, B: Backend + 'c>(
-    comm: &'c dyn Comm,
-    config: Config,
-    out: &Path,
-    restart: Option<&Path>,
-    backend: B,
-    at_sources: Option<Box<dyn fmm::Evaluator + 'c>>,
-    opts: &RunOptions,
-) -> Result<RunSummary> {
-    let build = host_build(comm, backend, at_sources);
-    run_with(comm, config, out, restart, opts, build)
-}
-
 /// Runs a configuration on the ranks of `comm` with the simulation that `build` makes, writing
 /// into `out` from rank 0. Every rank returns the same outcome; the summary's diagnostics are
 /// rank 0's. Collective.
@@ -538,7 +402,32 @@ pub fn run_on<'c, B: Backend + 'c>(
 /// step about to be taken, what is due (signals and the wall-time interval agreed over the
 /// ranks), the diagnostics row with its energy checks, the particle snapshot, the checkpoint,
 /// then the step itself with its timing row and progress.
-pub fn run_with<'c>(
+pub fn run<'c>(
+    comm: &'c dyn Comm,
+    config: Config,
+    out: &Path,
+    restart: Option<&Path>,
+    opts: &RunOptions,
+    build: Build<'c>,
+) -> Result<RunSummary> {
+    let summary = drive(comm, config, out, restart, opts, build)?;
+    if comm.rank() == 0 {
+        let line = format!(
+            "{} [backend {}, {} rank(s)]",
+            summary.report(),
+            summary.backend,
+            comm.size()
+        );
+        log::info!("{line}");
+        if summary.steps > 0 {
+            log::info!("{}", summary.phases.report());
+        }
+    }
+    Ok(summary)
+}
+
+/// The loop of [`run`].
+fn drive<'c>(
     comm: &'c dyn Comm,
     config: Config,
     out: &Path,
@@ -616,7 +505,7 @@ struct Destination<'a> {
     opts: &'a RunOptions,
 }
 
-/// The state of a run between its phases (see [`run_with`]).
+/// The state of a run between its phases (see [`run`]).
 struct RunLoop<'c> {
     comm: &'c dyn Comm,
     sim: Simulation<'c>,

@@ -1,4 +1,4 @@
-//! What the run loop ([`crate::run::run_on`]) asks of a simulation, whatever holds its state:
+//! What the run loop ([`crate::run::run`]) asks of a simulation, whatever holds its state:
 //! the particles of the ranks on the host ([`crate::parallel::DistSimulation`]) or one GPU for
 //! the whole run (the `resident` crate). The loop decides when to take diagnostics, snapshots
 //! and checkpoints, checks the step's health and the energy, and writes the outputs; the

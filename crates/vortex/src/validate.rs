@@ -315,7 +315,10 @@ pub fn run_taylor_green(case: &CrossCase, out: &Path) -> Result<CrossReport> {
     .map_err(|e| Error::Other(format!("spectral run: {e}")))?;
     log::info!("spectral: {}", summary.report());
     let vcfg = case.vortex_config()?;
-    let vs = crate::run::run_config(vcfg, &vdir, None, fmm::CpuBackend)?;
+    let one = &domain::SelfComm;
+    let build = crate::run::host_build(one, fmm::CpuBackend, None);
+    let opts = crate::run::RunOptions::default();
+    let vs = crate::run::run(one, vcfg, &vdir, None, &opts, build)?;
     log::info!("vortex: {}", vs.report());
     compare_outputs(&vdir, &sdir, case.bound_energy, case.bound_enstrophy)
 }

@@ -24,3 +24,16 @@ pub fn max_abs_diff(a: &[[f64; 3]], b: &[[f64; 3]]) -> f64 {
         .flat_map(|(x, y)| (0..3).map(move |c| (x[c] - y[c]).abs()))
         .fold(0.0, f64::max)
 }
+
+/// `method::run::run` of a configuration on the CPU backend (the state on the host ranks of
+/// `comm`), as `vortex run --backend cpu` makes it. Collective.
+pub fn run_cpu(
+    comm: &dyn domain::Comm,
+    config: method::Config,
+    out: &std::path::Path,
+    restart: Option<&std::path::Path>,
+    opts: &method::run::RunOptions,
+) -> method::Result<method::run::RunSummary> {
+    let build = method::run::host_build(comm, fmm::CpuBackend, None);
+    method::run::run(comm, config, out, restart, opts, build)
+}

@@ -14,7 +14,8 @@
 
 use domain::ThreadComm;
 use method::config::Config;
-use method::run::{run_on, RunOptions, RunSummary};
+mod common;
+use method::run::{RunOptions, RunSummary};
 use method::{checkpoint, Particles};
 use std::path::{Path, PathBuf};
 
@@ -82,15 +83,7 @@ fn run_ranks(
 ) -> Vec<method::Result<RunSummary>> {
     let config = Config::from_str_named(text, "test.toml").unwrap();
     ThreadComm::run(ranks, |comm| {
-        run_on(
-            comm,
-            config.clone(),
-            out,
-            restart,
-            fmm::CpuBackend,
-            None,
-            opts,
-        )
+        common::run_cpu(comm, config.clone(), out, restart, opts)
     })
 }
 
@@ -355,15 +348,7 @@ fn mismatched_configurations_are_refused_at_start_up() {
         } else {
             b.clone()
         };
-        run_on(
-            comm,
-            c,
-            &out,
-            None,
-            fmm::CpuBackend,
-            None,
-            &RunOptions::default(),
-        )
+        common::run_cpu(comm, c, &out, None, &RunOptions::default())
     });
     for r in res {
         let e = r.unwrap_err().to_string();

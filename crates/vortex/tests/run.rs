@@ -1,8 +1,26 @@
 //! The run command: restart bit for bit, outputs, configuration errors.
 
+mod common;
+use common::run_cpu;
+use method::checkpoint;
 use method::config::Config;
-use method::{checkpoint, run};
+use method::run::RunOptions;
 use std::path::Path;
+
+/// The run in one process on the CPU backend.
+fn run_config(
+    config: Config,
+    out: &Path,
+    restart: Option<&Path>,
+) -> method::Result<method::run::RunSummary> {
+    run_cpu(
+        &domain::SelfComm,
+        config,
+        out,
+        restart,
+        &RunOptions::default(),
+    )
+}
 
 const TINY: &str = r#"
 nu = 0.05
@@ -34,23 +52,17 @@ fn restart_continues_bit_for_bit() {
     let dir = tempfile::tempdir().unwrap();
     let full = Config::from_str_named(TINY, "tiny.toml").unwrap();
     let a = dir.path().join("a");
-    run::run_config(full.clone(), &a, None, fmm::CpuBackend).unwrap();
+    run_config(full.clone(), &a, None).unwrap();
     // the same run stopped after 3 steps (AB2 history and a re-interpolation behind it) ...
     let mut half = full.clone();
     half.t_end = 0.3;
     let b = dir.path().join("b");
-    run::run_config(half, &b, None, fmm::CpuBackend).unwrap();
+    run_config(half, &b, None).unwrap();
     let ck_b = checkpoint::read(&b.join("checkpoint.bin")).unwrap();
     assert_eq!(ck_b.state.step, 3);
     assert!(ck_b.state.previous.is_some());
     // ... and continued to the end
-    run::run_config(
-        full.clone(),
-        &b,
-        Some(&b.join("checkpoint.bin")),
-        fmm::CpuBackend,
-    )
-    .unwrap();
+    run_config(full.clone(), &b, Some(&b.join("checkpoint.bin"))).unwrap();
     let sa = checkpoint::read(&a.join("checkpoint.bin")).unwrap().state;
     let sb = checkpoint::read(&b.join("checkpoint.bin")).unwrap().state;
     assert_eq!(sa.step, 6);
@@ -105,11 +117,10 @@ fn restart_continues_bit_for_bit() {
     // a checkpoint of another configuration is refused
     let mut other = full.clone();
     other.nu = 0.01;
-    let e = run::run_config(
+    let e = run_config(
         other,
         &dir.path().join("c"),
         Some(&a.join("checkpoint.bin")),
-        fmm::CpuBackend,
     )
     .unwrap_err()
     .to_string();
@@ -202,22 +213,8 @@ fn configuration_errors_name_the_file_and_the_key() {
 }
 
 #[test]
-fn cuda_backend_is_refused_by_the_cpu_entry_point() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("gpu.toml");
-    std::fs::write(&p, format!("{RING}[evaluation]\nbackend = \"cuda\"\n")).unwrap();
-    let e = run::run(&p, Some(dir.path()), None)
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.contains("gpu.toml") && e.contains("evaluation.backend") && e.contains("run_loaded"),
-        "{e}"
-    );
-}
-
-#[test]
-fn run_entry_point_reports_a_missing_file() {
-    let e = run::run(Path::new("/nonexistent/x.toml"), None, None)
+fn a_missing_configuration_file_is_named() {
+    let e = Config::from_file(Path::new("/nonexistent/x.toml"))
         .unwrap_err()
         .to_string();
     assert!(e.contains("/nonexistent/x.toml"), "{e}");
