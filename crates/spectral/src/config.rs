@@ -316,11 +316,14 @@ impl Config {
 
     /// Check ranges; `file` names the source in errors.
     pub fn validate(&self, file: &str) -> Result<(), ConfigError> {
-        let bad = |key: &str, msg: String| ConfigError::Invalid {
-            file: file.to_string(),
-            key: key.to_string(),
-            msg,
-        };
+        self.validate_run(file)?;
+        self.validate_outputs(file)?;
+        self.validate_initial(file)
+    }
+
+    /// Grid, viscosity, end time and time step.
+    fn validate_run(&self, file: &str) -> Result<(), ConfigError> {
+        let bad = invalid(file);
         if self.n < 8 || self.n % 2 != 0 {
             return Err(bad(
                 "n",
@@ -365,6 +368,12 @@ impl Config {
                 return Err(bad("dt_max", format!("must be > 0, got {d}")));
             }
         }
+        Ok(())
+    }
+
+    /// Output intervals, health limits, checkpoints and field formats.
+    fn validate_outputs(&self, file: &str) -> Result<(), ConfigError> {
+        let bad = invalid(file);
         for (key, v) in [
             ("diagnostics_interval", self.diagnostics_interval),
             ("checkpoint_interval", self.checkpoint_interval),
@@ -408,6 +417,12 @@ impl Config {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// The keys of the initial field that its kind needs, and no others.
+    fn validate_initial(&self, file: &str) -> Result<(), ConfigError> {
+        let bad = invalid(file);
         let ini = &self.initial;
         match ini.kind {
             InitialKind::TaylorGreen | InitialKind::TaylorGreen2d => {
@@ -472,5 +487,14 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+/// The error maker of a configuration file's checks: `(key, message)` -> [`ConfigError::Invalid`].
+fn invalid(file: &str) -> impl Fn(&str, String) -> ConfigError + '_ {
+    move |key, msg| ConfigError::Invalid {
+        file: file.to_string(),
+        key: key.to_string(),
+        msg,
     }
 }
