@@ -3,10 +3,10 @@
 //! Every error names the file and what is wrong with it.
 
 use anyhow::{bail, Context, Result};
-use fmm::{Fields, Sources, Targets};
 use ndarray::{Array2, ArrayView2};
 use ndarray_npy::{read_npy, write_npy};
 use std::path::Path;
+use vortex_fmm::{Fields, Sources, Targets};
 
 fn read_matrix(path: &Path, cols: usize, what: &str) -> Result<Array2<f64>> {
     if !path.exists() {
@@ -21,10 +21,10 @@ fn read_matrix(path: &Path, cols: usize, what: &str) -> Result<Array2<f64>> {
     })?;
     // the checks (and messages) the Python package applies to its arrays
     let what = format!("{what} file {}", path.display());
-    engine::input::check_matrix_shape(&what, a.shape(), None, cols)?;
+    vortex_engine::input::check_matrix_shape(&what, a.shape(), None, cols)?;
     let rows = a.as_standard_layout();
     let flat = rows.as_slice().expect("a standard layout is contiguous");
-    engine::input::check_finite(&what, flat, cols)?;
+    vortex_engine::input::check_finite(&what, flat, cols)?;
     Ok(a)
 }
 
@@ -32,7 +32,7 @@ fn read_matrix(path: &Path, cols: usize, what: &str) -> Result<Array2<f64>> {
 pub fn read_particles(path: &Path) -> Result<Sources> {
     let a = read_matrix(path, 7, "particle")?;
     let mut s = Sources::default();
-    engine::input::check_core_radii(
+    vortex_engine::input::check_core_radii(
         &format!("particle file {}", path.display()),
         a.column(6).iter().copied(),
         " (column 6)",

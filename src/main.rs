@@ -44,7 +44,7 @@ enum Command {
 
 /// A rayon pool with `threads` threads (all cores when `None`).
 pub fn thread_pool(threads: Option<usize>) -> Result<rayon::ThreadPool> {
-    Ok(engine::thread_pool(threads)?)
+    Ok(vortex_engine::thread_pool(threads)?)
 }
 
 /// Sizes rayon's global pool (all cores when `None`); for commands whose work runs beside
@@ -62,13 +62,13 @@ pub fn set_global_threads(threads: Option<usize>) -> Result<()> {
     Ok(())
 }
 
-/// Points SIGINT, SIGTERM and SIGUSR1 at the run loops' interrupt flag (`spectral::durable`):
+/// Points SIGINT, SIGTERM and SIGUSR1 at the run loops' interrupt flag (`vortex_spectral::durable`):
 /// the run finishes its step, writes a checkpoint, flushes its outputs and the process exits
-/// with [`spectral::durable::EXIT_INTERRUPTED`]. A second signal while one is pending ends the
+/// with [`vortex_spectral::durable::EXIT_INTERRUPTED`]. A second signal while one is pending ends the
 /// process at once (status 130).
 fn install_signal_handlers() -> Result<()> {
     use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
-    let flag = spectral::durable::interrupt_flag();
+    let flag = vortex_spectral::durable::interrupt_flag();
     let pending = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     for sig in [SIGINT, SIGTERM, SIGUSR1] {
         signal_hook::flag::register_conditional_shutdown(sig, 130, pending.clone())?;
@@ -107,9 +107,9 @@ fn main() {
             eprintln!(
                 "stopped by signal {sig} after writing a checkpoint; exit status {} (continue \
                  with --restart OUT/checkpoint.bin)",
-                spectral::durable::EXIT_INTERRUPTED
+                vortex_spectral::durable::EXIT_INTERRUPTED
             );
-            std::process::exit(spectral::durable::EXIT_INTERRUPTED);
+            std::process::exit(vortex_spectral::durable::EXIT_INTERRUPTED);
         }
         Ok(None) => {}
     }

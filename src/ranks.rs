@@ -2,7 +2,7 @@
 //! otherwise a single process. Both go through the same `domain` code path.
 
 use anyhow::Result;
-use domain::Comm;
+use vortex_domain::Comm;
 
 /// Runs `f` with the communicator and this rank's node-local rank (for GPU selection).
 pub fn with_comm<R>(f: impl FnOnce(&dyn Comm, usize) -> Result<R>) -> Result<R> {
@@ -13,7 +13,7 @@ pub fn with_comm<R>(f: impl FnOnce(&dyn Comm, usize) -> Result<R>) -> Result<R> 
             .ok_or_else(|| anyhow::anyhow!("MPI could not be initialized"))?;
         let world = universe.world();
         log::debug!("MPI rank {} of {}", world.rank(), world.size());
-        let comm = domain::MpiComm::new(world);
+        let comm = vortex_domain::MpiComm::new(world);
         let local = comm.local_rank();
         if comm.size() > 1 {
             // a panic on one rank would leave the others waiting in a collective: abort the job
@@ -48,7 +48,7 @@ pub fn with_comm<R>(f: impl FnOnce(&dyn Comm, usize) -> Result<R>) -> Result<R> 
                 }
             }
         }
-        f(&domain::SelfComm, 0)
+        f(&vortex_domain::SelfComm, 0)
     }
 }
 
@@ -56,7 +56,7 @@ pub fn with_comm<R>(f: impl FnOnce(&dyn Comm, usize) -> Result<R>) -> Result<R> 
 /// all ranks return an error if rank 0 failed, so none waits forever in a collective.
 pub fn agree<T>(comm: &dyn Comm, result: Result<T>) -> Result<Option<T>> {
     let mut flag = [if result.is_err() { 1.0 } else { 0.0 }];
-    comm.allreduce_f64(&mut flag, domain::ReduceOp::Max);
+    comm.allreduce_f64(&mut flag, vortex_domain::ReduceOp::Max);
     match result {
         Err(e) => Err(e),
         Ok(v) if flag[0] == 0.0 => Ok(Some(v)),

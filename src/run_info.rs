@@ -145,7 +145,7 @@ pub fn record(out: &Path, inv: &Invocation) -> Result<()> {
         None => doc = json!({ "invocations": [entry] }),
     }
     let text = serde_json::to_string_pretty(&doc)?;
-    spectral::durable::write_atomic(&path, &[text.as_bytes()], 1)
+    vortex_spectral::durable::write_atomic(&path, &[text.as_bytes()], 1)
         .with_context(|| format!("writing {}", path.display()))
 }
 

@@ -1,7 +1,7 @@
 //! The CPU results of `vortex eval` do not change when the code around the engine is
 //! reorganised: hashes (FNV-1a, 64 bit) of `velocity.npy` and `stretching.npy` for the standard,
 //! ring and periodic sets, every method, computed on main 509a78d before the evaluation layer
-//! (`fmm::evaluator`) replaced the per-engine entry points. A change of the numerics changes
+//! (`vortex_fmm::evaluator`) replaced the per-engine entry points. A change of the numerics changes
 //! them on purpose: recompute the table with `BITWISE_PRINT=1 cargo test --release --test
 //! bitwise -- --nocapture` and say why in the commit.
 //!

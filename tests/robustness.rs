@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// Exit status of a run stopped by a signal after its checkpoint (`spectral::durable`).
+/// Exit status of a run stopped by a signal after its checkpoint (`vortex_spectral::durable`).
 const EXIT_INTERRUPTED: i32 = 75;
 
 /// A vortex-method run of a few hundred milliseconds: Taylor-Green on 6^3 particles.
@@ -164,7 +164,7 @@ fn spectral_sigint_keeps_every_energy_row() {
     let o = child.wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(EXIT_INTERRUPTED), "{}", stderr(&o));
     assert!(rows() >= seen, "rows lost: {} < {seen}", rows());
-    let ck = spectral::io::read_checkpoint(&out.join("checkpoint.bin")).unwrap();
+    let ck = vortex_spectral::io::read_checkpoint(&out.join("checkpoint.bin")).unwrap();
     let last_t: f64 = std::fs::read_to_string(&csv)
         .unwrap()
         .lines()

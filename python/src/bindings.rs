@@ -4,9 +4,6 @@
 //! `RuntimeError` for a backend that cannot run.
 
 use crate::checkpoints::{self, AnyCheckpoint};
-use engine::EngineError;
-use fmm::testsets::{generate, Distribution};
-use fmm::{BackendChoice, GridChoice, Method};
 use numpy::{
     IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods,
 };
@@ -15,11 +12,16 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::borrow::Cow;
 use std::path::PathBuf;
+use vortex_engine::EngineError;
+use vortex_fmm::testsets::{generate, Distribution};
+use vortex_fmm::{BackendChoice, GridChoice, Method};
 
 fn to_py(e: EngineError) -> PyErr {
     match e {
         EngineError::Input(_) => PyValueError::new_err(e.to_string()),
-        EngineError::Fmm(fmm::FmmError::Backend(_)) => PyRuntimeError::new_err(e.to_string()),
+        EngineError::Fmm(vortex_fmm::FmmError::Backend(_)) => {
+            PyRuntimeError::new_err(e.to_string())
+        }
         EngineError::Fmm(_) => PyValueError::new_err(e.to_string()),
         EngineError::Domain(_) | EngineError::Backend(_) | EngineError::Refused(_) => {
             PyRuntimeError::new_err(e.to_string())
@@ -82,7 +84,7 @@ fn evaluate<'py>(
 ) -> PyResult<EvalOutput<'py>> {
     let method: Method = method.parse().map_err(PyValueError::new_err)?;
     let choice: BackendChoice = backend.parse().map_err(PyValueError::new_err)?;
-    let params = engine::eval_params(
+    let params = vortex_engine::eval_params(
         method,
         order,
         theta,
@@ -97,9 +99,13 @@ fn evaluate<'py>(
     let with_stretching = tv.is_none();
     let run = py
         .detach(|| {
-            let sources = engine::input::sources_from_arrays((&xs, xsh), (&al, alsh), (&sg, sgsh))?;
+            let sources =
+                vortex_engine::input::sources_from_arrays((&xs, xsh), (&al, alsh), (&sg, sgsh))?;
             let targets = match &tv {
-                Some((t, shape)) => Some(engine::input::targets_from_array("targets", (t, shape))?),
+                Some((t, shape)) => Some(vortex_engine::input::targets_from_array(
+                    "targets",
+                    (t, shape),
+                )?),
                 None => None,
             };
             crate::evaluate(choice, device, &params, &sources, targets.as_ref(), threads)
@@ -120,7 +126,7 @@ fn evaluate<'py>(
     Ok((velocity, stretching, times))
 }
 
-/// A test particle set of `fmm::testsets` (the sets of `vortex particles`).
+/// A test particle set of `vortex_fmm::testsets` (the sets of `vortex particles`).
 #[pyfunction]
 #[pyo3(signature = (n, seed, periodic, distribution))]
 fn particles<'py>(
@@ -207,11 +213,11 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(evaluate, m)?)?;
     m.add_function(wrap_pyfunction!(particles, m)?)?;
     m.add_function(wrap_pyfunction!(read_checkpoint, m)?)?;
-    m.add("DEFAULT_ORDER", engine::DEFAULT_ORDER)?;
-    m.add("DEFAULT_THETA", engine::default_theta())?;
-    m.add("DEFAULT_LEAF_SIZE", engine::DEFAULT_LEAF_SIZE)?;
-    m.add("DEFAULT_BOX_LENGTH", engine::DEFAULT_BOX_LENGTH)?;
-    m.add("DEFAULT_IMAGE_LEVELS", engine::DEFAULT_IMAGE_LEVELS)?;
+    m.add("DEFAULT_ORDER", vortex_engine::DEFAULT_ORDER)?;
+    m.add("DEFAULT_THETA", vortex_engine::default_theta())?;
+    m.add("DEFAULT_LEAF_SIZE", vortex_engine::DEFAULT_LEAF_SIZE)?;
+    m.add("DEFAULT_BOX_LENGTH", vortex_engine::DEFAULT_BOX_LENGTH)?;
+    m.add("DEFAULT_IMAGE_LEVELS", vortex_engine::DEFAULT_IMAGE_LEVELS)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

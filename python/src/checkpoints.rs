@@ -1,5 +1,5 @@
 //! Reading the checkpoints of both solvers through their own readers
-//! (`method::checkpoint::read`, `spectral::io::read_checkpoint`), told apart by their magic
+//! (`vortex_method::checkpoint::read`, `vortex_spectral::io::read_checkpoint`), told apart by their magic
 //! bytes.
 
 use std::path::Path;
@@ -8,9 +8,9 @@ use std::path::Path;
 #[derive(Debug)]
 pub enum AnyCheckpoint {
     /// `vortex run` (`checkpoint.bin`, magic `VXMETHOD`).
-    Vortex(method::checkpoint::Checkpoint),
+    Vortex(vortex_method::checkpoint::Checkpoint),
     /// `vortex spectral` (`checkpoint.bin`, magic `VXSPECCK`).
-    Spectral(spectral::io::Checkpoint),
+    Spectral(vortex_spectral::io::Checkpoint),
 }
 
 /// Reads a checkpoint of either solver; the error names the file and what is wrong.
@@ -26,12 +26,12 @@ pub fn read(path: &Path) -> Result<AnyCheckpoint, String> {
             )
         })?;
     }
-    if &magic == method::checkpoint::MAGIC {
-        method::checkpoint::read(path)
+    if &magic == vortex_method::checkpoint::MAGIC {
+        vortex_method::checkpoint::read(path)
             .map(AnyCheckpoint::Vortex)
             .map_err(|e| e.to_string())
-    } else if &magic == spectral::io::CHECKPOINT_MAGIC {
-        spectral::io::read_checkpoint(path)
+    } else if &magic == vortex_spectral::io::CHECKPOINT_MAGIC {
+        vortex_spectral::io::read_checkpoint(path)
             .map(AnyCheckpoint::Spectral)
             .map_err(|e| e.to_string())
     } else {
@@ -44,7 +44,7 @@ pub fn read(path: &Path) -> Result<AnyCheckpoint, String> {
 }
 
 /// The time step `dt` of the run that wrote a vortex-method checkpoint, from its configuration
-/// record (`key = value` lines, `method::checkpoint::Checkpoint::config`).
+/// record (`key = value` lines, `vortex_method::checkpoint::Checkpoint::config`).
 pub fn config_dt(config: &str) -> Option<f64> {
     config.lines().find_map(|l| {
         let (k, v) = l.split_once('=')?;
@@ -63,15 +63,16 @@ mod tests {
             "/../runs/vortex-taylor-green-16.toml"
         ))
         .unwrap();
-        let cfg = method::Config::from_str_named(&text, "vortex-taylor-green-16.toml").unwrap();
-        let state = method::State {
+        let cfg =
+            vortex_method::Config::from_str_named(&text, "vortex-taylor-green-16.toml").unwrap();
+        let state = vortex_method::State {
             step: 0,
             step_reset: 0,
             particles: Default::default(),
             previous: None,
             reinterpolations: 0,
         };
-        let ck = method::checkpoint::Checkpoint::new(&cfg, 1.0, state);
+        let ck = vortex_method::checkpoint::Checkpoint::new(&cfg, 1.0, state);
         assert_eq!(config_dt(&ck.config), Some(cfg.dt));
     }
 

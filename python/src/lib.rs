@@ -11,10 +11,10 @@ pub mod checkpoints;
 #[cfg(feature = "python")]
 mod bindings;
 
-use engine::{EngineError, Run};
-use fmm::{BackendChoice, EvalParams, GridChoice, Sources, Targets};
+use vortex_engine::{EngineError, Run};
+use vortex_fmm::{BackendChoice, EvalParams, GridChoice, Sources, Targets};
 
-/// The one call through which the package evaluates: `engine::evaluate`, the call of
+/// The one call through which the package evaluates: `vortex_engine::evaluate`, the call of
 /// `vortex eval`, on one rank (the planner chooses and builds the engine; `targets: None`
 /// evaluates the sources themselves, velocity and stretching). `threads` sizes a local rayon
 /// pool (all cores when `None`). Results do not depend on the thread count.
@@ -27,10 +27,10 @@ pub fn evaluate(
     threads: Option<usize>,
 ) -> Result<Run, EngineError> {
     params.validate()?;
-    let pool = engine::thread_pool(threads)?;
+    let pool = vortex_engine::thread_pool(threads)?;
     pool.install(|| {
-        engine::evaluate(
-            &domain::SelfComm,
+        vortex_engine::evaluate(
+            &vortex_domain::SelfComm,
             0,
             device,
             backend,

@@ -9,18 +9,18 @@
 use crate::planner::{request_at_sources, resolve, uniform_core_cutoff};
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
-use fmm::evaluators::direct::direct;
-use fmm::expansions::{expansion_len, Complex64};
-use fmm::operators::{Operators, Scratch};
-use fmm::planner::Device;
-use fmm::testsets::{generate, Distribution};
-use fmm::{
-    relative_l2_error, BackendChoice, EvalParams, Evaluation, GridChoice, Method, TargetSpec,
-    Targets,
-};
 use rand::{seq::index::sample, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::time::Instant;
+use vortex_fmm::evaluators::direct::direct;
+use vortex_fmm::expansions::{expansion_len, Complex64};
+use vortex_fmm::operators::{Operators, Scratch};
+use vortex_fmm::planner::Device;
+use vortex_fmm::testsets::{generate, Distribution};
+use vortex_fmm::{
+    relative_l2_error, BackendChoice, EvalParams, Evaluation, GridChoice, Method, TargetSpec,
+    Targets,
+};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -160,7 +160,8 @@ fn bench_fmm(b: &FmmBench) -> Result<()> {
                 ..EvalParams::default()
             };
             let req = request_at_sources(&params, b.backend, b.grid, n);
-            let mut engine = crate::planner::plan(&domain::SelfComm, 0, b.device, &req, &params)?;
+            let mut engine =
+                crate::planner::plan(&vortex_domain::SelfComm, 0, b.device, &req, &params)?;
             let mut best: Option<Evaluation> = None;
             for _ in 0..b.repeat.max(1) {
                 let ev = engine.evaluate(&sources, TargetSpec::Sources)?;
@@ -175,7 +176,7 @@ fn bench_fmm(b: &FmmBench) -> Result<()> {
             let t = &ev.times;
             let speedup = if on_gpu && (n as f64) <= b.cpu_max {
                 let req = request_at_sources(&params, BackendChoice::Cpu, GridChoice::Adaptive, n);
-                let mut cpu = crate::planner::plan(&domain::SelfComm, 0, 0, &req, &params)?;
+                let mut cpu = crate::planner::plan(&vortex_domain::SelfComm, 0, 0, &req, &params)?;
                 let cpu = cpu.evaluate(&sources, TargetSpec::Sources)?;
                 format!("{:.1}x", cpu.times.total / t.total.max(1e-12))
             } else {

@@ -8,12 +8,12 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use spectral::backend::{resolve, stepper_with_field, Stepper};
-use spectral::config::{Backend, Dealias};
-use spectral::field::SpectralField;
-use spectral::solver::{product_grid, StepMode};
-use spectral::{initial, VelocityField};
 use std::time::Instant;
+use vortex_spectral::backend::{resolve, stepper_with_field, Stepper};
+use vortex_spectral::config::{Backend, Dealias};
+use vortex_spectral::field::SpectralField;
+use vortex_spectral::solver::{product_grid, StepMode};
+use vortex_spectral::{initial, VelocityField};
 
 #[derive(Args, Debug)]
 pub struct SpectralBench {
@@ -76,7 +76,7 @@ fn bytes_per_point(n: usize, dealias: Dealias, backend: Backend) -> f64 {
     let (m, _) = product_grid(n, dealias);
     let clen = n * n * (n / 2 + 1);
     let bytes = match backend {
-        Backend::Cuda => spectral::gpu::layout::device_bytes(n, dealias),
+        Backend::Cuda => vortex_spectral::gpu::layout::device_bytes(n, dealias),
         // four spectral vector fields, two factor arrays, one padded spectrum, six real arrays
         _ => 12 * clen * 16 + 2 * clen * 8 + m * m * (m / 2 + 1) * 16 + 6 * m * m * m * 8,
     };
@@ -129,7 +129,8 @@ pub fn run(b: &SpectralBench) -> Result<()> {
 fn run_in_pool(b: &SpectralBench) -> Result<()> {
     let backend = resolve(b.backend);
     if b.backend == Backend::Cuda {
-        spectral::backend::cuda_usable().map_err(|e| anyhow::anyhow!("--backend cuda: {e}"))?;
+        vortex_spectral::backend::cuda_usable()
+            .map_err(|e| anyhow::anyhow!("--backend cuda: {e}"))?;
     }
     println!(
         "# vortex bench spectral: backend {backend} dealias {:?} steps {} threads {} commit {}",

@@ -167,14 +167,14 @@ mod tests {
             })
             .map(|l| format!("{l}\n"))
             .collect();
-        spectral::durable::flatten_toml(&uncommented).unwrap()
+        vortex_spectral::durable::flatten_toml(&uncommented).unwrap()
     }
 
     /// The template parses, and every key of the schema's defaults (a configuration with only
     /// the required keys, serialized back) is in it with the same value.
     fn check(template: &str, minimal_serialized: String) {
         let t = all_keys(template);
-        let d = spectral::durable::flatten_toml(&minimal_serialized).unwrap();
+        let d = vortex_spectral::durable::flatten_toml(&minimal_serialized).unwrap();
         for (k, v) in &d {
             let got = t
                 .get(k)
@@ -187,19 +187,19 @@ mod tests {
 
     #[test]
     fn vortex_template_parses_and_holds_every_default() {
-        method::Config::from_str_named(VORTEX, "defaults").unwrap();
+        vortex_method::Config::from_str_named(VORTEX, "defaults").unwrap();
         let min = "nu = 0.01\ndt = 0.05\nt_end = 2.0\n[domain]\nperiodic = true\n\
                    [initial]\nkind = \"taylor-green\"\nn = 16\n";
-        let c = method::Config::from_str_named(min, "minimal").unwrap();
-        check(VORTEX, spectral::durable::to_toml(&c).unwrap());
+        let c = vortex_method::Config::from_str_named(min, "minimal").unwrap();
+        check(VORTEX, vortex_spectral::durable::to_toml(&c).unwrap());
     }
 
     #[test]
     fn spectral_template_parses_and_holds_every_default() {
-        spectral::Config::from_str_named(SPECTRAL, "defaults").unwrap();
+        vortex_spectral::Config::from_str_named(SPECTRAL, "defaults").unwrap();
         let min =
             "n = 64\nnu = 0.01\nt_end = 10.0\ndt = 0.01\n[initial]\nkind = \"taylor-green\"\n";
-        let c = spectral::Config::from_str_named(min, "minimal").unwrap();
-        check(SPECTRAL, spectral::durable::to_toml(&c).unwrap());
+        let c = vortex_spectral::Config::from_str_named(min, "minimal").unwrap();
+        check(SPECTRAL, vortex_spectral::durable::to_toml(&c).unwrap());
     }
 }

@@ -2,8 +2,8 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
-use fmm::{BackendChoice, EvalParams, GridChoice, Method};
 use std::path::PathBuf;
+use vortex_fmm::{BackendChoice, EvalParams, GridChoice, Method};
 
 #[derive(Args, Debug, Clone)]
 pub struct EvalArgs {
@@ -18,13 +18,13 @@ pub struct EvalArgs {
     #[arg(long, default_value = "fmm")]
     pub method: Method,
     /// Expansion order p (1..=20).
-    #[arg(long, default_value_t = engine::DEFAULT_ORDER)]
+    #[arg(long, default_value_t = vortex_engine::DEFAULT_ORDER)]
     pub order: usize,
     /// Opening angle of the multipole acceptance criterion, in (0, 1).
-    #[arg(long, default_value_t = engine::default_theta())]
+    #[arg(long, default_value_t = vortex_engine::default_theta())]
     pub theta: f64,
     /// Largest number of particles in a leaf cell.
-    #[arg(long, default_value_t = engine::DEFAULT_LEAF_SIZE)]
+    #[arg(long, default_value_t = vortex_engine::DEFAULT_LEAF_SIZE)]
     pub leaf_size: usize,
     /// Minimum gap of a far (multipole) interaction, in source core radii: the far field uses
     /// the singular kernel, exact to 1 - q(rho) beyond it (default: 4 on the adaptive octree,
@@ -53,16 +53,16 @@ pub struct EvalArgs {
     #[arg(long)]
     pub periodic: bool,
     /// Periodic box length L.
-    #[arg(long, default_value_t = engine::DEFAULT_BOX_LENGTH, requires = "periodic")]
+    #[arg(long, default_value_t = vortex_engine::DEFAULT_BOX_LENGTH, requires = "periodic")]
     pub box_length: f64,
     /// Levels of periodic images above the root: 9 * 3^(K-1) boxes per dimension are summed.
-    #[arg(long, default_value_t = engine::DEFAULT_IMAGE_LEVELS, requires = "periodic")]
+    #[arg(long, default_value_t = vortex_engine::DEFAULT_IMAGE_LEVELS, requires = "periodic")]
     pub image_levels: usize,
 }
 
 impl EvalArgs {
     pub fn params(&self) -> EvalParams {
-        engine::eval_params(
+        vortex_engine::eval_params(
             self.method,
             self.order,
             self.theta,
@@ -89,9 +89,11 @@ pub fn run(args: &EvalArgs) -> Result<()> {
             Ok(None)
         };
         let input = crate::ranks::agree(comm, input)?.flatten();
-        let local_sources = domain::scatter_sources_from_root(comm, input.as_ref().map(|(s, _)| s));
-        let local_targets = domain::scatter_targets_from_root(comm, input.as_ref().map(|(_, t)| t));
-        let run = engine::evaluate(
+        let local_sources =
+            vortex_domain::scatter_sources_from_root(comm, input.as_ref().map(|(s, _)| s));
+        let local_targets =
+            vortex_domain::scatter_targets_from_root(comm, input.as_ref().map(|(_, t)| t));
+        let run = vortex_engine::evaluate(
             comm,
             local_rank,
             args.device,
@@ -103,7 +105,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
             args.targets.as_ref().map(|_| &local_targets),
         )?;
         let (ev, backend) = (run.evaluation, run.backend);
-        let fields = domain::gather_to_root(comm, &ev.fields);
+        let fields = vortex_domain::gather_to_root(comm, &ev.fields);
         let Some(fields) = fields else {
             return Ok(());
         };
@@ -159,7 +161,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     })
 }
 
-fn read_input(args: &EvalArgs) -> Result<(fmm::Sources, fmm::Targets)> {
+fn read_input(args: &EvalArgs) -> Result<(vortex_fmm::Sources, vortex_fmm::Targets)> {
     let sources = crate::io::read_particles(&args.particles)?;
     let targets = match &args.targets {
         Some(p) => crate::io::read_targets(p)?,

@@ -2,8 +2,8 @@
 
 use anyhow::{bail, Result};
 use clap::Args;
-use fmm::testsets::{generate, Distribution};
 use std::path::PathBuf;
+use vortex_fmm::testsets::{generate, Distribution};
 
 #[derive(Args, Debug)]
 pub struct ParticlesArgs {
@@ -40,7 +40,7 @@ pub fn run(args: &ParticlesArgs) -> Result<()> {
         bail!("--n must be at least 1");
     }
     // the set (7 f64) and the array written from it (7 f64), before anything is allocated
-    method::health::check_memory(
+    vortex_method::health::check_memory(
         &format!(
             "--n {} (particle set and its .npy array, 112 B each)",
             args.n

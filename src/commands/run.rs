@@ -1,18 +1,18 @@
 //! `vortex run CONFIG.toml [--out DIR] [--restart FILE] [--steps K] [--backend B] [--grid G]`: a
 //! vortex-method simulation, in one process or as `mpirun -np R vortex run ...` (built with the
-//! `mpi` feature). All the logic lives in the `method` crate (`method::run::run`);
+//! `mpi` feature). All the logic lives in the `vortex-method` crate (`vortex_method::run::run`);
 //! this is argument glue: rank 0 reads the configuration and broadcasts it, the options are
-//! checked to be the same on every rank, the planner (`fmm::planner`) chooses the engine of the
+//! checked to be the same on every rank, the planner (`vortex_fmm::planner`) chooses the engine of the
 //! particles at themselves, and each rank builds the backend named by the configuration or
 //! `--backend` (under MPI GPU `local_rank % gpus_per_node`, `crate::planner::device_for_rank`).
 //! Only rank 0 prints an error; every rank exits with status 1.
 
 use anyhow::{anyhow, Result};
 use clap::Args;
-use domain::Comm;
-use fmm::planner::{choose, log_choice, Device, Engine, Request};
-use fmm::{BackendChoice, GridChoice, TargetKind};
 use std::path::PathBuf;
+use vortex_domain::Comm;
+use vortex_fmm::planner::{choose, log_choice, Device, Engine, Request};
+use vortex_fmm::{BackendChoice, GridChoice, TargetKind};
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
@@ -82,7 +82,7 @@ pub fn run(args: &RunArgs) -> Result<Option<usize>> {
 fn out_dir(args: &RunArgs) -> PathBuf {
     args.out
         .clone()
-        .unwrap_or_else(|| method::run::default_out(&args.config))
+        .unwrap_or_else(|| vortex_method::run::default_out(&args.config))
 }
 
 /// Appends this invocation to `run.json` of its output directory (rank 0): completed,
@@ -91,7 +91,7 @@ fn record(
     args: &RunArgs,
     start: std::time::SystemTime,
     before: Option<std::time::SystemTime>,
-    r: &Result<(method::run::RunSummary, serde_json::Value)>,
+    r: &Result<(vortex_method::run::RunSummary, serde_json::Value)>,
 ) -> Result<()> {
     let out = match r {
         Ok((s, _)) => s.out.clone(),
@@ -138,9 +138,9 @@ fn run_ranks(
     args: &RunArgs,
     comm: &dyn Comm,
     local_rank: usize,
-) -> Result<(method::run::RunSummary, serde_json::Value)> {
+) -> Result<(vortex_method::run::RunSummary, serde_json::Value)> {
     let root = comm.rank() == 0;
-    method::parallel::check_same(comm, "command-line options", &format!("{args:?}"))?;
+    vortex_method::parallel::check_same(comm, "command-line options", &format!("{args:?}"))?;
     let text = if root {
         std::fs::read_to_string(&args.config)
             .map_err(|e| anyhow::anyhow!("{}: {e}", args.config.display()))
@@ -148,8 +148,12 @@ fn run_ranks(
         Ok(String::new())
     };
     let text = crate::ranks::agree(comm, text)?.unwrap_or_default();
-    let text = String::from_utf8(method::parallel::broadcast_bytes(comm, text.as_bytes()))?;
-    let mut config = method::Config::from_str_named(&text, &args.config.display().to_string())?;
+    let text = String::from_utf8(vortex_method::parallel::broadcast_bytes(
+        comm,
+        text.as_bytes(),
+    ))?;
+    let mut config =
+        vortex_method::Config::from_str_named(&text, &args.config.display().to_string())?;
     if let Some(b) = args.backend {
         config.evaluation.backend = b;
     }
@@ -182,9 +186,9 @@ fn run_ranks(
     if comm.rank() == 0 {
         log_choice(&req, &choice);
     }
-    let device = fmm::planner::device(e.backend, &caps).map_err(|r| anyhow!("{r}"))?;
+    let device = vortex_fmm::planner::device(e.backend, &caps).map_err(|r| anyhow!("{r}"))?;
     let config_json = serde_json::to_value(&config)?;
-    let opts = method::run::RunOptions {
+    let opts = vortex_method::run::RunOptions {
         max_steps: args.steps,
         overwrite: args.overwrite,
     };
@@ -194,7 +198,7 @@ fn run_ranks(
             {
                 let index = crate::planner::device_for_rank(comm, local_rank, e.device);
                 let what = |e: String| {
-                    method::Error::Other(format!(
+                    vortex_method::Error::Other(format!(
                         "backend \"cuda\" (device {index}) for {}: {e}",
                         args.config.display()
                     ))
@@ -203,24 +207,26 @@ fn run_ranks(
                     return run_resident(comm, config, args, index, &opts)
                         .map(|s| (s, config_json));
                 }
-                let b = gpu::CudaBackend::new(index).map_err(|e| what(e.to_string()));
-                let b = method::parallel::agree(comm, b)?;
+                let b = vortex_gpu::CudaBackend::new(index).map_err(|e| what(e.to_string()));
+                let b = vortex_method::parallel::agree(comm, b)?;
                 let at_sources = if choice.engine == Engine::UniformGrid {
                     // the uniform grid, the adaptive octree where the grid refuses a set
                     let params = config.eval_params();
                     let grid = crate::planner::build(comm, Engine::UniformGrid, index, &params);
                     let grid = grid.map_err(|e| what(e.to_string()));
-                    let grid = method::parallel::agree(comm, grid)?;
-                    let adaptive = fmm::PlanEvaluator::new(
-                        gpu::CudaBackend::new(index).map_err(|e| what(e.to_string()))?,
+                    let grid = vortex_method::parallel::agree(comm, grid)?;
+                    let adaptive = vortex_fmm::PlanEvaluator::new(
+                        vortex_gpu::CudaBackend::new(index).map_err(|e| what(e.to_string()))?,
                         params,
                     )?;
-                    Some(Box::new(fmm::WithFallback::new(grid, Box::new(adaptive)))
-                        as Box<dyn fmm::Evaluator>)
+                    Some(
+                        Box::new(vortex_fmm::WithFallback::new(grid, Box::new(adaptive)))
+                            as Box<dyn vortex_fmm::Evaluator>,
+                    )
                 } else {
                     None
                 };
-                let build = method::run::host_build(comm, b, at_sources);
+                let build = vortex_method::run::host_build(comm, b, at_sources);
                 let summary = run_and_report(comm, config, args, &opts, build)?;
                 Ok((summary, config_json))
             }
@@ -232,14 +238,14 @@ fn run_ranks(
         }
         Device::Cpu => {
             let _ = local_rank;
-            if config.evaluation.state == method::config::StatePlace::Device {
+            if config.evaluation.state == vortex_method::config::StatePlace::Device {
                 anyhow::bail!(
                     "{}: evaluation.state = \"device\" needs the CUDA backend (backend = \"cuda\", \
                      grid = \"uniform\")",
                     args.config.display()
                 );
             }
-            let build = method::run::host_build(comm, fmm::CpuBackend, None);
+            let build = vortex_method::run::host_build(comm, vortex_fmm::CpuBackend, None);
             let summary = run_and_report(comm, config, args, &opts, build)?;
             Ok((summary, config_json))
         }
@@ -251,13 +257,13 @@ fn run_ranks(
 /// step does not apply, with the reason.
 #[cfg(feature = "cuda")]
 fn resident_state(
-    config: &method::Config,
+    config: &vortex_method::Config,
     ranks: usize,
     engine: Engine,
     path: &std::path::Path,
 ) -> Result<bool> {
-    use method::config::{GridVelocity, StatePlace};
-    let why = resident::unsupported(config, ranks).or_else(|| {
+    use vortex_method::config::{GridVelocity, StatePlace};
+    let why = vortex_resident::unsupported(config, ranks).or_else(|| {
         (config.output.grid_velocity == Some(GridVelocity::Fmm)).then(|| {
             "output.grid_velocity = \"fmm\" needs the particles on the host (the resident \
              step computes the grid velocity from the vorticity)"
@@ -276,36 +282,37 @@ fn resident_state(
     }
 }
 
-/// The run with its particle state on GPU `index` (`resident::ResidentSimulation`).
+/// The run with its particle state on GPU `index` (`vortex_resident::ResidentSimulation`).
 #[cfg(feature = "cuda")]
 fn run_resident(
     comm: &dyn Comm,
-    config: method::Config,
+    config: vortex_method::Config,
     args: &RunArgs,
     index: usize,
-    opts: &method::run::RunOptions,
-) -> Result<method::run::RunSummary> {
-    let build: method::run::Build<'_> = Box::new(move |config, start| {
-        let sim = resident::ResidentSimulation::new(comm, config, index, start)?;
-        Ok(method::run::Simulation::Gathered(Box::new(sim)))
+    opts: &vortex_method::run::RunOptions,
+) -> Result<vortex_method::run::RunSummary> {
+    let build: vortex_method::run::Build<'_> = Box::new(move |config, start| {
+        let sim = vortex_resident::ResidentSimulation::new(comm, config, index, start)?;
+        Ok(vortex_method::run::Simulation::Gathered(Box::new(sim)))
     });
     run_and_report(comm, config, args, opts, build)
 }
 
-/// `method::run::run` into `--out` (default `runs/out/<config stem>`); rank 0 prints the
+/// `vortex_method::run::run` into `--out` (default `runs/out/<config stem>`); rank 0 prints the
 /// summary line (what ran, on how many ranks) and the shares of the phases. Collective.
 fn run_and_report<'c>(
     comm: &'c dyn Comm,
-    config: method::Config,
+    config: vortex_method::Config,
     args: &RunArgs,
-    opts: &method::run::RunOptions,
-    build: method::run::Build<'c>,
-) -> Result<method::run::RunSummary> {
+    opts: &vortex_method::run::RunOptions,
+    build: vortex_method::run::Build<'c>,
+) -> Result<vortex_method::run::RunSummary> {
     let out = args
         .out
         .clone()
-        .unwrap_or_else(|| method::run::default_out(&args.config));
-    let summary = method::run::run(comm, config, &out, args.restart.as_deref(), opts, build)?;
+        .unwrap_or_else(|| vortex_method::run::default_out(&args.config));
+    let summary =
+        vortex_method::run::run(comm, config, &out, args.restart.as_deref(), opts, build)?;
     if comm.rank() == 0 {
         eprintln!(
             "{} [backend {}, {} rank(s)]",

@@ -1,6 +1,6 @@
 //! `vortex spectral CONFIG.toml [--out DIR] [--restart FILE] [--backend auto|cpu|cuda]`: the
 //! pseudo-spectral reference solver.
-//! All the logic lives in the `spectral` crate (`spectral::run`); this is argument glue.
+//! All the logic lives in the `vortex-spectral` crate (`vortex_spectral::run`); this is argument glue.
 
 use std::path::PathBuf;
 
@@ -25,10 +25,10 @@ pub struct SpectralArgs {
     /// Compute backend, overriding the configuration's `backend` key: auto (the GPU when usable),
     /// cpu or cuda
     #[arg(long, value_parser = parse_backend)]
-    pub backend: Option<spectral::Backend>,
+    pub backend: Option<vortex_spectral::Backend>,
 }
 
-fn parse_backend(s: &str) -> Result<spectral::Backend, String> {
+fn parse_backend(s: &str) -> Result<vortex_spectral::Backend, String> {
     s.parse()
 }
 
@@ -42,19 +42,19 @@ pub fn run(args: &SpectralArgs) -> anyhow::Result<Option<usize>> {
             .unwrap_or_else(|| "spectral".into());
         PathBuf::from("runs/out").join(stem)
     });
-    let opts = spectral::run::RunOptions {
+    let opts = vortex_spectral::run::RunOptions {
         out,
         restart: args.restart.clone(),
         progress: !args.no_progress,
         overwrite: args.overwrite,
     };
-    let mut cfg = spectral::Config::from_file(&args.config)?;
+    let mut cfg = vortex_spectral::Config::from_file(&args.config)?;
     if let Some(b) = args.backend {
         cfg.backend = b;
     }
     let start = std::time::SystemTime::now();
     let before = crate::run_info::config_stamp(&opts.out);
-    let r = spectral::run::run_config(&cfg, &opts);
+    let r = vortex_spectral::run::run_config(&cfg, &opts);
     let outcome = crate::run_info::Outcome::of(&r, |s| s.interrupted);
     // a failed run is recorded too, once it began writing into its directory
     if r.is_ok() || crate::run_info::wrote_into(&opts.out, before) {

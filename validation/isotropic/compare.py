@@ -191,7 +191,7 @@ is weighted by `G(k1 + k2) / G(k1)`, `G(k) = exp(-k^2 sigma^2 / 2)`. That is an 
 damping of exactly the transfer to small scales that makes the enstrophy grow. On the
 Taylor-Green field at t = 0, where the exact rate is known, the classical rate misses it by 50 %
 at n = 12 and 16 % at n = 24 (order 1.7), while the FMM's stretching with the nodal vorticity as
-target strength is exact to 1e-6 (`crates/vortex/tests/stretching_consistency.rs`). It explains
+target strength is exact to 1e-6 (`crates/method/tests/stretching_consistency.rs`). It explains
 both observations of the issue: small for smooth fields, large where the velocity gradient lives
 at the smallest resolved scales; and it does not go away with more frequent re-interpolation.
 
@@ -226,7 +226,7 @@ Per-step costs are not compared here: the runs shared one H100 host three to six
 {stab}
 
 The energy check (`output.energy_rise_warn`, `output.energy_rise_limit`,
-`crates/vortex/src/energy_check.rs`) turns a rising energy history into a warning and then an
+`crates/method/src/energy_check.rs`) turns a rising energy history into a warning and then an
 error naming the step; the strain criterion keeps the Taylor-Green runs stable to t = 20 (16^3)
 and t = 10 (32^3) where core growth alone re-interpolates too rarely. Their energy no longer
 rises, but the 32^3 run is +13..16 % above the spectral energy at t = 10 (the same

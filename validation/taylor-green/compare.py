@@ -343,7 +343,7 @@ its enstrophy hardly grows (its stretching produces about a fifth of the spectra
 gain by t = 2), and it loses energy faster than `2 nu Z` (the energy-budget row), by 3.9 % at t = 2
 and 6.4 % at t = 3.
 
-What the differences are not (runs in the sensitivity table and `crates/vortex/tests/cross.rs`):
+What the differences are not (runs in the sensitivity table and `crates/method/tests/cross.rs`):
 * **not the right-hand side**: the stretching returned by the evaluation equals the centred finite
   difference of the evaluated velocity along alpha to 4.5e-9 (relative L2) on displaced Taylor-Green
   particles (`tests/cross.rs`), so there is no sign or transpose error in the stretching;
@@ -376,7 +376,7 @@ and 32 was pre-asymptotic: once the cascade's wavenumbers satisfy `k sigma < 1` 
 about **second order** in h (ratios 3.7 and 3.4 from 64 to 128), the order of the commutator error
 of the classical stretching (`validation/isotropic/README.md`: the classical rate misses the nodal
 stretching by `O((k sigma)^2)`, measured at order 1.7 on this field,
-`crates/vortex/tests/stretching_consistency.rs`). At equal grid and particle counts the vortex
+`crates/method/tests/stretching_consistency.rs`). At equal grid and particle counts the vortex
 method is more dissipative than the spectral method; it needs about twice the points per
 direction for the same error here.
 """

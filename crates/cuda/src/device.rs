@@ -43,9 +43,9 @@ pub enum GpuError {
 }
 
 #[cfg(feature = "fmm")]
-impl From<GpuError> for fmm::FmmError {
+impl From<GpuError> for vortex_fmm::FmmError {
     fn from(e: GpuError) -> Self {
-        fmm::FmmError::Backend(e.to_string())
+        vortex_fmm::FmmError::Backend(e.to_string())
     }
 }
 

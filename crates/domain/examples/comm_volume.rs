@@ -15,11 +15,11 @@
 #[path = "common/null_backend.rs"]
 mod null_backend;
 
-use domain::{evaluate_distributed, Comm, DomainParams, ThreadComm};
-use fmm::periodic::Periodic;
-use fmm::testsets::{generate, Distribution};
-use fmm::{EvalParams, Sources};
 use null_backend::NullBackend;
+use vortex_domain::{evaluate_distributed, Comm, DomainParams, ThreadComm};
+use vortex_fmm::periodic::Periodic;
+use vortex_fmm::testsets::{generate, Distribution};
+use vortex_fmm::{EvalParams, Sources};
 
 fn piece<T: Clone>(v: &[T], r: usize, n: usize) -> Vec<T> {
     v[v.len() * r / n..v.len() * (r + 1) / n].to_vec()
@@ -119,10 +119,10 @@ fn main() {
                 (e.stats, e.work[r])
             });
             let wall = t0.elapsed().as_secs_f64();
-            let max = |f: &dyn Fn(&domain::CommStats) -> u64| {
+            let max = |f: &dyn Fn(&vortex_domain::CommStats) -> u64| {
                 out.iter().map(|(st, _)| f(st)).max().unwrap_or(0)
             };
-            let mean = |f: &dyn Fn(&domain::CommStats) -> u64| {
+            let mean = |f: &dyn Fn(&vortex_domain::CommStats) -> u64| {
                 out.iter().map(|(st, _)| f(st)).sum::<u64>() as f64 / ranks as f64
             };
             println!(

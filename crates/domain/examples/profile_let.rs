@@ -1,4 +1,4 @@
-//! Per-phase profile of [`domain::evaluate_distributed`] with simulated ranks (threads).
+//! Per-phase profile of [`vortex_domain::evaluate_distributed`] with simulated ranks (threads).
 //!
 //! `cargo run --release -p vortex-domain --example profile_let -- N R [--distribution uniform|ring|clumps] [--cpu] [--periodic]`
 //!
@@ -10,12 +10,12 @@
 #[path = "common/null_backend.rs"]
 mod null_backend;
 
-use domain::{evaluate_distributed, Comm, DomainParams, ThreadComm};
-use fmm::backend::PhaseTimes;
-use fmm::periodic::Periodic;
-use fmm::testsets::{generate, Distribution};
-use fmm::{CpuBackend, EvalParams, Sources};
 use null_backend::NullBackend;
+use vortex_domain::{evaluate_distributed, Comm, DomainParams, ThreadComm};
+use vortex_fmm::backend::PhaseTimes;
+use vortex_fmm::periodic::Periodic;
+use vortex_fmm::testsets::{generate, Distribution};
+use vortex_fmm::{CpuBackend, EvalParams, Sources};
 
 fn piece<T: Clone>(v: &[T], r: usize, n: usize) -> Vec<T> {
     v[v.len() * r / n..v.len() * (r + 1) / n].to_vec()
@@ -68,7 +68,7 @@ fn main() {
     let mut pt = PhaseTimes::default();
     let t = s.as_targets();
     let t_plan = std::time::Instant::now();
-    drop(fmm::evaluators::plan(&params, &s, &t, &mut pt).unwrap());
+    drop(vortex_fmm::evaluators::plan(&params, &s, &t, &mut pt).unwrap());
     let t_plan = t_plan.elapsed().as_secs_f64();
     drop(t);
     println!(

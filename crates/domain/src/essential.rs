@@ -11,7 +11,7 @@
 //!    the particles of the leaves `r` may pair in P2P;
 //! 3. the **extended source tree** (replicated top tree + own subtrees + received cells) and the
 //!    local target tree (top cells above own branch cells + own subtrees) go through the
-//!    *unchanged* dual traversal ([`fmm::lists::InteractionLists::build_checked`]), which
+//!    *unchanged* dual traversal ([`vortex_fmm::lists::InteractionLists::build_checked`]), which
 //!    reports any truncated remote cell it would have split: an error, never a silent
 //!    difference;
 //! 4. **M2Lcomm**: every rank asks each owner (sparse all-to-all of cell keys, 9 bytes a cell)
@@ -33,14 +33,14 @@ use crate::ext_tree::{assemble, max_of, radius2_of, subtree_cells, Assembled, No
 use crate::partition::{key_span, Partition};
 use crate::wire::{Reader, Writer};
 use crate::{CommStats, DomainError, Record};
-use fmm::backend::{timed, Backend, FarField, PhaseTimes, Plan};
-use fmm::lists::{CsrList, InteractionLists, ListParams, COMPLETE, NO_PARTICLES, TRUNCATED};
-use fmm::operators::{Operators, Scratch};
-use fmm::tree::MAX_LEVEL;
-use fmm::{EvalParams, Expansions, FarMethod, Fields, Sources, Targets};
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::time::Instant;
+use vortex_fmm::backend::{timed, Backend, FarField, PhaseTimes, Plan};
+use vortex_fmm::lists::{CsrList, InteractionLists, ListParams, COMPLETE, NO_PARTICLES, TRUNCATED};
+use vortex_fmm::operators::{Operators, Scratch};
+use vortex_fmm::tree::MAX_LEVEL;
+use vortex_fmm::{EvalParams, Expansions, FarMethod, Fields, Sources, Targets};
 
 /// Sources owned by this rank, sorted by (Morton key, global id).
 #[derive(Clone, Debug, Default)]
@@ -113,7 +113,7 @@ impl Mac {
         (0..n).map(move |i| match self.period {
             None => [0.0; 3],
             Some(l) => {
-                let s = fmm::lists::image_shift(i as u8);
+                let s = vortex_fmm::lists::image_shift(i as u8);
                 [s[0] as f64 * l, s[1] as f64 * l, s[2] as f64 * l]
             }
         })
@@ -1165,7 +1165,8 @@ fn downward_phases<B: Backend>(
     rec.lap("backend set_multipoles");
     if let Some(p) = &plan.periodic {
         timed(&mut rec.times.m2l, || -> Result<(), DomainError> {
-            let (cells, data) = fmm::evaluators::periodic_far_images(backend, plan, state_ref, p)?;
+            let (cells, data) =
+                vortex_fmm::evaluators::periodic_far_images(backend, plan, state_ref, p)?;
             Ok(backend.add_locals(plan, state_ref, &cells, &data)?)
         })?;
     }
@@ -1188,13 +1189,13 @@ fn subtract_surface_distributed<C: Comm + ?Sized>(
     fields: &mut Fields,
     stats: &mut CommStats,
 ) {
-    let m = fmm::periodic::dipole_moment(&cx.src.sources);
+    let m = vortex_fmm::periodic::dipole_moment(&cx.src.sources);
     let mut d: Vec<f64> = m.iter().flatten().copied().collect();
     cx.comm.allreduce_f64(&mut d, ReduceOp::Sum);
     stats.bytes_summary += bytes_allreduce(cx.nranks, 9);
     let d: [[f64; 3]; 3] = std::array::from_fn(|c| std::array::from_fn(|l| d[3 * c + l]));
-    let corr = fmm::periodic::surface_velocity(&d, box_length);
-    fmm::periodic::subtract_surface(&mut fields.velocity, corr);
+    let corr = vortex_fmm::periodic::surface_velocity(&d, box_length);
+    vortex_fmm::periodic::subtract_surface(&mut fields.velocity, corr);
 }
 
 /// The union of two sets sorted by (key, global id), sorted likewise.

@@ -1,4 +1,4 @@
-//! The adaptive octree over the ranks of a [`Comm`] behind `fmm::Evaluator`:
+//! The adaptive octree over the ranks of a [`Comm`] behind `vortex_fmm::Evaluator`:
 //! [`DistributedEvaluator`] (any distribution of sources and targets: partition,
 //! redistribution, locally essential trees, [`crate::evaluate_distributed`]) and
 //! [`OwnedEvaluator`] (particles already at the owners of a partition, each at itself:
@@ -6,7 +6,9 @@
 
 use crate::{evaluate_distributed, evaluate_owned, Comm, DomainError, DomainParams, Partition};
 use crate::{OwnedSources, OwnedTargets};
-use fmm::{Backend, EvalParams, Evaluation, Evaluator, FmmError, PhaseTimes, Sources, TargetSpec};
+use vortex_fmm::{
+    Backend, EvalParams, Evaluation, Evaluator, FmmError, PhaseTimes, Sources, TargetSpec,
+};
 
 /// A domain error as the evaluator trait's error (FMM errors pass through).
 fn fmm_error(e: DomainError) -> FmmError {

@@ -1,14 +1,14 @@
-//! Building [`fmm::tree::Tree`]s from a given set of cells of the global octree: a rank's own
+//! Building [`vortex_fmm::tree::Tree`]s from a given set of cells of the global octree: a rank's own
 //! subtrees, the replicated top tree and the remote cells it received (the locally essential
 //! tree). Cells are identified by `(level, key)`; geometry is recomputed top-down with exactly
 //! the arithmetic of `Tree::build`, so centres and half-widths are bitwise those of the
 //! single-rank tree, and the breadth-first `(level, key)` order is that of `Tree::build`.
 
 use crate::partition::{child_geometry, key_span, root_geometry};
-use fmm::lists::COMPLETE;
-use fmm::tree::{BoundingCube, Cell, Tree, MAX_LEVEL};
 use rayon::prelude::*;
 use std::collections::HashMap;
+use vortex_fmm::lists::COMPLETE;
+use vortex_fmm::tree::{BoundingCube, Cell, Tree, MAX_LEVEL};
 
 /// A cell to put into an assembled tree.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -19,7 +19,7 @@ pub struct NodeInfo {
     pub radius: Option<f64>,
     /// Largest core radius, when known from elsewhere (`None`: from the points present).
     pub sigma_max: Option<f64>,
-    /// [`fmm::lists::COMPLETE`], `TRUNCATED` or `NO_PARTICLES`.
+    /// [`vortex_fmm::lists::COMPLETE`], `TRUNCATED` or `NO_PARTICLES`.
     pub kind: u8,
 }
 
@@ -208,9 +208,9 @@ pub fn radius_of(center: [f64; 3], points: &[[f64; 3]]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fmm::tree::morton_key;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
+    use vortex_fmm::tree::morton_key;
 
     /// Assembling all cells of `Tree::build` reproduces it exactly.
     #[test]

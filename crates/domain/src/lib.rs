@@ -29,11 +29,11 @@ pub use essential::{evaluate_owned, OwnedSources, OwnedTargets};
 pub use evaluator::{DistributedEvaluator, OwnedEvaluator};
 pub use partition::Partition;
 
-use fmm::backend::{Backend, PhaseTimes};
-use fmm::evaluators::{direct, Method};
-use fmm::{EvalParams, Fields, FmmError, Sources, Targets};
 use rayon::prelude::*;
 use std::time::Instant;
+use vortex_fmm::backend::{Backend, PhaseTimes};
+use vortex_fmm::evaluators::{direct, Method};
+use vortex_fmm::{EvalParams, Fields, FmmError, Sources, Targets};
 use wire::{Reader, Writer};
 
 #[derive(Debug, thiserror::Error)]
@@ -71,8 +71,8 @@ impl Default for DomainParams {
 }
 
 /// Bytes sent by this rank and times of the communication phases (one record per
-/// evaluation, shared with every engine through `fmm::Evaluation::comm`).
-pub use fmm::CommStats;
+/// evaluation, shared with every engine through `vortex_fmm::Evaluation::comm`).
+pub use vortex_fmm::CommStats;
 
 /// The one timing record of an evaluation as its phases fill it: the backend phase times,
 /// the communication counters and seconds, and the profile laps ([`CommStats::profile`]).
@@ -511,7 +511,7 @@ pub fn redistribute_particles<C: Comm + ?Sized>(
     };
     let cube = match &params.periodic {
         None => partition::global_cube(comm, &[&position]),
-        Some(p) => fmm::tree::BoundingCube {
+        Some(p) => vortex_fmm::tree::BoundingCube {
             lo: [-0.5 * p.box_length; 3],
             width: p.box_length,
         },
@@ -542,7 +542,7 @@ pub fn redistribute_particles<C: Comm + ?Sized>(
 
 /// As [`keyed_sorted`] before the partition exists (the keys depend only on the cube).
 fn keyed_sorted_in(
-    cube: fmm::tree::BoundingCube,
+    cube: vortex_fmm::tree::BoundingCube,
     position: &[[f64; 3]],
     gid: &[u64],
 ) -> Vec<(u64, u64, u32)> {
@@ -554,7 +554,13 @@ fn keyed_sorted_in(
         .par_iter()
         .zip(gid.par_iter())
         .enumerate()
-        .map(|(i, (&x, &g))| (fmm::tree::morton_key(cube.grid_coords(x)), g, i as u32))
+        .map(|(i, (&x, &g))| {
+            (
+                vortex_fmm::tree::morton_key(cube.grid_coords(x)),
+                g,
+                i as u32,
+            )
+        })
         .collect();
     k.par_sort_unstable();
     k
@@ -605,7 +611,7 @@ fn validate_local(
 /// Velocity and stretching at this rank's `targets` induced by the `sources` of all ranks,
 /// with any initial distribution of the particles over the ranks. Collective: every rank calls
 /// it with the same `params`. The result is independent of the number of ranks (to round-off)
-/// and equals `fmm::evaluate` on the concatenation (in rank order) of all ranks' inputs.
+/// and equals `vortex_fmm::evaluate` on the concatenation (in rank order) of all ranks' inputs.
 ///
 /// Phases: [`check_inputs`], then the direct sum on every rank ([`direct_on_every_rank`]) or
 /// Morton keys ([`sorted_keys`]), the partition, the routing of the particles to their owners
@@ -729,10 +735,10 @@ fn check_inputs<C: Comm + ?Sized>(
             strength: vec![[tot[0], tot[1], tot[2]], [0.0; 3]],
             sigma: vec![1.0; 2],
         };
-        // same test as fmm::periodic::check_total_strength, on the global sums
+        // same test as vortex_fmm::periodic::check_total_strength, on the global sums
         let norm = (tot[0] * tot[0] + tot[1] * tot[1] + tot[2] * tot[2]).sqrt();
         if norm > 1e-10 * tot[3].max(f64::MIN_POSITIVE) {
-            fmm::periodic::check_total_strength(&total)?;
+            vortex_fmm::periodic::check_total_strength(&total)?;
         }
     }
     Ok(offsets)
@@ -764,7 +770,7 @@ fn direct_on_every_rank<C: Comm + ?Sized>(
             s.sigma.push(rd.f64());
         }
     }
-    fmm::backend::timed(&mut times.p2p, || {
+    vortex_fmm::backend::timed(&mut times.p2p, || {
         if targets.is_empty() {
             return Fields::default();
         }
@@ -778,7 +784,7 @@ fn direct_on_every_rank<C: Comm + ?Sized>(
 /// The global cube, the global ids and the sorted `(Morton key, global id, index)` of the
 /// sources and targets of this rank.
 struct Keyed {
-    cube: fmm::tree::BoundingCube,
+    cube: vortex_fmm::tree::BoundingCube,
     sgid: Vec<u64>,
     tgid: Vec<u64>,
     s_sorted: Vec<(u64, u64, u32)>,
@@ -804,7 +810,7 @@ fn sorted_keys<C: Comm + ?Sized>(
     let me = comm.rank();
     let cube = match &params.periodic {
         None => partition::global_cube(comm, &[src_pos, tgt_pos]),
-        Some(p) => fmm::tree::BoundingCube {
+        Some(p) => vortex_fmm::tree::BoundingCube {
             lo: [-0.5 * p.box_length; 3],
             width: p.box_length,
         },

@@ -7,11 +7,11 @@
 //! and every cell above them is an internal cell of both. The branch cells, in Morton order, are
 //! cut into `R` contiguous runs of about equal work (sources + targets), one run per rank; a
 //! rank then owns every particle inside its branch cells and builds the subtrees below them
-//! exactly as the single-rank [`fmm::tree::Tree::build`] would (the split rule of a cell depends
+//! exactly as the single-rank [`vortex_fmm::tree::Tree::build`] would (the split rule of a cell depends
 //! only on the points inside it).
 
 use crate::comm::{Comm, ReduceOp};
-use fmm::tree::{morton_key, BoundingCube, MAX_LEVEL};
+use vortex_fmm::tree::{morton_key, BoundingCube, MAX_LEVEL};
 
 /// Number of Morton keys covered by a cell of `level` (`2^(3 (MAX_LEVEL - level))`).
 #[inline]

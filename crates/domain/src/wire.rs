@@ -1,6 +1,6 @@
 //! Little-endian byte encoding of the messages (no dependency, no padding).
 
-use fmm::expansions::Complex64;
+use vortex_fmm::expansions::Complex64;
 
 #[derive(Default, Debug, Clone)]
 pub struct Writer {

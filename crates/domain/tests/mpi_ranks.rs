@@ -1,14 +1,14 @@
 //! Rank-count independence under a real MPI: run with `mpirun -np R` (see `ci-mpi.sh`).
 //! Every rank generates the same sets, evaluates its contiguous piece with
-//! `domain::evaluate_distributed`, rank 0 gathers the fields in input order and compares them
-//! with the single-rank `fmm::evaluate` (1e-12 relative). With `--bench N` it only reports the
+//! `vortex_domain::evaluate_distributed`, rank 0 gathers the fields in input order and compares them
+//! with the single-rank `vortex_fmm::evaluate` (1e-12 relative). With `--bench N` it only reports the
 //! bytes sent per rank and the phase times for a uniform set of N particles.
 
-use domain::{evaluate_distributed, gather_to_root, Comm, DomainParams, MpiComm};
-use fmm::periodic::Periodic;
-use fmm::testsets::{self, Distribution};
-use fmm::{CpuBackend, EvalParams, Fields, Method, Sources, Targets};
 use mpi::Threading;
+use vortex_domain::{evaluate_distributed, gather_to_root, Comm, DomainParams, MpiComm};
+use vortex_fmm::periodic::Periodic;
+use vortex_fmm::testsets::{self, Distribution};
+use vortex_fmm::{CpuBackend, EvalParams, Fields, Method, Sources, Targets};
 
 fn piece<T: Clone>(v: &[T], r: usize, n: usize) -> Vec<T> {
     v[v.len() * r / n..v.len() * (r + 1) / n].to_vec()
@@ -134,7 +134,7 @@ fn main() {
         let gathered: Option<Fields> = gather_to_root(&comm, &e.fields);
         if comm.rank() == 0 {
             let f = gathered.unwrap();
-            let reference = fmm::evaluate(&CpuBackend, &p, &s, &s.as_targets())
+            let reference = vortex_fmm::evaluate(&CpuBackend, &p, &s, &s.as_targets())
                 .unwrap()
                 .fields;
             let (dv, ds) = (
@@ -155,7 +155,7 @@ fn main() {
         }
     }
     let mut flag = [failed as u8 as f64];
-    comm.allreduce_f64(&mut flag, domain::ReduceOp::Max);
+    comm.allreduce_f64(&mut flag, vortex_domain::ReduceOp::Max);
     if flag[0] != 0.0 {
         comm.abort("rank-count independence failed");
     }

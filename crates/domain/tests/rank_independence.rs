@@ -1,11 +1,11 @@
 //! Rank-count independence with simulated ranks (threads over channels): for R = 1..4 the
-//! distributed evaluation agrees with the single-rank `fmm::evaluate` to 1e-12, for uniform and
+//! distributed evaluation agrees with the single-rank `vortex_fmm::evaluate` to 1e-12, for uniform and
 //! clustered sets, free space and periodic, FMM, treecode and PPM.
 
-use domain::{evaluate_distributed, gather_to_root, DomainParams, ThreadComm};
-use fmm::periodic::Periodic;
-use fmm::testsets;
-use fmm::{CpuBackend, EvalParams, Fields, Method, Sources, Targets};
+use vortex_domain::{evaluate_distributed, gather_to_root, DomainParams, ThreadComm};
+use vortex_fmm::periodic::Periodic;
+use vortex_fmm::testsets;
+use vortex_fmm::{CpuBackend, EvalParams, Fields, Method, Sources, Targets};
 
 fn piece<T: Clone>(v: &[T], r: usize, n: usize) -> Vec<T> {
     v[v.len() * r / n..v.len() * (r + 1) / n].to_vec()
@@ -36,7 +36,7 @@ fn run(
     t: &Targets,
 ) -> (Fields, Vec<u64>) {
     let out = ThreadComm::run(ranks, |comm| {
-        use domain::Comm;
+        use vortex_domain::Comm;
         let (r, n) = (comm.rank(), comm.size());
         let ls = Sources {
             position: piece(&s.position, r, n),
@@ -55,7 +55,9 @@ fn run(
 }
 
 fn check(name: &str, params: EvalParams, s: &Sources, t: &Targets, granularities: &[usize]) {
-    let reference = fmm::evaluate(&CpuBackend, &params, s, t).unwrap().fields;
+    let reference = vortex_fmm::evaluate(&CpuBackend, &params, s, t)
+        .unwrap()
+        .fields;
     for &g in granularities {
         for ranks in 1..=4 {
             let (f, bytes) = run(
@@ -224,11 +226,13 @@ fn scrambled_input_distribution() {
     let s = testsets::standard(2000, 11);
     let t = s.as_targets();
     let p = params(Method::Fmm, false);
-    let reference = fmm::evaluate(&CpuBackend, &p, &s, &t).unwrap().fields;
+    let reference = vortex_fmm::evaluate(&CpuBackend, &p, &s, &t)
+        .unwrap()
+        .fields;
     let n = 3;
     let which = |i: usize| (i * 7 + i / 3) % n;
     let out = ThreadComm::run(n, |comm| {
-        use domain::Comm;
+        use vortex_domain::Comm;
         let r = comm.rank();
         let idx: Vec<usize> = (0..s.len()).filter(|&i| which(i) == r).collect();
         let ls = Sources {
@@ -265,7 +269,7 @@ fn bad_input_on_one_rank_fails_all() {
     let s = testsets::standard(600, 12);
     let p = params(Method::Fmm, false);
     let out = ThreadComm::run(3, |comm| {
-        use domain::Comm;
+        use vortex_domain::Comm;
         let mut ls = Sources {
             position: piece(&s.position, comm.rank(), 3),
             strength: piece(&s.strength, comm.rank(), 3),
@@ -303,7 +307,7 @@ fn incomplete_essential_tree_is_detected() {
         sabotage_halo: true,
     };
     let out = ThreadComm::run(3, |comm| {
-        use domain::Comm;
+        use vortex_domain::Comm;
         let ls = Sources {
             position: piece(&s.position, comm.rank(), 3),
             strength: piece(&s.strength, comm.rank(), 3),

@@ -2,11 +2,13 @@
 //! its data, ends on the owner of its branch cell exactly once, and a second call after small
 //! displacements moves only few particles.
 
-use domain::{redistribute_particles, Comm, CommStats, DomainParams, OwnedSources, ThreadComm};
-use fmm::periodic::Periodic;
-use fmm::{testsets, EvalParams, Sources};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use vortex_domain::{
+    redistribute_particles, Comm, CommStats, DomainParams, OwnedSources, ThreadComm,
+};
+use vortex_fmm::periodic::Periodic;
+use vortex_fmm::{testsets, EvalParams, Sources};
 
 const N: usize = 30_000;
 const RANKS: usize = 3;
@@ -32,7 +34,7 @@ fn displacement(g: u64, h: f64) -> [f64; 3] {
 /// partition; returns the global ids held.
 fn check_rank(
     comm: &ThreadComm,
-    part: &domain::Partition,
+    part: &vortex_domain::Partition,
     owned: &OwnedSources,
     all: &Sources,
     p: &EvalParams,

@@ -4,7 +4,7 @@
 //! numpy arrays it is given.
 
 use crate::{EngineError, Result};
-use fmm::{Sources, Targets};
+use vortex_fmm::{Sources, Targets};
 
 fn shape_text(shape: &[usize]) -> String {
     match shape {

@@ -1,21 +1,21 @@
 //! One evaluation as the programs call it, shared by the `vortex` binary and the Python
 //! package (`python/`): the engine the planner chooses and builds ([`planner`]: the request
-//! to `fmm::planner`, the GPU probed without touching the driver first), the one evaluation
+//! to `vortex_fmm::planner`, the GPU probed without touching the driver first), the one evaluation
 //! call of `vortex eval` and `pyvortex.evaluate` ([`evaluate`]), the defaults of
 //! `vortex eval`, a thread pool, and the checks of input arrays with the messages the command
 //! line gives ([`input`]).
 //!
 //! The velocity and stretching themselves are the Biot-Savart sums of `CONVENTIONS.md` (core
-//! paper Eq. 3-9), computed by the `fmm::Evaluator` the planner hands out.
+//! paper Eq. 3-9), computed by the `vortex_fmm::Evaluator` the planner hands out.
 
 pub mod input;
 pub mod planner;
 
-use domain::Comm;
-use fmm::periodic::Periodic;
-use fmm::planner::Request;
-use fmm::{BackendChoice, EvalParams, Evaluation, GridChoice, Method, Sources, TargetKind};
-use fmm::{TargetSpec, Targets};
+use vortex_domain::Comm;
+use vortex_fmm::periodic::Periodic;
+use vortex_fmm::planner::Request;
+use vortex_fmm::{BackendChoice, EvalParams, Evaluation, GridChoice, Method, Sources, TargetKind};
+use vortex_fmm::{TargetSpec, Targets};
 
 /// Errors of an evaluation as a program asks for it.
 #[derive(Debug, thiserror::Error)]
@@ -25,13 +25,13 @@ pub enum EngineError {
     Input(String),
     /// Invalid particles or parameters found by the engine.
     #[error(transparent)]
-    Fmm(#[from] fmm::FmmError),
+    Fmm(#[from] vortex_fmm::FmmError),
     /// A failure of the distributed evaluation.
     #[error(transparent)]
-    Domain(#[from] domain::DomainError),
+    Domain(#[from] vortex_domain::DomainError),
     /// A request the planner refuses (with the reason).
     #[error(transparent)]
-    Refused(#[from] fmm::planner::Refusal),
+    Refused(#[from] vortex_fmm::planner::Refusal),
     /// A backend that cannot run (no GPU, a feature not built, a device failure).
     #[error("{0}")]
     Backend(String),
@@ -41,7 +41,7 @@ pub enum EngineError {
 pub type Result<T> = std::result::Result<T, EngineError>;
 
 /// Default expansion order p of `vortex eval` and of the Python `evaluate` (that of
-/// `fmm::EvalParams::default()`: velocity error ~5e-7 on the standard set at theta 0.55).
+/// `vortex_fmm::EvalParams::default()`: velocity error ~5e-7 on the standard set at theta 0.55).
 pub const DEFAULT_ORDER: usize = 8;
 /// Default largest number of particles in a leaf cell.
 pub const DEFAULT_LEAF_SIZE: usize = 64;
@@ -101,12 +101,12 @@ pub fn thread_pool(threads: Option<usize>) -> Result<rayon::ThreadPool> {
 /// One evaluation and the engine that ran it.
 pub struct Run {
     pub evaluation: Evaluation,
-    /// What ran (`fmm::Evaluator::describe`).
+    /// What ran (`vortex_fmm::Evaluator::describe`).
     pub backend: String,
 }
 
 /// The one evaluation of `vortex eval` (on every rank of `comm`) and of `pyvortex.evaluate`
-/// (on `domain::SelfComm`): the planner chooses and builds the engine for `backend`, `grid`,
+/// (on `vortex_domain::SelfComm`): the planner chooses and builds the engine for `backend`, `grid`,
 /// the ranks of `comm` and the targets (`None`: the sources themselves, velocity and
 /// stretching; `Some`: separate points), which evaluates this rank's `sources`. `n` is the
 /// number of sources over all ranks (for the planner's log). Collective under MPI.

@@ -1,21 +1,21 @@
 //! From a request to an evaluation engine, for the `vortex` binary and the Python package
-//! alike: asks `fmm::planner::choose` which engine serves the request (method, `--backend`,
+//! alike: asks `vortex_fmm::planner::choose` which engine serves the request (method, `--backend`,
 //! `--grid`, periodicity, ranks, targets, N), logs its reasons, and builds it as a
-//! `Box<dyn fmm::Evaluator>`: the direct sum, the adaptive
+//! `Box<dyn vortex_fmm::Evaluator>`: the direct sum, the adaptive
 //! plan on the CPU or the CUDA backend, the GPU uniform grid, or their distributed forms over
 //! the ranks. Every rank uses GPU `local_rank % gpus on the node` under MPI
 //! ([`device_for_rank`]); whether every rank has a GPU is agreed once ([`capabilities`]).
 
 use crate::{EngineError, Result};
-use domain::Comm;
-use fmm::planner::{choose, log_choice, Capabilities, Device, Engine, Request};
-use fmm::{BackendChoice, DirectEvaluator, EvalParams, Evaluator, PlanEvaluator};
+use vortex_domain::Comm;
+use vortex_fmm::planner::{choose, log_choice, Capabilities, Device, Engine, Request};
+use vortex_fmm::{BackendChoice, DirectEvaluator, EvalParams, Evaluator, PlanEvaluator};
 
 /// Whether this binary was built with the CUDA backend and a GPU is usable here (probed
 /// without touching the driver first, so machines without CUDA never panic).
 pub fn gpu_here() -> bool {
     #[cfg(feature = "cuda")]
-    return gpu::available();
+    return vortex_gpu::available();
     #[cfg(not(feature = "cuda"))]
     return false;
 }
@@ -23,7 +23,7 @@ pub fn gpu_here() -> bool {
 /// What this build and the ranks of `comm` offer (collective: every rank has a GPU or not).
 pub fn capabilities(comm: &dyn Comm) -> Capabilities {
     let mut gpu = [if gpu_here() { 1.0 } else { 0.0 }];
-    comm.allreduce_f64(&mut gpu, domain::ReduceOp::Min);
+    comm.allreduce_f64(&mut gpu, vortex_domain::ReduceOp::Min);
     Capabilities {
         cuda_built: cfg!(feature = "cuda"),
         gpu_on_every_rank: gpu[0] == 1.0,
@@ -37,7 +37,7 @@ pub fn resolve(choice: BackendChoice) -> Device {
         cuda_built: cfg!(feature = "cuda"),
         gpu_on_every_rank: gpu_here(),
     };
-    fmm::planner::device(choice, &caps).unwrap_or(Device::Cuda)
+    vortex_fmm::planner::device(choice, &caps).unwrap_or(Device::Cuda)
 }
 
 /// The GPU of this rank: `device` on one rank, `local_rank % gpus on the node` under MPI.
@@ -46,7 +46,7 @@ pub fn device_for_rank(comm: &dyn Comm, local_rank: usize, device: usize) -> usi
         return device;
     }
     #[cfg(feature = "cuda")]
-    return local_rank % gpu::device_count().unwrap_or(1).max(1);
+    return local_rank % vortex_gpu::device_count().unwrap_or(1).max(1);
     #[cfg(not(feature = "cuda"))]
     return local_rank;
 }
@@ -70,7 +70,7 @@ pub fn plan<'c>(
         log::error!("rank {}: {e}", comm.rank());
     }
     let mut bad = [if built.is_err() { 1.0 } else { 0.0 }];
-    comm.allreduce_f64(&mut bad, domain::ReduceOp::Max);
+    comm.allreduce_f64(&mut bad, vortex_domain::ReduceOp::Max);
     match built {
         Err(e) => Err(e),
         Ok(_) if bad[0] > 0.0 => Err(EngineError::Backend(
@@ -90,25 +90,31 @@ pub fn build<'c>(
     let p = params.clone();
     Ok(match engine {
         Engine::Direct => Box::new(DirectEvaluator::new(p)),
-        Engine::Adaptive(Device::Cpu) => Box::new(PlanEvaluator::new(fmm::CpuBackend, p)?),
-        Engine::Distributed(Device::Cpu) => {
-            Box::new(domain::DistributedEvaluator::new(comm, fmm::CpuBackend, p)?)
-        }
+        Engine::Adaptive(Device::Cpu) => Box::new(PlanEvaluator::new(vortex_fmm::CpuBackend, p)?),
+        Engine::Distributed(Device::Cpu) => Box::new(vortex_domain::DistributedEvaluator::new(
+            comm,
+            vortex_fmm::CpuBackend,
+            p,
+        )?),
         #[cfg(feature = "cuda")]
         Engine::Adaptive(Device::Cuda) => Box::new(PlanEvaluator::new(cuda(device)?, p)?),
         #[cfg(feature = "cuda")]
-        Engine::Distributed(Device::Cuda) => {
-            Box::new(domain::DistributedEvaluator::new(comm, cuda(device)?, p)?)
-        }
+        Engine::Distributed(Device::Cuda) => Box::new(vortex_domain::DistributedEvaluator::new(
+            comm,
+            cuda(device)?,
+            p,
+        )?),
         #[cfg(feature = "cuda")]
         Engine::UniformGrid => Box::new(
-            gpu::UniformEvaluator::new(device, p)
+            vortex_gpu::UniformEvaluator::new(device, p)
                 .map_err(|e| EngineError::Backend(format!("uniform grid: {e}")))?,
         ),
         #[cfg(feature = "cuda")]
-        Engine::UniformSlabs => Box::new(gpu::UniformSlabEvaluator::new(comm, device, p).map_err(
-            |e| EngineError::Backend(format!("uniform grid on rank {}: {e}", comm.rank())),
-        )?),
+        Engine::UniformSlabs => Box::new(
+            vortex_gpu::UniformSlabEvaluator::new(comm, device, p).map_err(|e| {
+                EngineError::Backend(format!("uniform grid on rank {}: {e}", comm.rank()))
+            })?,
+        ),
         #[cfg(not(feature = "cuda"))]
         _ => {
             let _ = device;
@@ -120,16 +126,16 @@ pub fn build<'c>(
 }
 
 #[cfg(feature = "cuda")]
-fn cuda(device: usize) -> Result<gpu::CudaBackend> {
-    gpu::CudaBackend::new(device)
+fn cuda(device: usize) -> Result<vortex_gpu::CudaBackend> {
+    vortex_gpu::CudaBackend::new(device)
         .map_err(|e| EngineError::Backend(format!("backend cuda (device {device}): {e}")))
 }
 
 /// Default gap of a far interaction for `--grid uniform`, in core radii (leaf width >= this
-/// times the largest core radius; see `gpu::UniformParams::core_cutoff`).
+/// times the largest core radius; see `vortex_gpu::UniformParams::core_cutoff`).
 pub fn uniform_core_cutoff() -> f64 {
     #[cfg(feature = "cuda")]
-    return gpu::UniformParams::default().core_cutoff;
+    return vortex_gpu::UniformParams::default().core_cutoff;
     #[cfg(not(feature = "cuda"))]
     return 4.4;
 }
@@ -138,7 +144,7 @@ pub fn uniform_core_cutoff() -> f64 {
 pub fn request_at_sources(
     params: &EvalParams,
     backend: BackendChoice,
-    grid: fmm::GridChoice,
+    grid: vortex_fmm::GridChoice,
     n: usize,
 ) -> Request {
     Request {
@@ -147,7 +153,7 @@ pub fn request_at_sources(
         grid,
         periodic: params.periodic.is_some(),
         ranks: 1,
-        targets: fmm::TargetKind::Sources,
+        targets: vortex_fmm::TargetKind::Sources,
         n,
     }
 }

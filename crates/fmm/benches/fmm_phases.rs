@@ -12,11 +12,11 @@
 //! against the direct sum). Besides the phase times the table shows the M2L rate (translations
 //! per second) and the P2P rate (ordered particle pairs per second).
 
-use fmm::evaluators::direct::direct;
-use fmm::testsets::{generate, Distribution};
-use fmm::{evaluate, relative_l2_error, CpuBackend, EvalParams, Method, Targets};
 use rand::{seq::index::sample, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use vortex_fmm::evaluators::direct::direct;
+use vortex_fmm::testsets::{generate, Distribution};
+use vortex_fmm::{evaluate, relative_l2_error, CpuBackend, EvalParams, Method, Targets};
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -87,7 +87,7 @@ fn fmm_phases() {
             theta,
             ..EvalParams::default()
         };
-        let mut best: Option<fmm::Evaluation> = None;
+        let mut best: Option<vortex_fmm::Evaluation> = None;
         for _ in 0..repeat.max(1) {
             let ev = pool.install(|| evaluate(&CpuBackend, &params, &sources, &targets).unwrap());
             if best.as_ref().is_none_or(|b| ev.times.total < b.times.total) {

@@ -1,5 +1,5 @@
 //! Accuracy and cost of the periodic FMM / PPM against the Ewald-split reference
-//! (`fmm::periodic::ewald`) on the zero-mean standard set (`docs/CONVENTIONS.md`).
+//! (`vortex_fmm::periodic::ewald`) on the zero-mean standard set (`docs/CONVENTIONS.md`).
 //!
 //! ```text
 //! cargo run --release -p vortex-fmm --example periodic_accuracy -- \
@@ -10,7 +10,7 @@
 //! Accuracy mode: for each `N`, the periodic evaluation runs with every particle as a target
 //! (`--eval-at all`, the production case) or only at the sampled targets (`--eval-at sample`,
 //! cheaper; `--full-levels K` adds all-target rows at those `K`); the relative L2 errors of velocity and stretching are measured on `--targets`
-//! particles sampled evenly from the set, against [`fmm::periodic::EwaldReference`] at
+//! particles sampled evenly from the set, against [`vortex_fmm::periodic::EwaldReference`] at
 //! tolerance `1e-12`. One row per `(N, method, p, K)`.
 //!
 //! Overhead mode (`--overhead`): free-space and periodic evaluations of the same particles,
@@ -20,16 +20,16 @@
 //! the wall times the CPU seconds of one evaluation are shown (all threads; with
 //! `RAYON_NUM_THREADS=1` a measure that other jobs on the machine disturb much less).
 
-use fmm::backend::PhaseTimes;
-use fmm::evaluators::{plan, PlanStats};
-use fmm::expansions::{expansion_len, Complex64};
-use fmm::lists::NO_SHIFT;
-use fmm::operators::Operators;
-use fmm::periodic::{outer_image_locals, EwaldParams, EwaldReference, Periodic};
-use fmm::testsets::{generate, Distribution};
-use fmm::{evaluate, relative_l2_error, CpuBackend, EvalParams, Method, Sources, Targets};
 use std::f64::consts::PI;
 use std::time::Instant;
+use vortex_fmm::backend::PhaseTimes;
+use vortex_fmm::evaluators::{plan, PlanStats};
+use vortex_fmm::expansions::{expansion_len, Complex64};
+use vortex_fmm::lists::NO_SHIFT;
+use vortex_fmm::operators::Operators;
+use vortex_fmm::periodic::{outer_image_locals, EwaldParams, EwaldReference, Periodic};
+use vortex_fmm::testsets::{generate, Distribution};
+use vortex_fmm::{evaluate, relative_l2_error, CpuBackend, EvalParams, Method, Sources, Targets};
 
 struct Args {
     n: Vec<usize>,
@@ -175,7 +175,7 @@ fn sample(s: &Sources, m: usize) -> (Vec<usize>, Targets) {
     (idx, t)
 }
 
-fn accuracy(a: &Args) -> Result<(), fmm::FmmError> {
+fn accuracy(a: &Args) -> Result<(), vortex_fmm::FmmError> {
     println!(
         "| N | method | p | K | boxes/dim | velocity error | stretching error | eval s | targets |"
     );
@@ -239,7 +239,7 @@ fn accuracy(a: &Args) -> Result<(), fmm::FmmError> {
 }
 
 /// Pairs of the lists by image: (unshifted, shifted) for near and far.
-fn pairs_by_image(list: &fmm::lists::CsrList) -> (usize, usize) {
+fn pairs_by_image(list: &vortex_fmm::lists::CsrList) -> (usize, usize) {
     let shifted = list.sources.iter().filter(|s| s.image != NO_SHIFT).count();
     (list.len() - shifted, shifted)
 }
@@ -247,7 +247,7 @@ fn pairs_by_image(list: &fmm::lists::CsrList) -> (usize, usize) {
 /// Particle pairs through a shifted image, all and those whose leaf pair the source leaf's
 /// list names back through the mirror image (`26 - image`), which the CPU backend evaluates
 /// mutually in a self-evaluation (every leaf of the standard set has one core radius).
-fn image_pair_counts(pl: &fmm::Plan) -> (u64, u64) {
+fn image_pair_counts(pl: &vortex_fmm::Plan) -> (u64, u64) {
     let (tt, st, near) = (&pl.target_tree, &pl.source_tree, &pl.lists.near);
     let mut all = 0u64;
     let mut mirrored = 0u64;
@@ -256,7 +256,7 @@ fn image_pair_counts(pl: &fmm::Plan) -> (u64, u64) {
         for r in near.row(c).iter().filter(|r| r.image != NO_SHIFT) {
             let n = nt * st.cells[r.cell as usize].len() as u64;
             all += n;
-            let mirror = fmm::lists::SourceRef {
+            let mirror = vortex_fmm::lists::SourceRef {
                 cell: c as u32,
                 image: 26 - r.image,
             };
@@ -285,8 +285,8 @@ fn process_cpu_seconds() -> f64 {
 /// one run.
 fn best_of(
     repeat: usize,
-    f: impl Fn() -> Result<fmm::Evaluation, fmm::FmmError>,
-) -> Result<(PhaseTimes, f64), fmm::FmmError> {
+    f: impl Fn() -> Result<vortex_fmm::Evaluation, vortex_fmm::FmmError>,
+) -> Result<(PhaseTimes, f64), vortex_fmm::FmmError> {
     let mut best: Option<PhaseTimes> = None;
     let mut cpu = f64::INFINITY;
     for _ in 0..repeat {
@@ -300,7 +300,7 @@ fn best_of(
     Ok((best.expect("repeat >= 1"), cpu))
 }
 
-fn overhead(a: &Args) -> Result<(), fmm::FmmError> {
+fn overhead(a: &Args) -> Result<(), vortex_fmm::FmmError> {
     for &n in &a.n {
         let s = generate(Distribution::Uniform, n, a.seed, true);
         let t = s.as_targets();
@@ -409,7 +409,7 @@ fn overhead(a: &Args) -> Result<(), fmm::FmmError> {
                 }
                 // far pairs per target level
                 let depth = sp.depth.max(sf.depth);
-                let per_level = |pl: &fmm::Plan| {
+                let per_level = |pl: &vortex_fmm::Plan| {
                     let mut v = vec![0usize; depth + 1];
                     for c in 0..pl.target_tree.cells.len() {
                         v[pl.target_tree.cells[c].level as usize] += pl.lists.far.row(c).len();

@@ -3,7 +3,7 @@
 //!
 //! [`Evaluator`] is object safe: the [`crate::planner`] picks an engine (the direct sum, the
 //! adaptive plan driving a [`Backend`] on the CPU or the GPU, the GPU uniform grid, their
-//! distributed forms over `domain::Comm`) and hands it out as `Box<dyn Evaluator>`; callers
+//! distributed forms over `vortex_domain::Comm`) and hands it out as `Box<dyn Evaluator>`; callers
 //! (`vortex eval`, `vortex bench`, the vortex method's right-hand side, its diagnostics) do not
 //! know which one runs. An evaluator keeps what it can reuse between calls (a device, compiled
 //! kernels, page-locked buffers, a grid's far-image operators): create it once, call it often.

@@ -3,8 +3,8 @@
 //! of ranks, the kind of targets and the particle count, says why (logged at `info`), and
 //! refuses impossible combinations with the reason. It only decides; the crates that own the
 //! engines build them (`crates/engine/src/planner.rs`, for the binary and the Python package:
-//! [`crate::PlanEvaluator`], [`crate::DirectEvaluator`], `gpu::UniformEvaluator`,
-//! `gpu::UniformSlabEvaluator`, `domain::DistributedEvaluator`).
+//! [`crate::PlanEvaluator`], [`crate::DirectEvaluator`], `vortex_gpu::UniformEvaluator`,
+//! `vortex_gpu::UniformSlabEvaluator`, `vortex_domain::DistributedEvaluator`).
 
 use crate::evaluator::TargetKind;
 use crate::Method;

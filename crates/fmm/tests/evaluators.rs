@@ -1,8 +1,8 @@
 //! End-to-end tests of the fast evaluators against the f64 direct sum.
 
-use fmm::evaluators::direct::direct;
-use fmm::testsets::{clumps, standard, vortex_ring};
-use fmm::{evaluate, relative_l2_error, CpuBackend, EvalParams, Method, Sources, Targets};
+use vortex_fmm::evaluators::direct::direct;
+use vortex_fmm::testsets::{clumps, standard, vortex_ring};
+use vortex_fmm::{evaluate, relative_l2_error, CpuBackend, EvalParams, Method, Sources, Targets};
 
 fn errors(sources: &Sources, targets: &Targets, params: &EvalParams) -> (f64, f64) {
     let reference = direct(sources, targets);
@@ -226,19 +226,24 @@ fn mutual_and_one_sided_near_fields_agree() {
     }
 }
 
-/// Every CPU engine behind `fmm::Evaluator`, for every kind of targets, free space and
+/// Every CPU engine behind `vortex_fmm::Evaluator`, for every kind of targets, free space and
 /// periodic, against the f64 direct sum on the same fresh random inputs, through the common
-/// trait (`fmm::evaluator::errors_against_direct`, which the GPU engines' tests use too).
+/// trait (`vortex_fmm::evaluator::errors_against_direct`, which the GPU engines' tests use too).
 #[test]
 fn every_cpu_evaluator_matches_the_direct_sum_through_the_trait() {
-    use fmm::evaluator::errors_against_direct;
-    use fmm::periodic::Periodic;
-    use fmm::{DirectEvaluator, Evaluator, PlanEvaluator, TargetSpec};
     use rand::{Rng, SeedableRng};
+    use vortex_fmm::evaluator::errors_against_direct;
+    use vortex_fmm::periodic::Periodic;
+    use vortex_fmm::{DirectEvaluator, Evaluator, PlanEvaluator, TargetSpec};
     let seed = rand::random::<u64>();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let free = standard(1000, seed);
-    let periodic = fmm::testsets::generate(fmm::testsets::Distribution::Uniform, 1000, seed, true);
+    let periodic = vortex_fmm::testsets::generate(
+        vortex_fmm::testsets::Distribution::Uniform,
+        1000,
+        seed,
+        true,
+    );
     let other: Vec<[f64; 3]> = (0..1000)
         .map(|_| std::array::from_fn(|_| rng.gen_range(-1e-3..1e-3)))
         .collect();
@@ -291,7 +296,7 @@ fn every_cpu_evaluator_matches_the_direct_sum_through_the_trait() {
 /// strengths (the targets' strengths reach the engine), and a wrong length is refused.
 #[test]
 fn other_strengths_at_the_sources_reach_the_engine() {
-    use fmm::{Evaluator, PlanEvaluator, TargetSpec};
+    use vortex_fmm::{Evaluator, PlanEvaluator, TargetSpec};
     let s = standard(800, 4);
     let mut ev = PlanEvaluator::new(CpuBackend, params(Method::Fmm, 6, 16)).unwrap();
     let own = ev.evaluate(&s, TargetSpec::Sources).unwrap();

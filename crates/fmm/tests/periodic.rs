@@ -1,9 +1,9 @@
 //! Periodic evaluations against the independent Fourier-space sum of Gaussian blobs.
 
-use fmm::periodic::{fourier_reference, Periodic};
-use fmm::testsets::{generate, Distribution};
-use fmm::{evaluate, relative_l2_error, CpuBackend, EvalParams, Method, Targets};
 use std::f64::consts::PI;
+use vortex_fmm::periodic::{fourier_reference, Periodic};
+use vortex_fmm::testsets::{generate, Distribution};
+use vortex_fmm::{evaluate, relative_l2_error, CpuBackend, EvalParams, Method, Targets};
 
 fn periodic_params(method: Method, order: usize, levels: usize) -> EvalParams {
     EvalParams {
@@ -19,7 +19,7 @@ fn periodic_params(method: Method, order: usize, levels: usize) -> EvalParams {
 }
 
 /// Sample of targets (every `step`-th source) for the slow Fourier reference.
-fn sample(s: &fmm::Sources, step: usize) -> Targets {
+fn sample(s: &vortex_fmm::Sources, step: usize) -> Targets {
     Targets {
         position: s.position.iter().step_by(step).copied().collect(),
         strength: s.strength.iter().step_by(step).copied().collect(),
@@ -85,9 +85,9 @@ fn nonzero_total_strength_is_refused() {
     assert!(e.contains("total strength"), "{e}");
 }
 
-/// The moment-free set of `fmm::testsets::moment_free` (cores 0.4, in `[-2, 2)^3`).
-fn moment_free_set(quads: usize, seed: u64) -> fmm::Sources {
-    fmm::testsets::moment_free(quads, seed, 2.0, 0.4)
+/// The moment-free set of `vortex_fmm::testsets::moment_free` (cores 0.4, in `[-2, 2)^3`).
+fn moment_free_set(quads: usize, seed: u64) -> vortex_fmm::Sources {
+    vortex_fmm::testsets::moment_free(quads, seed, 2.0, 0.4)
 }
 
 #[test]
@@ -101,7 +101,7 @@ fn fourier_reference_matches_an_explicit_image_sum() {
             .flat_map(|x| (-k..=k).flat_map(move |y| (-k..=k).map(move |z| [x, y, z])))
             .map(|j| j.map(|c| c as f64 * l))
             .collect();
-        let f = fmm::evaluators::direct::direct_shifted(&s, &t, &shifts);
+        let f = vortex_fmm::evaluators::direct::direct_shifted(&s, &t, &shifts);
         relative_l2_error(&f.velocity, &reference.velocity)
     };
     let (e3, e9) = (err(3), err(9));
@@ -116,7 +116,7 @@ fn fourier_reference_matches_an_explicit_image_sum() {
 fn near_field_reaches_across_faces_and_corners() {
     // clusters straddling a corner and a face: the close pairs exist only through the images
     let h = PI - 0.05;
-    let mut s = fmm::Sources::default();
+    let mut s = vortex_fmm::Sources::default();
     let pts = [
         [h, h, h],
         [-h, -h, -h],
@@ -142,7 +142,7 @@ fn near_field_reaches_across_faces_and_corners() {
         s.strength.push(al);
         s.sigma.push(0.15);
     }
-    fmm::testsets::subtract_mean_strength(&mut s);
+    vortex_fmm::testsets::subtract_mean_strength(&mut s);
     let t = s.as_targets();
     let reference = fourier_reference(&s, &t, 2.0 * PI, 8.3);
     for m in [Method::Fmm, Method::Ppm] {
@@ -206,11 +206,11 @@ fn a_box_smaller_than_the_cores_is_refused() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The Ewald-split reference (fmm::periodic::ewald)
+// The Ewald-split reference (vortex_fmm::periodic::ewald)
 
-use fmm::periodic::{EwaldParams, EwaldReference};
+use vortex_fmm::periodic::{EwaldParams, EwaldReference};
 
-fn ewald_with(s: &fmm::Sources, t: &Targets, split: Option<f64>) -> fmm::Fields {
+fn ewald_with(s: &vortex_fmm::Sources, t: &Targets, split: Option<f64>) -> vortex_fmm::Fields {
     let p = EwaldParams {
         split_width: split,
         ..EwaldParams::default()
@@ -269,7 +269,7 @@ fn ewald_does_not_depend_on_the_split() {
     let s = generate(Distribution::Uniform, 20_000, 34, true);
     let sigma = s.sigma[0];
     let t = sample(&s, 97);
-    let fields: Vec<(f64, fmm::Fields)> = [sigma, 2.5 * sigma, 6.0 * sigma]
+    let fields: Vec<(f64, vortex_fmm::Fields)> = [sigma, 2.5 * sigma, 6.0 * sigma]
         .into_iter()
         .map(|w| (w, ewald_with(&s, &t, Some(w))))
         .collect();
@@ -296,7 +296,7 @@ fn ewald_matches_periodic_direct_sum() {
         box_length: 2.0 * PI,
         image_levels: 6,
     };
-    let d = fmm::evaluators::direct::direct_periodic(&s, &t, &p);
+    let d = vortex_fmm::evaluators::direct::direct_periodic(&s, &t, &p);
     let ev = relative_l2_error(&d.velocity, &f.velocity);
     let es = relative_l2_error(&d.stretching, &f.stretching);
     eprintln!("direct_periodic vs Ewald: velocity {ev:e} stretching {es:e}");
@@ -355,8 +355,8 @@ fn periodic_fmm_matches_ewald_at_larger_n() {
 // The periodic near field: image pairs (a, b, +s) and (b, a, -s) evaluated mutually
 
 /// `sources` repeated over the 27 shifts `{-1,0,1}^3` of the box.
-fn with_27_images(s: &fmm::Sources, box_length: f64) -> fmm::Sources {
-    let mut out = fmm::Sources::default();
+fn with_27_images(s: &vortex_fmm::Sources, box_length: f64) -> vortex_fmm::Sources {
+    let mut out = vortex_fmm::Sources::default();
     for sx in -1..=1 {
         for sy in -1..=1 {
             for sz in -1..=1 {
@@ -376,7 +376,7 @@ fn with_27_images(s: &fmm::Sources, box_length: f64) -> fmm::Sources {
 /// Small periodic test sets inside the box: uniform; with points on and next to the faces
 /// and corners (pairs close only through an image) and coincident points; with three core
 /// radii (leaves of mixed radii are summed one-sidedly).
-fn small_periodic_sets(n: usize) -> Vec<(&'static str, fmm::Sources)> {
+fn small_periodic_sets(n: usize) -> Vec<(&'static str, vortex_fmm::Sources)> {
     let uniform = generate(Distribution::Uniform, n, 41, true);
     let mut faces = generate(Distribution::Uniform, n, 42, true);
     let h = PI - 0.01;
@@ -415,8 +415,8 @@ fn periodic_near_field_alone_matches_the_27_image_direct_sum() {
     let l = 2.0 * PI;
     for (name, s) in small_periodic_sets(300) {
         let t = s.as_targets();
-        let mut reference = fmm::evaluators::direct::direct(&with_27_images(&s, l), &t);
-        let corr = fmm::periodic::surface_correction(&s, l);
+        let mut reference = vortex_fmm::evaluators::direct::direct(&with_27_images(&s, l), &t);
+        let corr = vortex_fmm::periodic::surface_correction(&s, l);
         for v in &mut reference.velocity {
             (0..3).for_each(|c| v[c] -= corr[c]);
         }

@@ -1,7 +1,7 @@
 //! The planner's choices (a table of requests -> engine) and its refusals with their reasons.
 
-use fmm::planner::{choose, Capabilities, Device, Engine, Request};
-use fmm::{BackendChoice as B, GridChoice as G, Method as M, TargetKind as T};
+use vortex_fmm::planner::{choose, Capabilities, Device, Engine, Request};
+use vortex_fmm::{BackendChoice as B, GridChoice as G, Method as M, TargetKind as T};
 
 fn req(method: M, backend: B, grid: G, periodic: bool, ranks: usize, targets: T) -> Request {
     Request {

@@ -1,4 +1,4 @@
-//! Periodic FMM and PPM on the GPU against the Ewald-split reference (`fmm::periodic::ewald`),
+//! Periodic FMM and PPM on the GPU against the Ewald-split reference (`vortex_fmm::periodic::ewald`),
 //! the GPU twin of `vortex-fmm`'s `periodic_accuracy` example (which runs the CPU backend).
 //!
 //! ```text
@@ -11,10 +11,10 @@
 //! method is evaluated twice and the second (compiled kernels) is timed. Exits 1 if a velocity
 //! error exceeds 1e-4, 2 without a usable GPU.
 
-use fmm::periodic::{EwaldParams, EwaldReference, Periodic};
-use fmm::testsets::{generate, Distribution};
-use fmm::{evaluate, relative_l2_error, EvalParams, Method, Targets};
 use std::time::Instant;
+use vortex_fmm::periodic::{EwaldParams, EwaldReference, Periodic};
+use vortex_fmm::testsets::{generate, Distribution};
+use vortex_fmm::{evaluate, relative_l2_error, EvalParams, Method, Targets};
 
 /// Periodic FMM and PPM on the GPU against the Ewald reference.
 #[derive(clap::Parser)]
@@ -46,11 +46,11 @@ fn counts(s: &str) -> Result<Vec<usize>, String> {
 fn main() {
     let a = <Args as clap::Parser>::parse();
     let (ns, order, levels, m) = (a.ns, a.order, a.levels, a.targets);
-    if !gpu::available() {
+    if !vortex_gpu::available() {
         eprintln!("periodic_ewald: no usable GPU (driver or device missing)");
         std::process::exit(2);
     }
-    let be = gpu::CudaBackend::new(0).expect("CUDA backend");
+    let be = vortex_gpu::CudaBackend::new(0).expect("CUDA backend");
     println!(
         "# periodic_ewald: p = {order}, K = {levels}, {m} sampled targets, GPU {}",
         be.device().name()

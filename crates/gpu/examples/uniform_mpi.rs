@@ -1,4 +1,4 @@
-//! `uniform_mpi`: the distributed uniform-grid FMM (`gpu::uniform::distributed`), one GPU per
+//! `uniform_mpi`: the distributed uniform-grid FMM (`vortex_gpu::uniform::distributed`), one GPU per
 //! rank, timed and checked.
 //!
 //! ```text
@@ -20,16 +20,18 @@
 //! over all targets, then an allreduce). On one rank the single-GPU `UniformFmm::evaluate` is
 //! timed too. Exits 1 when the velocity error exceeds 1e-4, 2 without a usable GPU.
 
-use domain::{Comm, ReduceOp};
-use fmm::evaluators::direct::direct;
-use fmm::{relative_l2_error, Fields, Sources, Targets};
-use gpu::uniform::{evaluate_distributed, evaluate_distributed_into, DistributedUniformTimes};
-use gpu::{UniformFmm, UniformParams};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 use std::f64::consts::PI;
 use std::time::Instant;
+use vortex_domain::{Comm, ReduceOp};
+use vortex_fmm::evaluators::direct::direct;
+use vortex_fmm::{relative_l2_error, Fields, Sources, Targets};
+use vortex_gpu::uniform::{
+    evaluate_distributed, evaluate_distributed_into, DistributedUniformTimes,
+};
+use vortex_gpu::{UniformFmm, UniformParams};
 
 struct Args {
     per_rank: Option<usize>,
@@ -68,7 +70,7 @@ struct Cli {
     /// Particles per leaf the grid aims at.
     #[arg(long, default_value_t = UniformParams::default().leaf_target)]
     leaf_target: f64,
-    /// Force the grid shape `m,k` of `gpu::UniformGrid`.
+    /// Force the grid shape `m,k` of `vortex_gpu::UniformGrid`.
     #[arg(long, value_delimiter = ',', num_args = 1)]
     grid: Option<Vec<usize>>,
     /// Seed of the particle set.
@@ -219,7 +221,7 @@ fn phases(t: &DistributedUniformTimes) -> Vec<(&'static str, f64)> {
 
 fn main() {
     let args = parse();
-    let Some(comm) = domain::world() else {
+    let Some(comm) = vortex_domain::world() else {
         eprintln!("uniform_mpi: MPI already initialized");
         std::process::exit(2)
     };
@@ -229,8 +231,8 @@ fn main() {
         eprintln!("uniform_mpi rank {rank}: {msg}");
         comm.abort(&msg)
     };
-    let ndev = gpu::device_count().unwrap_or(0);
-    if !gpu::available() || ndev == 0 {
+    let ndev = vortex_gpu::device_count().unwrap_or(0);
+    if !vortex_gpu::available() || ndev == 0 {
         eprintln!("uniform_mpi rank {rank}: no usable CUDA device");
         std::process::exit(2);
     }

@@ -8,10 +8,10 @@
 //!   merged into maximal contiguous runs of the sorted source array (so the kernel streams full
 //!   shared-memory tiles across cell boundaries); all tasks of one leaf share its runs.
 
-use fmm::lists::{CsrList, NO_SHIFT};
-use fmm::tree::Tree;
-use fmm::{Sources, Targets};
 use rayon::prelude::*;
+use vortex_fmm::lists::{CsrList, NO_SHIFT};
+use vortex_fmm::tree::Tree;
+use vortex_fmm::{Sources, Targets};
 
 /// Sources as two `float4` arrays, flattened: `(pos + 1/sigma, strength + 0)`.
 pub fn pack_sources(s: &Sources) -> (Vec<f32>, Vec<f32>) {
@@ -183,11 +183,11 @@ pub const FREE_SPACE_IMAGE: u8 = NO_SHIFT;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fmm::lists::{cell_sigma_max, InteractionLists, ListParams};
-    use fmm::tree::BoundingCube;
+    use vortex_fmm::lists::{cell_sigma_max, InteractionLists, ListParams};
+    use vortex_fmm::tree::BoundingCube;
 
     fn setup(n: usize, leaf: usize, period: Option<f64>) -> (Tree, InteractionLists, Sources) {
-        let s = fmm::testsets::standard(n, 5);
+        let s = vortex_fmm::testsets::standard(n, 5);
         let cube = BoundingCube::around(&[&s.position]);
         let tree = Tree::build(&s.position, cube, leaf);
         let sorted = Sources {
@@ -206,7 +206,7 @@ mod tests {
 
     #[test]
     fn particles_pack_as_float4() {
-        let s = fmm::testsets::standard(10, 1);
+        let s = vortex_fmm::testsets::standard(10, 1);
         let (p, a) = pack_sources(&s);
         assert_eq!(p.len(), 40);
         assert_eq!(a.len(), 40);

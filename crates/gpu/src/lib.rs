@@ -5,7 +5,7 @@
 //!   the `vortex-cuda` crate, re-exported;
 //! * [`layout`]: host-side packing of particles and near lists into the kernels' buffers;
 //! * [`tables`]: `K_n^m`, z-axis translation tables and rotation records for the kernels;
-//! * [`backend`]: [`CudaBackend`], an [`fmm::Backend`], so `fmm::evaluate(&CudaBackend, ..)`
+//! * [`backend`]: [`CudaBackend`], an [`vortex_fmm::Backend`], so `vortex_fmm::evaluate(&CudaBackend, ..)`
 //!   runs P2M, M2M, M2L (rotation O(p^3) or plain O(p^4)), L2L, L2P / M2P and P2P on the GPU
 //!   (one submodule per operator family, the list packing and the expansion exchange);
 //! * [`ppm`]: the pseudo-particle method (M2L kernel on the GPU, the other operators on the host);
@@ -36,7 +36,7 @@ mod tests {
     #[test]
     fn new_without_driver_is_an_error_not_a_panic() {
         match CudaBackend::new(0) {
-            Ok(b) => println!("CUDA device present: {}", fmm::Backend::name(&b)),
+            Ok(b) => println!("CUDA device present: {}", vortex_fmm::Backend::name(&b)),
             Err(e) => {
                 println!("no CUDA device here (test skipped its GPU part): {e}");
                 assert!(!e.to_string().is_empty());
@@ -69,7 +69,7 @@ mod tests {
                 device::compile(&device::FMM, cc, &[("ORDER", p)]).unwrap();
             }
             for p in [4, 8, 10, 16] {
-                let k = fmm::ppm::PseudoParticles::new(p).count();
+                let k = vortex_fmm::ppm::PseudoParticles::new(p).count();
                 device::compile(&device::PPM, cc, &[("PPM_K", k), ("PPM_P", p)]).unwrap();
             }
             for p in [4, 6, 8, backend::MAX_GPU_ORDER] {

@@ -7,19 +7,19 @@
 //! moment-to-strength matrix `W`, the monomial exponents and their derivative links, the 8
 //! octant matrices of M2M and L2L). Multipoles and locals stay on the device; the host only
 //! sees them when the driver asks (MPI, periodic images). The f64 host operators of
-//! [`fmm::ppm::PseudoParticles`] ([`PpmHost`]) remain the reference the tests compare with,
+//! [`vortex_fmm::ppm::PseudoParticles`] ([`PpmHost`]) remain the reference the tests compare with,
 //! and the fallback for a tree whose children are not regular octants.
 //!
 //! [`pack_ppm_m2l`] packs the far lists in parallel into the kernel's layout (tasks: `(target
 //! cell, first entry, end entry, b)`, entries: `(source cell, t_centre - s_centre)`).
 
-use fmm::backend::Plan;
-use fmm::ppm::PseudoParticles;
-use fmm::tree::Tree;
-use fmm::{Fields, Sources, Targets};
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
+use vortex_fmm::backend::Plan;
+use vortex_fmm::ppm::PseudoParticles;
+use vortex_fmm::tree::Tree;
+use vortex_fmm::{Fields, Sources, Targets};
 
 /// M2M and L2L of the PPM as dense `K x K` matrices, one per child octant.
 ///
@@ -97,7 +97,7 @@ impl OctantMatrices {
 
     /// The octant of `child` in `parent`, if it is a regular octree child (half the width,
     /// centre at +-child half-width per axis).
-    fn octant(parent: &fmm::tree::Cell, child: &fmm::tree::Cell) -> Option<usize> {
+    fn octant(parent: &vortex_fmm::tree::Cell, child: &vortex_fmm::tree::Cell) -> Option<usize> {
         let h = child.half_width;
         if (parent.half_width - 2.0 * h).abs() > 1e-9 * parent.half_width {
             return None;
@@ -138,7 +138,7 @@ impl OctantMatrices {
 pub struct PpmTables {
     pub k: usize,
     pub p: usize,
-    /// Per monomial `a0 | a1 << 8 | a2 << 16` (ordered by degree, as `fmm::ppm`).
+    /// Per monomial `a0 | a1 << 8 | a2 << 16` (ordered by degree, as `vortex_fmm::ppm`).
     pub expo: Vec<i32>,
     /// Per monomial and direction `d`, the index of `a + e_d` (`-1` above degree `p`).
     pub up: Vec<i32>,
@@ -478,8 +478,8 @@ pub fn pack_ppm_m2l(plan: &Plan, radius_factor: f64) -> PpmM2lPacking {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fmm::backend::{Backend, PhaseTimes};
-    use fmm::{CpuBackend, EvalParams, Method};
+    use vortex_fmm::backend::{Backend, PhaseTimes};
+    use vortex_fmm::{CpuBackend, EvalParams, Method};
 
     /// The `ppm_m2l` kernel, emulated on the CPU in the same layout and precision.
     fn emulate_m2l(pack: &PpmM2lPacking, unit: &[[f64; 3]], mult: &[f32], loc: &mut [f64]) {
@@ -517,7 +517,7 @@ mod tests {
     /// agrees with the CPU backend's PPM.
     #[test]
     fn ppm_pipeline_matches_cpu_backend() {
-        let s = fmm::testsets::standard(3000, 7);
+        let s = vortex_fmm::testsets::standard(3000, 7);
         let t = s.as_targets();
         let params = EvalParams {
             method: Method::Ppm,
@@ -526,7 +526,7 @@ mod tests {
             ..Default::default()
         };
         let mut times = PhaseTimes::default();
-        let (plan, ss, st) = fmm::evaluators::plan(&params, &s, &t, &mut times).unwrap();
+        let (plan, ss, st) = vortex_fmm::evaluators::plan(&params, &s, &t, &mut times).unwrap();
         // CPU reference on the same plan
         let mut cs = CpuBackend.prepare(&plan, &ss, &st).unwrap();
         CpuBackend.upward(&plan, &mut cs, &mut times).unwrap();
@@ -547,11 +547,11 @@ mod tests {
         let f = h.fields.unwrap();
         let scale = |v: &[[f64; 3]]| -> Vec<[f64; 3]> {
             v.iter()
-                .map(|x| x.map(|c| c * fmm::kernel::INV_4PI))
+                .map(|x| x.map(|c| c * vortex_fmm::kernel::INV_4PI))
                 .collect()
         };
-        let ev = fmm::relative_l2_error(&scale(&f.velocity), &cpu.velocity);
-        let es = fmm::relative_l2_error(&scale(&f.stretching), &cpu.stretching);
+        let ev = vortex_fmm::relative_l2_error(&scale(&f.velocity), &cpu.velocity);
+        let es = vortex_fmm::relative_l2_error(&scale(&f.stretching), &cpu.stretching);
         println!("PPM host+emulated kernel vs CPU backend: velocity {ev:.2e}, stretching {es:.2e}");
         assert!(ev < 1e-5 && es < 1e-4, "{ev} {es}");
     }
@@ -562,7 +562,7 @@ mod tests {
 
     /// The device P2M and L2P algorithms (`ppm_p2m`, `ppm_l2p`: moments times `W^T`, gradient
     /// and Hessian tables gathered through `up`), emulated in f64 on the CPU, equal the f64
-    /// operators of `fmm::ppm` at random cells, particles and local representations.
+    /// operators of `vortex_fmm::ppm` at random cells, particles and local representations.
     #[test]
     fn device_p2m_and_l2p_algorithms_match_the_operators() {
         use rand::{Rng, SeedableRng};
@@ -711,7 +711,7 @@ mod tests {
     /// The octant matrices reproduce the f64 M2M and L2L operators on every level of a tree.
     #[test]
     fn octant_matrices_match_the_operators() {
-        let s = fmm::testsets::standard(4000, 9);
+        let s = vortex_fmm::testsets::standard(4000, 9);
         let t = s.as_targets();
         let params = EvalParams {
             method: Method::Ppm,
@@ -720,7 +720,7 @@ mod tests {
             ..Default::default()
         };
         let mut times = PhaseTimes::default();
-        let (plan, ss, st) = fmm::evaluators::plan(&params, &s, &t, &mut times).unwrap();
+        let (plan, ss, st) = vortex_fmm::evaluators::plan(&params, &s, &t, &mut times).unwrap();
         let tree = &plan.source_tree;
         let mut h = PpmHost::new(&plan, &ss, &st);
         h.p2m(tree);

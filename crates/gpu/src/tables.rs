@@ -2,13 +2,13 @@
 //! z-axis translation tables of the rotation-based M2M / M2L / L2L and the rotation records
 //! (phases and folded Wigner matrices) of every translation direction.
 //!
-//! The rotation matrices are taken from [`fmm::operators::Rotation`] itself (probed with unit
+//! The rotation matrices are taken from [`vortex_fmm::operators::Rotation`] itself (probed with unit
 //! coefficients at `phi = 0`), so the GPU uses exactly the CPU engine's convention.
 
-use fmm::expansions::harmonics::{factorial, knm};
-use fmm::expansions::rotation::delta_table;
-use fmm::expansions::{index, ncoef, Complex64};
-use fmm::operators::Rotation;
+use vortex_fmm::expansions::harmonics::{factorial, knm};
+use vortex_fmm::expansions::rotation::delta_table;
+use vortex_fmm::expansions::{index, ncoef, Complex64};
+use vortex_fmm::operators::Rotation;
 
 /// `sum_{n <= p} (n + 1)^2`: floats in one folded rotation matrix set.
 pub const fn sq_len(p: usize) -> usize {
@@ -46,7 +46,7 @@ pub fn toff(p: usize) -> Vec<i32> {
     t
 }
 
-/// The z-axis tables `(m2m, m2l, l2l)` of `fmm::operators::Operators::new`.
+/// The z-axis tables `(m2m, m2l, l2l)` of `vortex_fmm::operators::Operators::new`.
 pub fn z_tables(p: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     let off = toff(p);
     let size = off[p + 1] as usize;
@@ -134,12 +134,12 @@ impl RotationBuilder {
     }
 }
 
-pub use fmm::backend::direction_key;
+pub use vortex_fmm::backend::direction_key;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fmm::operators::{Operators, Scratch};
+    use vortex_fmm::operators::{Operators, Scratch};
 
     /// Applies a record the way the kernel does (forward, z-translation M2L, backward) in f64.
     fn emulate_m2l(p: usize, rec: &[f32], dist: f64, mult: &[Complex64], out: &mut [Complex64]) {

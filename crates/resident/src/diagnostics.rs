@@ -2,17 +2,17 @@
 //! grid and its Biot-Savart velocity in Fourier space
 //! ([`crate::reinterpolation::Reinterpolator::grid_velocity`]), energy, enstrophy and the
 //! shell spectrum reduced on the device ([`crate::fourier::Fourier::spectrum`], the
-//! conventions of `spectral::diagnostics`), `Re_lambda` from them on the host
-//! (`method::diagnostics::set_spectral_statistics`, shared with the host path); the moments by
+//! conventions of `vortex_spectral::diagnostics`), `Re_lambda` from them on the host
+//! (`vortex_method::diagnostics::set_spectral_statistics`, shared with the host path); the moments by
 //! the device reduction. The grid velocity itself reaches the host only when a grid snapshot is
 //! written. The host computes the same definition with
-//! `method::diagnostics::vorticity_grid_velocity` (`output.grid_velocity = "vorticity"`), so
+//! `vortex_method::diagnostics::vorticity_grid_velocity` (`output.grid_velocity = "vorticity"`), so
 //! host and device runs compare like for like.
 
 use crate::fourier::GridSpectrum;
-use method::diagnostics::{set_spectral_statistics, Diagnostics};
+use vortex_method::diagnostics::{set_spectral_statistics, Diagnostics};
 
-pub use method::diagnostics::velocity_field;
+pub use vortex_method::diagnostics::velocity_field;
 
 /// Energy, enstrophy, spectrum and `Re_lambda` of `d` from the device statistics of the `n^3`
 /// grid of the box of length `l` (`nu`: kinematic viscosity).

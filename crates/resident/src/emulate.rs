@@ -6,10 +6,10 @@
 //! (the half-spectrum factors of `r_solve_fourier` and `r_biot_savart_fourier` on unnormalised
 //! transforms, as cuFFT's).
 
-use method::core_spreading::zeta;
-use method::reinterpolation::Lattice;
 use num_complex::Complex64;
-use spectral::fft::Fft3;
+use vortex_method::core_spreading::zeta;
+use vortex_method::reinterpolation::Lattice;
+use vortex_spectral::fft::Fft3;
 
 /// `cell_axis` of the kernels: the cell of coordinate `x` along an axis of `nc` cells.
 pub fn cell_axis(x: f64, o: f64, h: f64, nc: usize, periodic: bool) -> usize {
@@ -240,10 +240,10 @@ pub fn biot_savart(omega: &[[f64; 3]], n: usize, l: f64) -> Vec<[f64; 3]> {
 mod tests {
     use super::*;
     use crate::reinterpolation::inverse_eigenvalues;
-    use method::cells::gaussian_sum;
-    use method::reinterpolation::separable::SeparableSolver;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
+    use vortex_method::cells::gaussian_sum;
+    use vortex_method::reinterpolation::separable::SeparableSolver;
 
     fn rel(a: &[[f64; 3]], b: &[[f64; 3]]) -> f64 {
         let d: f64 = a
@@ -356,7 +356,7 @@ mod tests {
     #[test]
     fn fourier_biot_savart_of_an_analytic_field() {
         let (n, l) = (16usize, 2.0 * std::f64::consts::PI);
-        let pts = method::diagnostics::grid_points(n, l);
+        let pts = vortex_method::diagnostics::grid_points(n, l);
         let omega: Vec<[f64; 3]> = pts
             .iter()
             .map(|x| [(2.0 * x[2]).sin(), 0.0, x[0].cos()])

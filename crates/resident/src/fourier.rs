@@ -3,8 +3,8 @@
 //! plan of stride 3), the half spectrum `(i n + j) (n/2+1) + k` of each component after the
 //! other.
 //! * [`Fourier::solve_rbf`]: the periodic RBF system `A beta = omega` of
-//!   `method::reinterpolation` (`A = c T ⊗ T ⊗ T`, `T` circulant with the eigenvalues `S(k)`
-//!   of `method::reinterpolation::separable`), `beta_hat = omega_hat / (c S(kx) S(ky) S(kz))`:
+//!   `vortex_method::reinterpolation` (`A = c T ⊗ T ⊗ T`, `T` circulant with the eigenvalues `S(k)`
+//!   of `vortex_method::reinterpolation::separable`), `beta_hat = omega_hat / (c S(kx) S(ky) S(kz))`:
 //!   the three axis solves of the host in one pass.
 //! * [`Fourier::biot_savart`]: `u_hat = i k x omega_hat / |k|^2`, the velocity of a periodic
 //!   vorticity field (zero mean; the Nyquist planes dropped).
@@ -185,7 +185,7 @@ impl Fourier {
 
     /// Shell spectrum, energy and enstrophy of the normalised velocity half spectrum in the
     /// buffer (after [`Fourier::biot_savart`]), in integer wavenumbers, with the conventions of
-    /// `spectral::diagnostics` (`spectrum_spectral`, `energy_spectral`, `enstrophy_spectral`).
+    /// `vortex_spectral::diagnostics` (`spectrum_spectral`, `energy_spectral`, `enstrophy_spectral`).
     pub fn spectrum(&self, k: &Kernels, s: &Arc<CudaStream>) -> GpuResult<GridSpectrum> {
         let n = self.n;
         let nshell = (3.0f64.sqrt() * n as f64 / 2.0).ceil() as usize + 1;

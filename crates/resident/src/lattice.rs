@@ -3,16 +3,16 @@
 //! exclusive scan, scatter, then the particles of each cell in index order, so the sums below
 //! do not depend on the atomics' order), and the truncated Gaussian sums
 //! `omega(y) = sum_j alpha_j zeta_{sigma_j}(y - x_j)` at every lattice point (the definition of
-//! `method::cells::gaussian_sum`, core paper Eq. 3-4), gathered by one thread per point from
+//! `vortex_method::cells::gaussian_sum`, core paper Eq. 3-4), gathered by one thread per point from
 //! the cells within [`reach`] cells along each axis, row by row along z. Host emulations of
 //! both: [`crate::emulate`].
 
 use crate::kernels::{per_element, Kernels, SCAN_THREADS};
 use crate::state::DeviceParticles;
 use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
-use method::reinterpolation::Lattice;
 use std::sync::Arc;
 use vortex_cuda::{GpuError, GpuResult};
+use vortex_method::reinterpolation::Lattice;
 
 /// Cells of `lat.h` that a Gaussian of core `sigma_max` truncated at `cutoff * sigma_max`
 /// reaches from a lattice point along each axis: a particle in cell `c` lies in `[c h, (c+1) h)`

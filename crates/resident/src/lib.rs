@@ -10,7 +10,7 @@
 //! * [`fourier`]: cuFFT steps: the periodic RBF lattice solve, the Biot-Savart law;
 //! * [`reinterpolation`]: the RBF re-interpolation (core paper Sec. 2) on the device;
 //! * [`diagnostics`]: energy, enstrophy, spectrum from the device's grid velocity;
-//! * [`simulation`]: [`ResidentSimulation`], the `method::Simulator` the run loop drives;
+//! * [`simulation`]: [`ResidentSimulation`], the `vortex_method::Simulator` the run loop drives;
 //! * [`emulate`]: host emulations of the device algorithms (tested without a GPU).
 
 pub mod diagnostics;

@@ -1,7 +1,7 @@
-//! The RBF re-interpolation of `method::reinterpolation` on the device, periodic box: the
+//! The RBF re-interpolation of `vortex_method::reinterpolation` on the device, periodic box: the
 //! vorticity of the blobs at the lattice points by the Gaussian sums of [`crate::lattice`],
 //! the lattice system solved in Fourier space ([`crate::fourier::Fourier::solve_rbf`]: the
-//! eigenvalues of the host's circulant axis factors, `method::reinterpolation::separable`),
+//! eigenvalues of the host's circulant axis factors, `vortex_method::reinterpolation::separable`),
 //! and the fresh particles on the lattice with the initial core (the caller removes the mean
 //! strength). The same lattice operations give the diagnostics' grid velocity
 //! ([`Reinterpolator::grid_velocity`]: the blob vorticity on the grid, then Biot-Savart in
@@ -12,12 +12,12 @@ use crate::kernels::{per_element, Kernels};
 use crate::lattice::{bin, gaussian_sums};
 use crate::state::DeviceParticles;
 use cudarc::driver::{CudaSlice, CudaStream, PushKernelArg};
-use method::reinterpolation::separable::{axis_weights, AxisSolver};
-use method::reinterpolation::{Lattice, RbfReport};
-use method::Config;
 use std::collections::HashMap;
 use std::sync::Arc;
 use vortex_cuda::{GpuError, GpuResult};
+use vortex_method::reinterpolation::separable::{axis_weights, AxisSolver};
+use vortex_method::reinterpolation::{Lattice, RbfReport};
+use vortex_method::Config;
 
 /// Settings of the periodic re-interpolation and the transforms and eigenvalues it keeps.
 pub struct Reinterpolator {

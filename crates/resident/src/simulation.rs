@@ -1,14 +1,14 @@
-//! [`ResidentSimulation`]: the vortex-method step of `method::stepping` with the particle
+//! [`ResidentSimulation`]: the vortex-method step of `vortex_method::stepping` with the particle
 //! state on one GPU for the whole run (periodic box). Per step:
 //!
 //! 1. `f_n`: moments of the particles (deterministic reduction: sums for the periodic checks
 //!    and the surface correction, largest core), f32 packing on the device, the uniform-grid
-//!    FMM on the device buffers (`gpu::UniformFmm::evaluate_device`), the fields scaled to
+//!    FMM on the device buffers (`vortex_gpu::UniformFmm::evaluate_device`), the fields scaled to
 //!    f64 velocity and stretching;
 //! 2. AB2 (`y += dt (3/2 f_n - 1/2 f_{n-1})`) or, after a start or a re-interpolation, Heun
 //!    (predictor on a device copy, a second evaluation), core spreading (core paper Eq. 11),
 //!    wrapping and mean-strength removal;
-//! 3. the criteria of `method::stepping::Stepper::reinterpolation_due` from the moments, and
+//! 3. the criteria of `vortex_method::stepping::Stepper::reinterpolation_due` from the moments, and
 //!    when due the re-interpolation of [`crate::reinterpolation`];
 //! 4. at output times the diagnostics of [`crate::diagnostics`]; the host sees the state only
 //!    for checkpoints and snapshots.
@@ -18,18 +18,18 @@ use crate::kernels::{per_element, Kernels, THREADS};
 use crate::reinterpolation::Reinterpolator;
 use crate::state::{first_non_finite, DeviceFields, DeviceParticles, Moments};
 use cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
-use domain::Comm;
-use fmm::kernel::INV_4PI;
-use fmm::periodic::Periodic;
-use gpu::uniform::{UniformFmm, UniformParams};
-use method::diagnostics::Diagnostics;
-use method::parallel::Phases;
-use method::reinterpolation::RbfReport;
-use method::stepping::{Scheme, State, StepReport, Stepper};
-use method::{Config, Error, Particles, Result, Simulator};
 use std::sync::Arc;
 use std::time::Instant;
 use vortex_cuda::{GpuDevice, GpuError};
+use vortex_domain::Comm;
+use vortex_fmm::kernel::INV_4PI;
+use vortex_fmm::periodic::Periodic;
+use vortex_gpu::uniform::{UniformFmm, UniformParams};
+use vortex_method::diagnostics::Diagnostics;
+use vortex_method::parallel::Phases;
+use vortex_method::reinterpolation::RbfReport;
+use vortex_method::stepping::{Scheme, State, StepReport, Stepper};
+use vortex_method::{Config, Error, Particles, Result, Simulator};
 
 /// Device bytes per particle at the peak of a step (state 160, Heun copy and its fields 104,
 /// FMM buffers ~150), measured against `cudaMemGetInfo` on an H100 (BENCHMARKS.md).
@@ -95,7 +95,7 @@ impl<'c> ResidentSimulation<'c> {
             Some(Some(st)) => (st, None),
             Some(None) => return Err(Error::Other("restart without a state".into())),
             None => {
-                let (particles, report) = method::initial::build(&config)?;
+                let (particles, report) = vortex_method::initial::build(&config)?;
                 let st = State {
                     step: 0,
                     step_reset: 0,
@@ -120,7 +120,7 @@ impl<'c> ResidentSimulation<'c> {
             _ => None,
         };
         let eval = config.eval_params();
-        let params = gpu::uniform::evaluator::grid_params(&eval);
+        let params = vortex_gpu::uniform::evaluator::grid_params(&eval);
         let fmm = UniformFmm::new(dev.clone());
         fmm.warm_up(params.order).map_err(gpu_err("FMM kernels"))?;
         let name = format!(
@@ -277,7 +277,7 @@ impl<'c> ResidentSimulation<'c> {
         p.tidy(k, s, l, m.mean_strength()).map_err(gpu_err("tidy"))
     }
 
-    /// The update of one step (`method::stepping::Stepper::update` on the device).
+    /// The update of one step (`vortex_method::stepping::Stepper::update` on the device).
     fn update(&mut self, f_n: DeviceFields) -> Result<Scheme> {
         let dt = self.stepper.dt;
         let elapsed = self.stepper.time(self.step + 1) - self.stepper.time(self.step_reset);
@@ -446,7 +446,7 @@ impl Simulator for ResidentSimulation<'_> {
             ..Default::default()
         };
         if let Some(n) = grid {
-            let n = method::diagnostics::vorticity_grid(&self.config, n);
+            let n = vortex_method::diagnostics::vorticity_grid(&self.config, n);
             let cutoff = self.config.reinterpolation.cutoff;
             let l = self.box_length();
             let (spec, u) = self

@@ -3,10 +3,10 @@
 
 use crate::kernels::{per_element, Kernels, NSLOT, RED_PER_THREAD, RED_THREADS};
 use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
-use method::rhs::Derivatives;
-use method::Particles;
 use std::sync::Arc;
 use vortex_cuda::GpuResult;
+use vortex_method::rhs::Derivatives;
+use vortex_method::Particles;
 
 /// Positions, strengths, core radii (current and at the last reset) of `n` particles, index =
 /// global id.
@@ -268,8 +268,8 @@ impl Moments {
     }
 
     /// The sums in the form of the uniform grid's periodic checks and surface correction.
-    pub fn periodic_sums(&self) -> gpu::uniform::periodic::PeriodicSums {
-        gpu::uniform::periodic::PeriodicSums {
+    pub fn periodic_sums(&self) -> vortex_gpu::uniform::periodic::PeriodicSums {
+        vortex_gpu::uniform::periodic::PeriodicSums {
             valid: self.non_finite == 0,
             sigma_max: self.sigma_max,
             total_strength: self.total_strength,

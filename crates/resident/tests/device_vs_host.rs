@@ -3,9 +3,9 @@
 //! energy and enstrophy by the same definition (`output.grid_velocity = "vorticity"`). Needs a
 //! CUDA GPU: run with `--features gpu-tests` (ignored, reported as such, elsewhere).
 
-use domain::SelfComm;
-use method::parallel::DistSimulation;
-use method::{Config, Simulator};
+use vortex_domain::SelfComm;
+use vortex_method::parallel::DistSimulation;
+use vortex_method::{Config, Simulator};
 
 const CONFIG: &str = r#"
 nu = 0.01
@@ -49,8 +49,8 @@ fn energy_enstrophy(sim: &mut dyn Simulator) -> (f64, f64) {
 fn resident_step_matches_the_host_step() {
     let config = Config::from_str_named(CONFIG, "device_vs_host").unwrap();
     let comm = SelfComm;
-    let mut host = DistSimulation::new(&comm, config.clone(), fmm::CpuBackend).unwrap();
-    let mut dev = resident::ResidentSimulation::new(&comm, config, 0, None).unwrap();
+    let mut host = DistSimulation::new(&comm, config.clone(), vortex_fmm::CpuBackend).unwrap();
+    let mut dev = vortex_resident::ResidentSimulation::new(&comm, config, 0, None).unwrap();
     let mut reinterpolations = 0;
     for _ in 0..8 {
         Simulator::step(&mut host).unwrap();

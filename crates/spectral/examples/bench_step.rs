@@ -1,6 +1,6 @@
 //! Time per RK4 step: `bench_step N [STEPS] [--two-thirds]` on the Taylor-Green vortex (CPU).
-use spectral::{config::Dealias, initial, Solver, StepMode};
 use std::time::Instant;
+use vortex_spectral::{config::Dealias, initial, Solver, StepMode};
 
 /// Time per RK4 step of the CPU solver on the Taylor-Green vortex.
 #[derive(clap::Parser)]

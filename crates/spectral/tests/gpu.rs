@@ -4,15 +4,15 @@
 //! `kernels/spectral.cu` runs wherever the NVRTC library is found (no GPU needed).
 #![cfg(feature = "cuda")]
 
-use spectral::config::Dealias;
-use spectral::field::SpectralField;
-use spectral::gpu::{GpuSolver, SPECTRAL};
-use spectral::solver::{initial_state, Solver, StepMode};
-use spectral::{initial, VelocityField};
+use vortex_spectral::config::Dealias;
+use vortex_spectral::field::SpectralField;
+use vortex_spectral::gpu::{GpuSolver, SPECTRAL};
+use vortex_spectral::solver::{initial_state, Solver, StepMode};
+use vortex_spectral::{initial, VelocityField};
 
 /// The GPU solver for this field (panics with the reason when no GPU can be used).
 fn gpu_solver(f: &VelocityField, nu: f64, d: Dealias, mode: StepMode) -> Option<GpuSolver> {
-    if let Err(why) = spectral::backend::cuda_usable() {
+    if let Err(why) = vortex_spectral::backend::cuda_usable() {
         panic!("no usable CUDA device: {why}");
     }
     Some(GpuSolver::new(&initial_state(f, d), nu, d, mode, 0).expect("CUDA solver"))
@@ -60,7 +60,7 @@ fn kernels_compile_with_nvrtc() {
 
 #[test]
 fn no_gpu_is_an_error_not_a_panic() {
-    match spectral::backend::cuda_usable() {
+    match vortex_spectral::backend::cuda_usable() {
         Ok(()) => println!("CUDA device present"),
         Err(why) => {
             println!("skipped: no CUDA device ({why})");
@@ -74,15 +74,18 @@ fn no_gpu_is_an_error_not_a_panic() {
             )
             .unwrap_err();
             assert!(!e.to_string().is_empty());
-            let c = spectral::Config::from_str_named(
+            let c = vortex_spectral::Config::from_str_named(
                 "n = 8\nnu = 0.01\nt_end = 0.1\ndt = 0.01\nbackend = \"cuda\"\n[initial]\nkind = \"taylor-green\"\n",
                 "x.toml",
             )
             .unwrap();
-            let e = spectral::backend::new_stepper(&c, c.backend).err().unwrap();
+            let e = vortex_spectral::backend::new_stepper(&c, c.backend)
+                .err()
+                .unwrap();
             println!("backend = \"cuda\" here: {e}");
             // auto falls back to the CPU
-            let s = spectral::backend::new_stepper(&c, spectral::Backend::Auto).unwrap();
+            let s =
+                vortex_spectral::backend::new_stepper(&c, vortex_spectral::Backend::Auto).unwrap();
             assert!(s.backend_name().starts_with("cpu"));
         }
     }

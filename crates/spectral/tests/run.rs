@@ -1,6 +1,6 @@
-use spectral::config::{Config, ConfigError};
-use spectral::io;
-use spectral::run::{run_config, RunError, RunOptions, CHECKPOINT_FILE};
+use vortex_spectral::config::{Config, ConfigError};
+use vortex_spectral::io;
+use vortex_spectral::run::{run_config, RunError, RunOptions, CHECKPOINT_FILE};
 
 const BASE: &str = r#"
 n = 16
@@ -211,7 +211,7 @@ amplitude = 20.0
 
 #[test]
 fn backend_key_is_parsed_and_checked() {
-    use spectral::Backend;
+    use vortex_spectral::Backend;
     assert_eq!(cfg(BASE).backend, Backend::Auto);
     assert_eq!(
         cfg(&format!("backend = \"cpu\"\n{BASE}")).backend,
@@ -230,7 +230,7 @@ fn backend_key_is_parsed_and_checked() {
     assert_eq!("cuda".parse::<Backend>(), Ok(Backend::Cuda));
     assert!("gpu".parse::<Backend>().is_err());
     // backend = "cuda" without a usable GPU is an error naming the reason, not a panic
-    if let Err(why) = spectral::backend::cuda_usable() {
+    if let Err(why) = vortex_spectral::backend::cuda_usable() {
         let d = tempfile::tempdir().unwrap();
         let mut c = cfg(BASE);
         c.backend = Backend::Cuda;
@@ -246,12 +246,15 @@ fn backend_key_is_parsed_and_checked() {
     ignore = "needs a CUDA GPU: cargo test --release --workspace --features gpu-tests"
 )]
 fn cpu_and_cuda_runs_agree() {
-    if let Err(why) = spectral::backend::cuda_usable() {
+    if let Err(why) = vortex_spectral::backend::cuda_usable() {
         panic!("no usable CUDA device: {why}");
     }
     let d = tempfile::tempdir().unwrap();
     let mut ck = Vec::new();
-    for b in [spectral::Backend::Cpu, spectral::Backend::Cuda] {
+    for b in [
+        vortex_spectral::Backend::Cpu,
+        vortex_spectral::Backend::Cuda,
+    ] {
         let mut c = cfg(BASE);
         c.backend = b;
         let out = d.path().join(b.to_string());

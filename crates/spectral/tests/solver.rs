@@ -1,9 +1,9 @@
-use spectral::config::Dealias;
-use spectral::diagnostics;
-use spectral::fft::wavenumber;
-use spectral::field::{SpectralField, VelocityField};
-use spectral::initial::{self, IsotropicParams};
-use spectral::{Solver, StepMode};
+use vortex_spectral::config::Dealias;
+use vortex_spectral::diagnostics;
+use vortex_spectral::fft::wavenumber;
+use vortex_spectral::field::{SpectralField, VelocityField};
+use vortex_spectral::initial::{self, IsotropicParams};
+use vortex_spectral::{Solver, StepMode};
 
 fn rel_err(a: &VelocityField, b: &VelocityField) -> f64 {
     let mut num = 0.0;

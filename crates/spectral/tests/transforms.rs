@@ -1,5 +1,5 @@
 use num_complex::Complex64;
-use spectral::fft::Fft3;
+use vortex_spectral::fft::Fft3;
 
 fn lcg(seed: &mut u64) -> f64 {
     *seed = seed

@@ -1,8 +1,8 @@
 //! A backend that computes nothing (zeros for multipoles and fields), to time or count the
 //! decomposition alone.
 
-use fmm::backend::{Backend, PhaseTimes, Plan};
-use fmm::{Expansions, FarMethod, Fields, FmmError, Sources, Targets};
+use vortex_fmm::backend::{Backend, PhaseTimes, Plan};
+use vortex_fmm::{Expansions, FarMethod, Fields, FmmError, Sources, Targets};
 
 /// A backend that computes nothing: zeros for multipoles and fields.
 pub struct NullBackend;

@@ -6,8 +6,8 @@ use super::{blocks, flat4, CudaBackend, CudaState, P2P_TARGETS, P2P_THREADS};
 use crate::device::{GpuResult, P2P};
 use crate::layout::{pack_sources, pack_targets, NearLayout};
 use cudarc::driver::PushKernelArg;
-use fmm::backend::{timed, PhaseTimes, Plan};
-use fmm::{Fields, Sources, Targets};
+use vortex_fmm::backend::{timed, PhaseTimes, Plan};
+use vortex_fmm::{Fields, Sources, Targets};
 
 impl CudaBackend {
     pub(super) fn near_impl(

@@ -8,9 +8,9 @@
 use super::{CudaBackend, CudaState};
 use crate::device::GpuError;
 use cudarc::driver::{CudaSlice, DeviceRepr};
-use fmm::backend::{FarField, Plan};
-use fmm::expansions::ncoef;
-use fmm::{Expansions, FmmError};
+use vortex_fmm::backend::{FarField, Plan};
+use vortex_fmm::expansions::ncoef;
+use vortex_fmm::{Expansions, FmmError};
 
 impl CudaBackend {
     /// The contents of a device array (the stream synchronized after the copy).
@@ -116,7 +116,7 @@ impl CudaBackend {
 }
 
 /// `f64` values per cell of the expansions of `st` in the flat layout of
-/// [`fmm::Expansions::to_flat`]: `3 K` pseudo-particle values, or `2 * 3 * ncoef(p)` for the
+/// [`vortex_fmm::Expansions::to_flat`]: `3 K` pseudo-particle values, or `2 * 3 * ncoef(p)` for the
 /// interleaved `(re, im)` coefficients (fp32 on the device).
 fn flat_len(plan: &Plan, st: &CudaState) -> usize {
     match (st.ppm_dev.as_ref(), st.ppm.as_ref()) {

@@ -1,4 +1,4 @@
-//! [`CudaBackend`]: the [`fmm::Backend`] on one CUDA device.
+//! [`CudaBackend`]: the [`vortex_fmm::Backend`] on one CUDA device.
 //!
 //! `prepare` uploads the sorted particles once (fp32 `float4`), the tables of the order and the
 //! cell centres; `upward` runs P2M (one leaf per block) and M2M level by level; `downward` runs
@@ -36,11 +36,11 @@ use crate::layout::{pack_sources, pack_targets};
 use crate::ppm::{cell_geometry, cell_octants, PpmHost, PpmTables};
 use crate::tables::knm_table;
 use cudarc::driver::{CudaSlice, LaunchConfig};
-use fmm::backend::{Backend, FarField, PhaseTimes, Plan};
-use fmm::expansions::ncoef;
-use fmm::kernel::INV_4PI;
-use fmm::{Expansions, Fields, FmmError, Sources, Targets};
 use std::sync::{Arc, Mutex};
+use vortex_fmm::backend::{Backend, FarField, PhaseTimes, Plan};
+use vortex_fmm::expansions::ncoef;
+use vortex_fmm::kernel::INV_4PI;
+use vortex_fmm::{Expansions, Fields, FmmError, Sources, Targets};
 
 /// Targets per near-field task and threads per near-field block (`NEAR_TARGETS`,
 /// `NEAR_THREADS` of `kernels/p2p.cu`).
@@ -174,7 +174,7 @@ pub fn ppm_threads(k: usize) -> usize {
     k.div_ceil(32) * 32
 }
 
-fn centers(tree: &fmm::tree::Tree) -> Vec<f32> {
+fn centers(tree: &vortex_fmm::tree::Tree) -> Vec<f32> {
     tree.cells
         .iter()
         .flat_map(|c| {
@@ -189,7 +189,7 @@ fn centers(tree: &fmm::tree::Tree) -> Vec<f32> {
 }
 
 /// One task per non-empty leaf: `(first point, point count, leaf cell, 0)` (P2M, PPM L2P).
-fn leaf_tasks(tree: &fmm::tree::Tree) -> Vec<[i32; 4]> {
+fn leaf_tasks(tree: &vortex_fmm::tree::Tree) -> Vec<[i32; 4]> {
     tree.leaves()
         .filter(|&l| !tree.cells[l].is_empty())
         .map(|l| {
@@ -236,8 +236,8 @@ impl CudaBackend {
     pub fn warm_up(&self, p: usize) -> GpuResult<()> {
         self.dev.module(&P2P, &[])?;
         self.dev.module(&FMM, &defines(p))?;
-        if p <= fmm::MAX_ORDER {
-            let k = fmm::ppm::PseudoParticles::new(p).count();
+        if p <= vortex_fmm::MAX_ORDER {
+            let k = vortex_fmm::ppm::PseudoParticles::new(p).count();
             self.dev.module(&PPM, &[("PPM_K", k)])?;
         }
         Ok(())

@@ -9,10 +9,10 @@ use super::{
 use crate::device::{GpuError, GpuResult, FMM};
 use crate::tables::{direction_key, rot_stride, toff, z_tables, RotationBuilder};
 use cudarc::driver::{CudaFunction, CudaSlice, PushKernelArg};
-use fmm::backend::{timed, PhaseTimes, Plan};
-use fmm::expansions::ncoef;
-use fmm::lists::NO_SHIFT;
 use rustc_hash::FxHashMap;
+use vortex_fmm::backend::{timed, PhaseTimes, Plan};
+use vortex_fmm::expansions::ncoef;
+use vortex_fmm::lists::NO_SHIFT;
 
 impl CudaBackend {
     pub(super) fn upward_impl(
@@ -27,8 +27,8 @@ impl CudaBackend {
         if let Some(h) = st.ppm.as_mut() {
             // PPM: P2M and M2M on the host (f64); the multipoles go up with the M2L
             let tree = &plan.source_tree;
-            fmm::backend::timed(&mut times.p2m, || h.p2m(tree));
-            fmm::backend::timed(&mut times.m2m, || h.m2m(tree));
+            vortex_fmm::backend::timed(&mut times.p2m, || h.p2m(tree));
+            vortex_fmm::backend::timed(&mut times.m2m, || h.m2m(tree));
             return Ok(());
         }
         let p = st.p;

@@ -4,8 +4,8 @@
 
 use super::EVAL_BLOCK;
 use crate::tables::{direction_key, rot_stride, RotationBuilder};
-use fmm::backend::Plan;
 use rustc_hash::{FxHashMap, FxHashSet};
+use vortex_fmm::backend::Plan;
 
 /// `(tasks, entries, rotation records, number of directions)` of [`pack_m2l`].
 pub type M2lPacking = (Vec<[i32; 4]>, Vec<[i32; 4]>, Vec<f32>, usize);
@@ -252,12 +252,12 @@ pub fn pack_m2p(plan: &Plan) -> (Vec<[i32; 4]>, Vec<[i32; 4]>, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fmm::backend::PhaseTimes;
-    use fmm::{EvalParams, Method};
+    use vortex_fmm::backend::PhaseTimes;
+    use vortex_fmm::{EvalParams, Method};
 
     #[test]
     fn m2l_packing_follows_the_far_lists() {
-        let s = fmm::testsets::standard(4000, 3);
+        let s = vortex_fmm::testsets::standard(4000, 3);
         let params = EvalParams {
             method: Method::Fmm,
             order: 4,
@@ -265,7 +265,8 @@ mod tests {
             ..Default::default()
         };
         let mut t = PhaseTimes::default();
-        let (plan, _, _) = fmm::evaluators::plan(&params, &s, &s.as_targets(), &mut t).unwrap();
+        let (plan, _, _) =
+            vortex_fmm::evaluators::plan(&params, &s, &s.as_targets(), &mut t).unwrap();
         let (tasks, entries, recs, ndirs) = pack_m2l(&plan, 4, true);
         assert_eq!(entries.len(), plan.lists.far.len());
         assert_eq!(recs.len(), ndirs * rot_stride(4));
@@ -297,7 +298,7 @@ mod tests {
 
     #[test]
     fn m2p_packing_matches_sequential_walk() {
-        let s = fmm::testsets::standard(5000, 4);
+        let s = vortex_fmm::testsets::standard(5000, 4);
         let params = EvalParams {
             method: Method::Treecode,
             order: 4,
@@ -305,7 +306,8 @@ mod tests {
             ..Default::default()
         };
         let mut t = PhaseTimes::default();
-        let (plan, _, _) = fmm::evaluators::plan(&params, &s, &s.as_targets(), &mut t).unwrap();
+        let (plan, _, _) =
+            vortex_fmm::evaluators::plan(&params, &s, &s.as_targets(), &mut t).unwrap();
         let (tasks, entries, evals) = pack_m2p(&plan);
         let tt = &plan.target_tree;
         let (mut et, mut ee, mut ev) = (Vec::new(), Vec::new(), 0u64);

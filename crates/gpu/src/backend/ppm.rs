@@ -10,8 +10,8 @@ use super::{
 use crate::device::{GpuResult, PPM};
 use crate::ppm::pack_ppm_m2l;
 use cudarc::driver::{CudaFunction, CudaSlice, PushKernelArg};
-use fmm::backend::{timed, PhaseTimes, Plan};
-use fmm::ppm::PseudoParticles;
+use vortex_fmm::backend::{timed, PhaseTimes, Plan};
+use vortex_fmm::ppm::PseudoParticles;
 
 impl CudaBackend {
     /// PPM upward pass on the device: P2M (`ppm_p2m`, one leaf per block), then M2M level by
@@ -205,8 +205,8 @@ impl CudaBackend {
         });
         times.m2l += wall;
         r?;
-        fmm::backend::timed(&mut times.l2l, || h.l2l(tt));
-        fmm::backend::timed(&mut times.l2p, || h.l2p(tt));
+        vortex_fmm::backend::timed(&mut times.l2l, || h.l2l(tt));
+        vortex_fmm::backend::timed(&mut times.l2p, || h.l2p(tt));
         Ok(())
     }
 

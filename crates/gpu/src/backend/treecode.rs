@@ -4,7 +4,7 @@
 use super::{blocks, defines, flat4, pack_m2p, CudaBackend, CudaState, EVAL_BLOCK};
 use crate::device::{GpuResult, FMM};
 use cudarc::driver::PushKernelArg;
-use fmm::backend::{timed, PhaseTimes, Plan};
+use vortex_fmm::backend::{timed, PhaseTimes, Plan};
 
 impl CudaBackend {
     pub(super) fn treecode_far(

@@ -21,13 +21,15 @@
 mod common;
 use common::Check;
 
-use fmm::backend::{Backend, PhaseTimes};
-use fmm::evaluators::direct::direct;
-use fmm::kernel::{pair_interaction, INV_4PI};
-use fmm::{relative_l2_error, CpuBackend, EvalParams, Fields, Method, Plan, Sources, Targets};
-use gpu::{CudaBackend, M2lKind};
 use rayon::prelude::*;
 use std::time::Instant;
+use vortex_fmm::backend::{Backend, PhaseTimes};
+use vortex_fmm::evaluators::direct::direct;
+use vortex_fmm::kernel::{pair_interaction, INV_4PI};
+use vortex_fmm::{
+    relative_l2_error, CpuBackend, EvalParams, Fields, Method, Plan, Sources, Targets,
+};
+use vortex_gpu::{CudaBackend, M2lKind};
 
 /// Correctness and timing of the CUDA backend against the CPU f64 engine.
 #[derive(clap::Parser, Debug)]
@@ -110,10 +112,10 @@ fn crossover(be: &CudaBackend, args: &Args, chk: &mut Check) {
     println!("|---|---|---|---|---|---|");
     let mut last_direct_wins = None;
     for &n in &args.crossover {
-        let src = fmm::testsets::standard(n, 5);
+        let src = vortex_fmm::testsets::standard(n, 5);
         let tgt = src.as_targets();
         let _ = be.all_pairs(&src, &tgt).expect("all pairs"); // warm
-        let _ = fmm::evaluate(be, &params, &src, &tgt).expect("gpu fmm"); // warm
+        let _ = vortex_fmm::evaluate(be, &params, &src, &tgt).expect("gpu fmm"); // warm
         let (mut t_direct, mut t_fmm) = (f64::INFINITY, f64::INFINITY);
         let (mut f_direct, mut f_fmm) = (None, None);
         for _ in 0..args.reps {
@@ -122,7 +124,7 @@ fn crossover(be: &CudaBackend, args: &Args, chk: &mut Check) {
             t_direct = t_direct.min(t0.elapsed().as_secs_f64());
             f_direct = Some(f);
             let t0 = Instant::now();
-            let e = fmm::evaluate(be, &params, &src, &tgt).expect("gpu fmm");
+            let e = vortex_fmm::evaluate(be, &params, &src, &tgt).expect("gpu fmm");
             t_fmm = t_fmm.min(t0.elapsed().as_secs_f64());
             f_fmm = Some(e.fields);
         }
@@ -161,11 +163,11 @@ fn host_peak_bytes() -> u64 {
 
 /// Host-side packing of the lists alone (no GPU): median of 3 wall times per packer.
 fn pack_bench(n: usize, args: &Args) {
-    let src = fmm::testsets::standard(n, 42);
+    let src = vortex_fmm::testsets::standard(n, 42);
     let tgt = src.as_targets();
     let params = args.fmm_params();
     let mut pt = PhaseTimes::default();
-    let (plan, _, _) = fmm::evaluators::plan(&params, &src, &tgt, &mut pt).expect("plan");
+    let (plan, _, _) = vortex_fmm::evaluators::plan(&params, &src, &tgt, &mut pt).expect("plan");
     println!(
         "pack-bench N = {n}, p = {}, theta = {}, leaf = {}: {} cells, {} far, {} near entries, {} threads",
         args.order,
@@ -187,30 +189,30 @@ fn pack_bench(n: usize, args: &Args) {
         v.sort_by(f64::total_cmp);
         v[1]
     };
-    let mut bufs = gpu::backend::M2lBuffers::default();
+    let mut bufs = vortex_gpu::backend::M2lBuffers::default();
     let t = time(&mut || {
-        gpu::backend::pack_m2l_into(&plan, args.order, true, &mut bufs);
+        vortex_gpu::backend::pack_m2l_into(&plan, args.order, true, &mut bufs);
     });
     println!("  M2L rotation packing (reused buffers): {t:.4} s");
     let t = time(&mut || {
-        let _ = gpu::backend::pack_m2l(&plan, args.order, true);
+        let _ = vortex_gpu::backend::pack_m2l(&plan, args.order, true);
     });
     println!("  M2L rotation packing (fresh buffers):  {t:.4} s");
     let t = time(&mut || {
-        let _ = gpu::ppm::pack_ppm_m2l(&plan, fmm::ppm::DEFAULT_RADIUS_FACTOR);
+        let _ = vortex_gpu::ppm::pack_ppm_m2l(&plan, vortex_fmm::ppm::DEFAULT_RADIUS_FACTOR);
     });
     println!("  PPM M2L packing:                       {t:.4} s");
     let t = time(&mut || {
-        let _ = gpu::layout::NearLayout::build(
+        let _ = vortex_gpu::layout::NearLayout::build(
             &plan.target_tree,
             &plan.source_tree,
             &plan.lists.near,
-            gpu::backend::P2P_TARGETS,
+            vortex_gpu::backend::P2P_TARGETS,
         );
     });
     println!("  P2P near layout:                       {t:.4} s");
     let t = time(&mut || {
-        let _ = gpu::backend::pack_m2p(&plan);
+        let _ = vortex_gpu::backend::pack_m2p(&plan);
     });
     println!("  M2P (treecode) packing, FMM lists:     {t:.4} s");
     // PPM: its own plan (lists built with the sphere radii)
@@ -219,9 +221,10 @@ fn pack_bench(n: usize, args: &Args) {
         order: args.ppm_order,
         ..params.clone()
     };
-    let (pplan, ss, st) = fmm::evaluators::plan(&pparams, &src, &tgt, &mut pt).expect("plan");
+    let (pplan, ss, st) =
+        vortex_fmm::evaluators::plan(&pparams, &src, &tgt, &mut pt).expect("plan");
     let t = time(&mut || {
-        let _ = gpu::ppm::pack_ppm_m2l(&pplan, fmm::ppm::DEFAULT_RADIUS_FACTOR);
+        let _ = vortex_gpu::ppm::pack_ppm_m2l(&pplan, vortex_fmm::ppm::DEFAULT_RADIUS_FACTOR);
     });
     println!(
         "  PPM M2L packing (PPM lists, {} far entries): {t:.4} s",
@@ -229,7 +232,7 @@ fn pack_bench(n: usize, args: &Args) {
     );
     let plan = &pplan;
     for um in [true, false] {
-        let mut h = gpu::ppm::PpmHost::new(plan, &ss, &st);
+        let mut h = vortex_gpu::ppm::PpmHost::new(plan, &ss, &st);
         h.use_matrices = um;
         let tr = &plan.source_tree;
         let t0 = Instant::now();
@@ -325,11 +328,11 @@ fn main() {
 /// The backend on `--device`, its modules compiled (the time printed); exits with status 2
 /// when no GPU is usable.
 fn open_backend(args: &Args) -> CudaBackend {
-    if !gpu::driver_present() || !gpu::nvrtc_present() {
+    if !vortex_gpu::driver_present() || !vortex_gpu::nvrtc_present() {
         println!(
             "gpu-check: no usable GPU (driver present: {}, NVRTC present: {})",
-            gpu::driver_present(),
-            gpu::nvrtc_present()
+            vortex_gpu::driver_present(),
+            vortex_gpu::nvrtc_present()
         );
         std::process::exit(2);
     }
@@ -366,7 +369,7 @@ fn open_backend(args: &Args) -> CudaBackend {
 /// The all-pairs kernel on `n` particles (best of 3) against the f64 direct sum on 256
 /// sampled targets.
 fn all_pairs_check(be: &CudaBackend, n: usize, chk: &mut Check) {
-    let s = fmm::testsets::standard(n, 11);
+    let s = vortex_fmm::testsets::standard(n, 11);
     let t = s.as_targets();
     let _ = be.all_pairs(&s, &t).expect("all pairs"); // warm
     let mut best = f64::INFINITY;
@@ -414,7 +417,7 @@ fn size_checks(be: &mut CudaBackend, args: &Args, n: usize, rows: &mut Vec<Row>,
         "\n=== N = {n}, p = {}, theta = {}, leaf = {} ===",
         args.order, args.theta, args.leaf
     );
-    let src = fmm::testsets::standard(n, 42);
+    let src = vortex_fmm::testsets::standard(n, 42);
     let tgt = src.as_targets();
     let params = args.fmm_params();
     let case = Case {
@@ -450,7 +453,7 @@ fn p2p_check(be: &CudaBackend, args: &Args, case: &Case, chk: &mut Check) -> Pla
     let mut pt = PhaseTimes::default();
     let tp = Instant::now();
     let (plan, ss, st) =
-        fmm::evaluators::plan(&case.params, &case.src, &case.tgt, &mut pt).expect("plan");
+        vortex_fmm::evaluators::plan(&case.params, &case.src, &case.tgt, &mut pt).expect("plan");
     println!(
         "  plan (CPU): {:.3} s (tree {:.3}, lists {:.3}); {} cells, {} near, {} far pairs of cells",
         tp.elapsed().as_secs_f64(),
@@ -551,8 +554,8 @@ fn row(
     n: usize,
     method: &str,
     p: usize,
-    e: &fmm::Evaluation,
-    k: &gpu::KernelTimes,
+    e: &vortex_fmm::Evaluation,
+    k: &vortex_gpu::KernelTimes,
     (ev, es): (f64, f64),
 ) -> Row {
     let t = &e.times;
@@ -589,7 +592,7 @@ fn row(
 /// The GPU FMM with the plain O(p^4) M2L against the f64 direct sum.
 fn plain_m2l_check(be: &mut CudaBackend, case: &Case, reference: &Reference, chk: &mut Check) {
     be.m2l = M2lKind::Plain;
-    let e = fmm::evaluate(be, &case.params, &case.src, &case.tgt).expect("gpu fmm plain");
+    let e = vortex_fmm::evaluate(be, &case.params, &case.src, &case.tgt).expect("gpu fmm plain");
     let k = be.last_kernel_times();
     be.m2l = M2lKind::Rotation;
     let (pv, ps) = errs(&pick(&e.fields, &reference.idx), &reference.fields);
@@ -622,10 +625,10 @@ impl<'a> Methods<'a> {
     }
 
     /// The GPU evaluation with `prm` of the fastest of `--reps` runs, and its kernel times.
-    fn best_of(&self, prm: &EvalParams) -> (fmm::Evaluation, gpu::KernelTimes) {
-        let mut best: Option<(f64, fmm::Evaluation, gpu::KernelTimes)> = None;
+    fn best_of(&self, prm: &EvalParams) -> (vortex_fmm::Evaluation, vortex_gpu::KernelTimes) {
+        let mut best: Option<(f64, vortex_fmm::Evaluation, vortex_gpu::KernelTimes)> = None;
         for _ in 0..self.args.reps {
-            let e = fmm::evaluate(self.be, prm, &self.case.src, &self.case.tgt)
+            let e = vortex_fmm::evaluate(self.be, prm, &self.case.src, &self.case.tgt)
                 .expect("gpu evaluation");
             let k = self.be.last_kernel_times();
             if best.as_ref().map(|b| e.times.total < b.0).unwrap_or(true) {
@@ -670,8 +673,8 @@ impl<'a> Methods<'a> {
 
         if n <= args.cpu_fmm_max {
             let tc = Instant::now();
-            let ev_cpu =
-                fmm::evaluate(&CpuBackend, &case.params, &case.src, &case.tgt).expect("cpu fmm");
+            let ev_cpu = vortex_fmm::evaluate(&CpuBackend, &case.params, &case.src, &case.tgt)
+                .expect("cpu fmm");
             let cpu_s = tc.elapsed().as_secs_f64();
             print_times("CPU f64 FMM", &ev_cpu.times);
             let (cv, cs) = errs(&pick(&ev_cpu.fields, &reference.idx), &reference.fields);
@@ -716,7 +719,7 @@ impl<'a> Methods<'a> {
             order: args.ppm_order,
             ..case.params.clone()
         };
-        let kk = fmm::ppm::PseudoParticles::new(args.ppm_order).count();
+        let kk = vortex_fmm::ppm::PseudoParticles::new(args.ppm_order).count();
         let (e, k) = self.best_of(&pparams);
         let (pv, ps) = errs(&pick(&e.fields, &reference.idx), &reference.fields);
         print_times(
@@ -743,7 +746,8 @@ impl<'a> Methods<'a> {
         rows.push(row(n, "ppm", args.ppm_order, &e, &k, (pv, ps)));
         if n <= args.cpu_fmm_max {
             let tc = Instant::now();
-            let ec = fmm::evaluate(&CpuBackend, &pparams, &case.src, &case.tgt).expect("cpu ppm");
+            let ec =
+                vortex_fmm::evaluate(&CpuBackend, &pparams, &case.src, &case.tgt).expect("cpu ppm");
             let cpu_s = tc.elapsed().as_secs_f64();
             print_times("CPU f64 PPM", &ec.times);
             let (cv, cs) = errs(&pick(&ec.fields, &reference.idx), &reference.fields);

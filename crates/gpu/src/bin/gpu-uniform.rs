@@ -1,4 +1,4 @@
-//! `gpu-uniform`: the uniform-grid FMM built on the device (`gpu::uniform`), checked and timed.
+//! `gpu-uniform`: the uniform-grid FMM built on the device (`vortex_gpu::uniform`), checked and timed.
 //!
 //! ```text
 //! gpu-uniform [--sizes 1e5,1e6,1e7] [--order 6,8] [--cutoff 4.4] [--leaf-target 100]
@@ -17,19 +17,19 @@
 //! `--periodic`: the zero-mean standard set in the box `[-pi, pi)^3` (`vortex particles
 //! --periodic`), evaluated periodically (`UniformFmm::evaluate_periodic`, `--image-levels` K)
 //! and, for the cost comparison, in free space (same particles, same reps); the reference is
-//! the Ewald-split sum (`fmm::periodic::ewald`) on the sampled targets, and for N <=
+//! the Ewald-split sum (`vortex_fmm::periodic::ewald`) on the sampled targets, and for N <=
 //! `--adaptive-max` the adaptive-octree CUDA FMM with the same periodic images. The velocity
 //! bound 1e-4 applies from p = 10 on (the field of a zero-mean set is weak).
 
 mod common;
 use common::Check;
 
-use fmm::evaluators::direct::direct;
-use fmm::periodic::{EwaldParams, EwaldReference, Periodic};
-use fmm::{relative_l2_error, EvalParams, Method, Sources, Targets};
-use gpu::device::GpuResult;
-use gpu::{CudaBackend, UniformFmm, UniformParams, UniformTimes};
 use std::time::Instant;
+use vortex_fmm::evaluators::direct::direct;
+use vortex_fmm::periodic::{EwaldParams, EwaldReference, Periodic};
+use vortex_fmm::{relative_l2_error, EvalParams, Method, Sources, Targets};
+use vortex_gpu::device::GpuResult;
+use vortex_gpu::{CudaBackend, UniformFmm, UniformParams, UniformTimes};
 
 struct Args {
     sizes: Vec<usize>,
@@ -69,7 +69,7 @@ struct Cli {
     /// GPU index among the visible devices.
     #[arg(long, default_value_t = 0)]
     device: usize,
-    /// Force the grid shape `m,k` of `gpu::UniformGrid` (default: chosen from N and the cores).
+    /// Force the grid shape `m,k` of `vortex_gpu::UniformGrid` (default: chosen from N and the cores).
     #[arg(long, value_delimiter = ',', num_args = 1)]
     grid: Option<Vec<usize>>,
     /// Largest N compared with the adaptive-octree CUDA FMM on all targets.
@@ -206,7 +206,7 @@ fn main() {
 /// The uniform-grid FMM on `--device` (the device and the settings printed); exits with
 /// status 2 when no GPU is usable.
 fn open_device(args: &Args) -> UniformFmm {
-    if !gpu::available() {
+    if !vortex_gpu::available() {
         eprintln!("gpu-uniform: no usable CUDA device (driver, NVRTC and a device are needed)");
         std::process::exit(2);
     }
@@ -238,15 +238,15 @@ struct TestSet {
     n: usize,
     src: Sources,
     idx: Vec<usize>,
-    reference: fmm::Fields,
+    reference: vortex_fmm::Fields,
 }
 
 impl TestSet {
     fn new(args: &Args, n: usize) -> Self {
         println!("\n=== N = {n} (standard set, seed {}) ===", args.seed);
         let t = Instant::now();
-        let src = fmm::testsets::generate(
-            fmm::testsets::Distribution::Uniform,
+        let src = vortex_fmm::testsets::generate(
+            vortex_fmm::testsets::Distribution::Uniform,
             n,
             args.seed,
             args.periodic.is_some(),
@@ -290,7 +290,7 @@ fn evaluate(
     args: &Args,
     set: &TestSet,
     params: &UniformParams,
-) -> GpuResult<(fmm::Fields, UniformTimes)> {
+) -> GpuResult<(vortex_fmm::Fields, UniformTimes)> {
     match &args.periodic {
         None => ufmm.evaluate(&set.src, params),
         Some(q) => ufmm.evaluate_periodic(&set.src, params, q),
@@ -316,7 +316,7 @@ fn order_check(
     };
     println!("\n--- N = {n}, p = {p} ---");
     let wt = warm_up(ufmm, args, set, &params, chk)?;
-    let mut best: Option<(fmm::Fields, UniformTimes)> = None;
+    let mut best: Option<(vortex_fmm::Fields, UniformTimes)> = None;
     for _ in 0..args.reps {
         let r = evaluate(ufmm, args, set, &params).expect("evaluation failed after the warm-up");
         if best.as_ref().map(|b| r.1.total < b.1.total).unwrap_or(true) {
@@ -439,7 +439,7 @@ fn error_checks(
     args: &Args,
     set: &TestSet,
     p: usize,
-    fields: &fmm::Fields,
+    fields: &vortex_fmm::Fields,
     chk: &mut Check,
 ) -> (f64, f64) {
     let n = set.n;
@@ -471,7 +471,7 @@ fn adaptive_comparison(
     args: &Args,
     set: &TestSet,
     p: usize,
-    fields: &fmm::Fields,
+    fields: &vortex_fmm::Fields,
     chk: &mut Check,
 ) -> String {
     let (n, src) = (set.n, &set.src);
@@ -488,9 +488,9 @@ fn adaptive_comparison(
         periodic: args.periodic,
         ..Default::default()
     };
-    let _ = fmm::evaluate(&be, &ep, src, &src.as_targets());
+    let _ = vortex_fmm::evaluate(&be, &ep, src, &src.as_targets());
     let t = Instant::now();
-    let ev = match fmm::evaluate(&be, &ep, src, &src.as_targets()) {
+    let ev = match vortex_fmm::evaluate(&be, &ep, src, &src.as_targets()) {
         Ok(ev) => ev,
         Err(e) => {
             println!("  adaptive CUDA FMM failed: {e}");

@@ -1,4 +1,4 @@
-//! The uniform-grid FMM over the ranks of a [`domain::Comm`], one GPU per rank (slab
+//! The uniform-grid FMM over the ranks of a [`vortex_domain::Comm`], one GPU per rank (slab
 //! decomposition of [`super::slab`]; its f64 CPU twin is [`super::distributed_reference`]).
 //!
 //! Per rank:
@@ -32,12 +32,12 @@ use super::slab::{
 };
 use super::{UniformFmm, UniformParams, UniformTimes};
 use crate::device::{GpuError, GpuResult};
-use domain::{Comm, ReduceOp};
-use fmm::expansions::ncoef;
-use fmm::{Fields, Sources};
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
+use vortex_domain::{Comm, ReduceOp};
+use vortex_fmm::expansions::ncoef;
+use vortex_fmm::{Fields, Sources};
 
 /// Bytes of one halo particle (two `float4`).
 const HALO_ROW: usize = 32;
@@ -391,8 +391,8 @@ fn run_owned(
 mod tests {
     use super::*;
     use crate::uniform::evaluate_reference;
-    use domain::ThreadComm;
-    use fmm::relative_l2_error;
+    use vortex_domain::ThreadComm;
+    use vortex_fmm::relative_l2_error;
 
     /// On a GPU: R = 1, 2, 3 simulated ranks sharing device 0 against the single-rank f64
     /// twin (the f32 error of the kernels), and the ranks against each other.
@@ -402,7 +402,7 @@ mod tests {
         ignore = "needs a CUDA GPU: cargo test --release --workspace --features gpu-tests"
     )]
     fn device_ranks_match_the_f64_reference() {
-        let mut s = fmm::testsets::standard(30_000, 5);
+        let mut s = vortex_fmm::testsets::standard(30_000, 5);
         s.sigma.iter_mut().for_each(|v| *v *= 0.5);
         let params = UniformParams {
             order: 6,

@@ -1,6 +1,6 @@
 //! The distributed uniform-grid FMM in f64 on the CPU: the algorithm of
 //! [`super::distributed`] (slab decomposition of [`super::slab`]) with the stages of the f64
-//! twin ([`super::reference`]). Run under `domain::ThreadComm` it is what CI checks: for
+//! twin ([`super::reference`]). Run under `vortex_domain::ThreadComm` it is what CI checks: for
 //! R = 1, 2, 3 ranks it agrees with the single-rank [`super::evaluate_reference`] (same grid
 //! and lists, only the summation order of the coarse multipoles changes) to round-off.
 //!
@@ -17,9 +17,9 @@ use super::slab::{
 };
 use super::UniformParams;
 use crate::device::GpuResult;
-use domain::{Comm, ReduceOp};
-use fmm::expansions::Complex64;
-use fmm::{Fields, Sources};
+use vortex_domain::{Comm, ReduceOp};
+use vortex_fmm::expansions::Complex64;
+use vortex_fmm::{Fields, Sources};
 
 /// Counts of one distributed f64 evaluation on one rank.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -144,9 +144,9 @@ pub fn evaluate_distributed_reference(
 mod tests {
     use super::*;
     use crate::uniform::evaluate_reference;
-    use domain::ThreadComm;
-    use fmm::evaluators::direct::direct;
-    use fmm::relative_l2_error;
+    use vortex_domain::ThreadComm;
+    use vortex_fmm::evaluators::direct::direct;
+    use vortex_fmm::relative_l2_error;
 
     /// Splits `s` over `ranks`: particle `i` to rank `i % ranks` (so every rank holds
     /// particles of every slab and the redistribution moves most of them).
@@ -195,7 +195,7 @@ mod tests {
     }
 
     fn small_cores(np: usize, seed: u64) -> Sources {
-        let mut s = fmm::testsets::standard(np, seed);
+        let mut s = vortex_fmm::testsets::standard(np, seed);
         s.sigma.iter_mut().for_each(|v| *v = 0.02);
         s
     }

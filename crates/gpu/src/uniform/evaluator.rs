@@ -1,19 +1,19 @@
-//! The uniform grid as an [`fmm::Evaluator`]: [`UniformEvaluator`] on one GPU (free space or
+//! The uniform grid as an [`vortex_fmm::Evaluator`]: [`UniformEvaluator`] on one GPU (free space or
 //! periodic) and [`UniformSlabEvaluator`], the grid split into z slabs over the ranks of a
-//! `domain::Comm`, one GPU per rank (free space). Both evaluate FMM fields at the sources
-//! themselves ([`TargetSpec::Sources`]); the planner (`fmm::planner`) sends every other
+//! `vortex_domain::Comm`, one GPU per rank (free space). Both evaluate FMM fields at the sources
+//! themselves ([`TargetSpec::Sources`]); the planner (`vortex_fmm::planner`) sends every other
 //! request to the adaptive octree and refuses a uniform grid for it with the reason.
 
 use super::{UniformFmm, UniformParams, UniformTimes};
 use crate::device::GpuResult;
-use domain::Comm;
-use fmm::evaluators::PlanStats;
-use fmm::{
+use vortex_domain::Comm;
+use vortex_fmm::evaluators::PlanStats;
+use vortex_fmm::{
     CommStats, EvalParams, Evaluation, Evaluator, FmmError, Method, PhaseTimes, Sources, TargetSpec,
 };
 
 impl UniformTimes {
-    /// The phases in the terms of `fmm::PhaseTimes`: `tree` = sort on the device, `p2m` = P2M
+    /// The phases in the terms of `vortex_fmm::PhaseTimes`: `tree` = sort on the device, `p2m` = P2M
     /// + M2M, `l2l` = L2L + L2P, `transfer` = host packing, upload and download.
     pub fn phase_times(&self) -> PhaseTimes {
         PhaseTimes {
@@ -28,7 +28,7 @@ impl UniformTimes {
         }
     }
 
-    /// The work counts in the terms of `fmm::evaluators::PlanStats` (far pairs = M2L
+    /// The work counts in the terms of `vortex_fmm::evaluators::PlanStats` (far pairs = M2L
     /// translations, depth = levels below the top).
     pub fn plan_stats(&self) -> PlanStats {
         PlanStats {
@@ -231,8 +231,8 @@ impl Evaluator for UniformSlabEvaluator<'_> {
 mod tests {
     use super::*;
     use crate::uniform::reference::{evaluate_reference, evaluate_reference_periodic};
-    use fmm::periodic::Periodic;
-    use fmm::relative_l2_error;
+    use vortex_fmm::periodic::Periodic;
+    use vortex_fmm::relative_l2_error;
 
     /// The evaluator gives the uniform grid's result (against its f64 twin with the same grid
     /// parameters, free space and periodic) and refuses separate targets.
@@ -242,7 +242,12 @@ mod tests {
         ignore = "needs a CUDA GPU: cargo test --release --workspace --features gpu-tests"
     )]
     fn the_uniform_evaluator_matches_its_f64_twin() {
-        let s = fmm::testsets::generate(fmm::testsets::Distribution::Uniform, 20_000, 9, true);
+        let s = vortex_fmm::testsets::generate(
+            vortex_fmm::testsets::Distribution::Uniform,
+            20_000,
+            9,
+            true,
+        );
         for periodic in [None, Some(Periodic::default())] {
             let params = EvalParams {
                 method: Method::Fmm,
@@ -270,8 +275,8 @@ mod tests {
         }
     }
 
-    /// Every GPU engine through `fmm::Evaluator` against the f64 direct sum on the same fresh
-    /// random inputs (`fmm::evaluator::errors_against_direct`, the check the CPU engines run
+    /// Every GPU engine through `vortex_fmm::Evaluator` against the f64 direct sum on the same fresh
+    /// random inputs (`vortex_fmm::evaluator::errors_against_direct`, the check the CPU engines run
     /// in `crates/fmm/tests/evaluators.rs`); fp32 kernels, so tolerances of the FMM at p = 8.
     #[test]
     #[cfg_attr(
@@ -279,8 +284,8 @@ mod tests {
         ignore = "needs a CUDA GPU: cargo test --release --workspace --features gpu-tests"
     )]
     fn every_gpu_evaluator_matches_the_direct_sum_through_the_trait() {
-        use fmm::evaluator::errors_against_direct;
-        use fmm::{PlanEvaluator, Targets};
+        use vortex_fmm::evaluator::errors_against_direct;
+        use vortex_fmm::{PlanEvaluator, Targets};
         let seed = 1
             + (std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -288,8 +293,8 @@ mod tests {
                 .as_nanos()
                 % 1000) as u64;
         for periodic in [None, Some(Periodic::default())] {
-            let s = fmm::testsets::generate(
-                fmm::testsets::Distribution::Uniform,
+            let s = vortex_fmm::testsets::generate(
+                vortex_fmm::testsets::Distribution::Uniform,
                 4000,
                 seed,
                 periodic.is_some(),

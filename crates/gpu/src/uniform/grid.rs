@@ -12,7 +12,7 @@
 //! kernel equals the Gaussian-cored one there up to `1 - q(core_cutoff)` (docs/CONVENTIONS.md).
 //!
 //! A periodic grid ([`UniformGrid::periodic`]) covers the box `[-L/2, L/2)^3` of
-//! `fmm::periodic::Periodic` exactly (`lo = -L/2`, `side = L`, no padding; positions are
+//! `vortex_fmm::periodic::Periodic` exactly (`lo = -L/2`, `side = L`, no padding; positions are
 //! wrapped before the f32 cast and a cell index that rounds to `n` is clamped to `n - 1`).
 //! Its leaves per side are `n = m 2^k` with `m` in `{1, 3}` and `n >= 3`: the top level's
 //! M2L spans the `3 x 3 x 3` images of the box (`m^3 (27 m^3 - 27)` translations: `m`
@@ -20,8 +20,8 @@
 //! distinct.
 
 use crate::device::{GpuError, GpuResult};
-use fmm::periodic::Periodic;
 use rayon::prelude::*;
+use vortex_fmm::periodic::Periodic;
 
 /// Largest number of top-level cells per side (`m`): at the top every pair of non-adjacent
 /// cells interacts by M2L, so `m^3` cells cost `O(m^6)` translations.
@@ -116,7 +116,7 @@ pub struct UniformGrid {
     pub lo: [f64; 3],
     /// Side of the cube.
     pub side: f64,
-    /// Periodic in all three directions (the cube is the box of `fmm::periodic::Periodic`):
+    /// Periodic in all three directions (the cube is the box of `vortex_fmm::periodic::Periodic`):
     /// the near field and the M2L lists wrap around ([`super::stencil`]).
     pub periodic: bool,
 }
@@ -234,7 +234,7 @@ impl UniformGrid {
             3.max(self.m.saturating_sub(1))
         }
     }
-    /// The level whose cells receive the far periodic images (`fmm::periodic::FarImages`):
+    /// The level whose cells receive the far periodic images (`vortex_fmm::periodic::FarImages`):
     /// the coarsest with at least 3 cells per side (`m = 1`: level 2, `m = 3`: level 0); the
     /// ordinary L2L carries their locals down to the leaves.
     pub fn receiver_level(&self) -> usize {
@@ -402,7 +402,7 @@ mod tests {
 
     #[test]
     fn extent_contains_points_and_rejects_bad_input() {
-        let s = fmm::testsets::standard(1000, 2);
+        let s = vortex_fmm::testsets::standard(1000, 2);
         let e = Extent::of(&s.position, &s.sigma).unwrap();
         for x in &s.position {
             for c in 0..3 {

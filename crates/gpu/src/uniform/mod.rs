@@ -15,21 +15,21 @@
 //! * [`sort`]: host emulation of the device sort and task builder (tested against a plain
 //!   stable sort and a brute-force near list);
 //! * [`periodic`]: periodic boundary conditions (box `[-L/2, L/2)^3` of
-//!   `fmm::periodic::Periodic`): wrapping f32 pack with the dipole sums, far images at the
+//!   `vortex_fmm::periodic::Periodic`): wrapping f32 pack with the dipole sums, far images at the
 //!   receiver level, surface correction (host helpers of the twin and the device path);
 //! * [`reference`]: the same method in f64 on the CPU (tested against the direct sum; the
 //!   periodic twin against the periodic direct sum, Ewald and the adaptive periodic FMM);
 //! * [`pipeline`]: [`UniformFmm`], the device path (kernels of `kernels/uniform.cu`, which is
 //!   compiled together with `kernels/p2p.cu` and `kernels/fmm.cu` to reuse `p2p_near`, `p2m`
 //!   and `l2p`);
-//! * [`slab`]: the slab decomposition over the ranks of a `domain::Comm` (agreed grid,
+//! * [`slab`]: the slab decomposition over the ranks of a `vortex_domain::Comm` (agreed grid,
 //!   redistribution, halo particles, coarse-multipole exchange);
 //! * [`distributed_reference`]: the distributed method in f64 on the CPU (tested under
-//!   `domain::ThreadComm` against [`reference`] and the direct sum);
+//!   `vortex_domain::ThreadComm` against [`reference`] and the direct sum);
 //! * [`distributed`]: the distributed device path, one GPU per rank;
 //! * [`periodic`]: the periodic box (wrapping pack, far images, surface correction);
 //! * [`evaluator`]: [`UniformEvaluator`] and [`UniformSlabEvaluator`], the grid behind
-//!   `fmm::Evaluator` (what the planner hands out for `--grid uniform`).
+//!   `vortex_fmm::Evaluator` (what the planner hands out for `--grid uniform`).
 
 pub mod distributed;
 pub mod distributed_reference;
@@ -86,7 +86,8 @@ impl UniformParams {
     /// Checks the order range and a forced grid.
     pub fn validate(&self) -> Result<(), crate::GpuError> {
         let bad = |m: String| Err(crate::GpuError::Unsupported(m));
-        if self.order == 0 || self.order > crate::backend::MAX_GPU_ORDER.min(fmm::MAX_ORDER) {
+        if self.order == 0 || self.order > crate::backend::MAX_GPU_ORDER.min(vortex_fmm::MAX_ORDER)
+        {
             return bad(format!(
                 "expansion order {} outside 1..={}",
                 self.order,
@@ -239,7 +240,7 @@ mod tests {
             assert_eq!(m2l_count(&g), want, "m {m} k {k}");
         }
         for (m, k) in [(1, 2), (1, 3), (3, 0), (3, 2)] {
-            let e = Extent::periodic(&fmm::periodic::Periodic::default(), 1e-3);
+            let e = Extent::periodic(&vortex_fmm::periodic::Periodic::default(), 1e-3);
             let g = UniformGrid::fixed_periodic(&e, m, k).unwrap();
             let mut want = 0u64;
             for l in 0..=k {

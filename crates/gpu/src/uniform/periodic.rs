@@ -1,7 +1,7 @@
 //! Periodic boundary conditions of the uniform-grid FMM: the host helpers shared by the f64
 //! twin ([`super::reference`]) and the device pipeline.
 //!
-//! The box is `[-L/2, L/2)^3` (`fmm::periodic::Periodic`), covered exactly by a periodic
+//! The box is `[-L/2, L/2)^3` (`vortex_fmm::periodic::Periodic`), covered exactly by a periodic
 //! [`UniformGrid`] (`UniformGrid::fixed_periodic` / `choose_periodic`). One evaluation:
 //!
 //! 1. [`pack_sources_periodic_into`]: the f32 pack of `crate::layout::pack_sources_into` with
@@ -14,11 +14,11 @@
 //!    images per leaf in 18 runs, [`leaf_runs_periodic`]; M2L with unwrapped offsets), which cover the
 //!    `3 x 3 x 3` images of the box;
 //! 3. the far images (`|T|_inf >= 2`): the multipoles of the top cells are moved to the
-//!    origin ([`root_multipole`], f64 M2M) and `fmm::periodic::FarImages` adds their local
+//!    origin ([`root_multipole`], f64 M2M) and `vortex_fmm::periodic::FarImages` adds their local
 //!    expansions to the cells of `UniformGrid::receiver_level` ([`far_image_locals`]); L2L
 //!    carries them down;
 //! 4. the constant surface term of cubic summation is subtracted from every velocity
-//!    ([`PeriodicSums::surface_correction`], as `fmm::periodic::surface_correction`).
+//!    ([`PeriodicSums::surface_correction`], as `vortex_fmm::periodic::surface_correction`).
 //!
 //! Expansions are in the layout of `fmm` (`expansion_len(p) = 3 ncoef(p)` complex
 //! coefficients per cell, the device's f32 pairs of the same); the cells of a level are in
@@ -28,11 +28,11 @@
 use super::grid::{coords, UniformGrid};
 use super::stencil::image_code;
 use crate::device::{GpuError, GpuResult};
-use fmm::expansions::{expansion_len, Complex64};
-use fmm::operators::{Operators, Scratch};
-use fmm::periodic::{FarImages, Periodic};
-use fmm::Sources;
 use rayon::prelude::*;
+use vortex_fmm::expansions::{expansion_len, Complex64};
+use vortex_fmm::operators::{Operators, Scratch};
+use vortex_fmm::periodic::{FarImages, Periodic};
+use vortex_fmm::Sources;
 
 /// Particles per block of the pack: the sums of the blocks are reduced in block order, so
 /// they do not depend on the number of threads.
@@ -104,17 +104,17 @@ impl PeriodicSums {
     }
 
     /// The constant velocity by which the cubic image sum differs from the zero-mean periodic
-    /// solution, `u_m = (1 / 3V) eps_mlc D_cl` (`fmm::periodic::surface_correction`, of the
+    /// solution, `u_m = (1 / 3V) eps_mlc D_cl` (`vortex_fmm::periodic::surface_correction`, of the
     /// wrapped positions; `1/(4 pi)` included): subtract it from every velocity.
     pub fn surface_correction(&self, box_length: f64) -> [f64; 3] {
-        fmm::periodic::surface_velocity(&self.dipole, box_length)
+        vortex_fmm::periodic::surface_velocity(&self.dipole, box_length)
     }
 
     /// Refuses what has no periodic solution or breaks the near field: the checks of
-    /// `fmm::periodic::check_input` (tested to agree with it) from the sums of the pack, so
+    /// `vortex_fmm::periodic::check_input` (tested to agree with it) from the sums of the pack, so
     /// the device path reads the particles once: a non-finite value or non-positive core
     /// radius, a total strength that is not zero to round-off (relative to `abs_strength`,
-    /// the criterion of `fmm::periodic::check_total_strength`), a box under 4 core radii.
+    /// the criterion of `vortex_fmm::periodic::check_total_strength`), a box under 4 core radii.
     /// Logs positions outside the box (they are wrapped).
     pub fn check(&self, periodic: &Periodic) -> GpuResult<()> {
         if !self.valid {
@@ -122,12 +122,12 @@ impl PeriodicSums {
                 "sources with a non-finite value or a non-positive core radius".into(),
             ));
         }
-        let counts = fmm::periodic::WrapCounts {
+        let counts = vortex_fmm::periodic::WrapCounts {
             outside: self.outside,
             far: self.far,
         };
-        fmm::periodic::check_total(self.total_strength, self.abs_strength)
-            .and_then(|()| fmm::periodic::check_box(periodic, self.sigma_max, counts))
+        vortex_fmm::periodic::check_total(self.total_strength, self.abs_strength)
+            .and_then(|()| vortex_fmm::periodic::check_box(periodic, self.sigma_max, counts))
             .map_err(|e| GpuError::Unsupported(e.to_string()))
     }
 }
@@ -309,7 +309,7 @@ mod tests {
     use std::f64::consts::PI;
 
     fn box_set(n: usize, seed: u64) -> Sources {
-        fmm::testsets::generate(fmm::testsets::Distribution::Uniform, n, seed, true)
+        vortex_fmm::testsets::generate(vortex_fmm::testsets::Distribution::Uniform, n, seed, true)
     }
 
     #[test]
@@ -336,7 +336,7 @@ mod tests {
         assert_eq!(sums.outside, s.position.iter().filter(|x| out(x)).count());
         assert_eq!(sums.far, s.position.iter().filter(|x| far(x)).count());
         assert!(sums.outside > 1000 && sums.far > 0, "{sums:?}");
-        let want = fmm::periodic::surface_correction(&wrapped, per.box_length);
+        let want = vortex_fmm::periodic::surface_correction(&wrapped, per.box_length);
         let got = sums.surface_correction(per.box_length);
         let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
         for c in 0..3 {
@@ -345,7 +345,7 @@ mod tests {
                 "{got:?} {want:?}"
             );
         }
-        let t = fmm::periodic::total_strength(&s);
+        let t = vortex_fmm::periodic::total_strength(&s);
         for c in 0..3 {
             assert!((sums.total_strength[c] - t[c]).abs() < 1e-15);
         }
@@ -355,7 +355,7 @@ mod tests {
     #[test]
     fn bad_input_is_refused() {
         let per = Periodic::default();
-        let s = fmm::testsets::standard(500, 1);
+        let s = vortex_fmm::testsets::standard(500, 1);
         let e = pack_sources_periodic(&s, &per).2.check(&per).unwrap_err();
         assert!(e.to_string().contains("total strength"), "{e}");
         let mut s = box_set(500, 1);
@@ -371,12 +371,12 @@ mod tests {
         assert!(pack_sources_periodic(&s, &per).2.check(&per).is_err());
     }
 
-    /// The checks from the sums accept and refuse what `fmm::periodic::check_input` does and
+    /// The checks from the sums accept and refuse what `vortex_fmm::periodic::check_input` does and
     /// count the same positions outside the box.
     #[test]
     fn checks_agree_with_the_fmm_checks() {
         let per = Periodic::default();
-        let mut cases = vec![box_set(800, 2), fmm::testsets::standard(800, 2)];
+        let mut cases = vec![box_set(800, 2), vortex_fmm::testsets::standard(800, 2)];
         let mut big = box_set(800, 2);
         big.sigma[3] = 1.6;
         let mut small = box_set(800, 2);
@@ -388,7 +388,7 @@ mod tests {
         cases.extend([big, small, out]);
         for (i, s) in cases.iter().enumerate() {
             let sums = pack_sources_periodic(s, &per).2;
-            let want = fmm::periodic::check_input(&per, s, &[]);
+            let want = vortex_fmm::periodic::check_input(&per, s, &[]);
             assert_eq!(sums.check(&per).is_ok(), want.is_ok(), "case {i}");
             if let Ok(c) = want {
                 assert_eq!((sums.outside, sums.far), (c.outside, c.far), "case {i}");
@@ -503,7 +503,7 @@ mod tests {
             let centre = g.center(0, c);
             let mut seen = vec![0; s.len()];
             for r in &runs {
-                let t = fmm::lists::image_shift(r[2] as u8);
+                let t = vortex_fmm::lists::image_shift(r[2] as u8);
                 for j in r[0]..r[0] + r[1] {
                     let q = 4 * perm[j as usize] as usize;
                     seen[j as usize] += 1;

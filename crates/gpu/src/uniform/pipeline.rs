@@ -46,14 +46,14 @@ use cudarc::driver::{
     CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig,
     PinnedHostSlice, PushKernelArg,
 };
-use fmm::expansions::ncoef;
-use fmm::expansions::{expansion_len, Complex64};
-use fmm::kernel::INV_4PI;
-use fmm::periodic::{FarImages, Periodic};
-use fmm::{Fields, Sources};
 use rayon::prelude::*;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
+use vortex_fmm::expansions::ncoef;
+use vortex_fmm::expansions::{expansion_len, Complex64};
+use vortex_fmm::kernel::INV_4PI;
+use vortex_fmm::periodic::{FarImages, Periodic};
+use vortex_fmm::{Fields, Sources};
 
 /// Targets per L2P block in this module (`-DEVAL_BLOCK`): the P2P slice, so both kernels
 /// share one task list.
@@ -632,7 +632,7 @@ impl UniformFmm {
     /// Periodic velocity and stretching of every source at every source (input order,
     /// `1/(4 pi)` applied; zero-mean velocity) in the box `[-L/2, L/2)^3` of `periodic`
     /// (positions are wrapped): the lists of [`super::stencil`] cover the `3 x 3 x 3` box
-    /// images, the far images come from `fmm::periodic::FarImages` (see [`super::periodic`]).
+    /// images, the far images come from `vortex_fmm::periodic::FarImages` (see [`super::periodic`]).
     /// Errors: a total strength that is not zero, a box too small for the cores, bad values.
     pub fn evaluate_periodic(
         &self,
@@ -1697,11 +1697,11 @@ fn check_region(p: usize, np: usize, region: &Region, ex: bool, per: bool) -> Gp
 mod tests {
     use super::*;
     use crate::uniform::evaluate_reference;
-    use fmm::relative_l2_error;
+    use vortex_fmm::relative_l2_error;
 
     #[test]
     fn packing_into_staging_equals_the_layout_packing() {
-        let s = fmm::testsets::standard(10_000, 3);
+        let s = vortex_fmm::testsets::standard(10_000, 3);
         let (p, a) = crate::layout::pack_sources(&s);
         let mut out = vec![0.0f32; 8 * s.len() + 5];
         pack_sources_into(&s, &mut out);
@@ -1711,7 +1711,7 @@ mod tests {
 
     #[test]
     fn bad_parameters_are_errors_not_panics() {
-        let s = fmm::testsets::standard(100, 3);
+        let s = vortex_fmm::testsets::standard(100, 3);
         for params in [
             UniformParams {
                 order: 0,
@@ -1740,7 +1740,7 @@ mod tests {
     )]
     fn device_matches_the_f64_reference() {
         let fmm_ = UniformFmm::on_device(0).unwrap();
-        let mut s = fmm::testsets::standard(20_000, 5);
+        let mut s = vortex_fmm::testsets::standard(20_000, 5);
         s.sigma.iter_mut().for_each(|v| *v *= 0.5);
         for (p, grid) in [(6, None), (8, Some((3, 1))), (8, Some((1, 3)))] {
             let params = UniformParams {
@@ -1774,7 +1774,12 @@ mod tests {
         use crate::uniform::reference::evaluate_reference_periodic;
         let fmm_ = UniformFmm::on_device(0).unwrap();
         let per = Periodic::default();
-        let mut s = fmm::testsets::generate(fmm::testsets::Distribution::Uniform, 20_000, 7, true);
+        let mut s = vortex_fmm::testsets::generate(
+            vortex_fmm::testsets::Distribution::Uniform,
+            20_000,
+            7,
+            true,
+        );
         s.sigma.iter_mut().for_each(|v| *v *= 0.5);
         // a few particles outside the box: wrapped on both paths
         s.position[3][0] += 2.0 * per.box_length;

@@ -1,8 +1,8 @@
 //! CPU f64 evaluation of the uniform-grid FMM: the same grid, sort (host emulation of the
 //! device sort), implicit lists and phases as the device path, with the f64 operators of
-//! `fmm::operators` (core paper Eq. 12-35) and the f64 pair kernel. It separates the method's
+//! `vortex_fmm::operators` (core paper Eq. 12-35) and the f64 pair kernel. It separates the method's
 //! error (grid, lists, order, core cutoff) from the f32 error of the kernels: tested against
-//! `fmm::evaluators::direct`, and the device path is tested against it.
+//! `vortex_fmm::evaluators::direct`, and the device path is tested against it.
 //!
 //! [`evaluate_reference_periodic`] is the twin of the periodic device method
 //! ([`super::periodic`]): the same stages on a periodic grid (wrapping pack, periodic lists,
@@ -16,13 +16,13 @@ use super::stencil::{m2l_sources, m2l_sources_periodic, neighbours, neighbours_p
 use super::UniformParams;
 use crate::device::{GpuError, GpuResult};
 use crate::layout::pack_sources;
-use fmm::expansions::{ncoef, Complex64};
-use fmm::kernel::{pair_interaction, INV_4PI};
-use fmm::operators::{Operators, Rotation, Scratch};
-use fmm::periodic::{FarImages, Periodic};
-use fmm::{Fields, Sources};
 use rayon::prelude::*;
 use std::collections::HashMap;
+use vortex_fmm::expansions::{ncoef, Complex64};
+use vortex_fmm::kernel::{pair_interaction, INV_4PI};
+use vortex_fmm::operators::{Operators, Rotation, Scratch};
+use vortex_fmm::periodic::{FarImages, Periodic};
+use vortex_fmm::{Fields, Sources};
 
 /// Velocity and stretching (input order, with `1/(4 pi)`) by the uniform-grid FMM in f64.
 pub fn evaluate_reference(sources: &Sources, params: &UniformParams) -> GpuResult<Fields> {
@@ -386,14 +386,14 @@ pub fn reference_grid(sources: &Sources, params: &UniformParams) -> Option<Unifo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fmm::evaluators::direct::direct;
-    use fmm::relative_l2_error;
+    use vortex_fmm::evaluators::direct::direct;
+    use vortex_fmm::relative_l2_error;
 
     /// Random points with small cores (so the grid has levels and M2L at every level) against
     /// the f64 direct sum: the classical lists at p = 8 and 12.
     #[test]
     fn reference_matches_the_direct_sum() {
-        let mut s = fmm::testsets::standard(6000, 9);
+        let mut s = vortex_fmm::testsets::standard(6000, 9);
         s.sigma.iter_mut().for_each(|v| *v = 0.02);
         let want = direct(&s, &s.as_targets());
         for (p, m, k, tol_u, tol_s) in [
@@ -420,7 +420,7 @@ mod tests {
     /// Large cores: the grid is coarse (gap condition) and the near field carries the cores.
     #[test]
     fn reference_with_overlapping_cores() {
-        let s = fmm::testsets::standard(3000, 4);
+        let s = vortex_fmm::testsets::standard(3000, 4);
         let want = direct(&s, &s.as_targets());
         let params = UniformParams {
             order: 8,
@@ -439,7 +439,12 @@ mod tests {
 
     /// A zero-total-strength set in the box `[-pi, pi)^3` of `n` blobs of core `sigma`.
     fn periodic_set(n: usize, seed: u64, sigma: f64) -> Sources {
-        let mut s = fmm::testsets::generate(fmm::testsets::Distribution::Uniform, n, seed, true);
+        let mut s = vortex_fmm::testsets::generate(
+            vortex_fmm::testsets::Distribution::Uniform,
+            n,
+            seed,
+            true,
+        );
         s.sigma.iter_mut().for_each(|v| *v = sigma);
         s
     }
@@ -452,8 +457,8 @@ mod tests {
         idx.iter().map(|&i| f[i]).collect()
     }
 
-    fn targets(s: &Sources, idx: &[usize]) -> fmm::Targets {
-        fmm::Targets {
+    fn targets(s: &Sources, idx: &[usize]) -> vortex_fmm::Targets {
+        vortex_fmm::Targets {
             position: pick(&s.position, idx),
             strength: pick(&s.strength, idx),
         }
@@ -479,7 +484,7 @@ mod tests {
         let per = Periodic::default();
         let s = periodic_set(3000, 31, 0.15);
         let idx = sample(&s, 3);
-        let want = fmm::evaluators::direct::direct_periodic(&s, &targets(&s, &idx), &per);
+        let want = vortex_fmm::evaluators::direct::direct_periodic(&s, &targets(&s, &idx), &per);
         for grid in [Some((1, 2)), Some((3, 1)), Some((1, 3)), None] {
             let got = evaluate_reference_periodic(&s, &periodic_params(10, grid), &per).unwrap();
             let eu = relative_l2_error(&pick(&got.velocity, &idx), &want.velocity);
@@ -503,10 +508,10 @@ mod tests {
             let got = evaluate_reference_periodic(&s, &params, &per).unwrap();
             let idx = sample(&s, 4);
             let t = targets(&s, &idx);
-            let ewald = fmm::periodic::ewald_reference(&s, &t, per.box_length).unwrap();
-            let adaptive = fmm::evaluate(
-                &fmm::CpuBackend,
-                &fmm::EvalParams {
+            let ewald = vortex_fmm::periodic::ewald_reference(&s, &t, per.box_length).unwrap();
+            let adaptive = vortex_fmm::evaluate(
+                &vortex_fmm::CpuBackend,
+                &vortex_fmm::EvalParams {
                     order: 10,
                     periodic: Some(per),
                     ..Default::default()
@@ -586,9 +591,9 @@ mod tests {
                 .unwrap_err()
                 .to_string()
         };
-        let mut s = fmm::testsets::standard(300, 34);
+        let mut s = vortex_fmm::testsets::standard(300, 34);
         assert!(msg(&s, &params).contains("total strength"));
-        fmm::testsets::subtract_mean_strength(&mut s);
+        vortex_fmm::testsets::subtract_mean_strength(&mut s);
         // standard cores of 300 blobs (0.94): 3 leaves of 4.4 core radii do not fit
         let e = msg(&s, &params);
         assert!(e.contains("too small for the cores"), "{e}");

@@ -1,4 +1,4 @@
-//! Slab decomposition of the uniform grid over the ranks of a [`domain::Comm`]: what the CPU
+//! Slab decomposition of the uniform grid over the ranks of a [`vortex_domain::Comm`]: what the CPU
 //! twin ([`super::distributed_reference`]) and the device path ([`super::distributed`]) share.
 //!
 //! * The grid is the one the single-rank evaluation of the union of the ranks' particles
@@ -30,10 +30,10 @@ use super::grid::{Extent, UniformGrid};
 use super::sort::cell_of;
 use super::UniformParams;
 use crate::device::{GpuError, GpuResult};
-use domain::{Comm, ReduceOp};
-use fmm::{Fields, Sources};
 use rayon::prelude::*;
 use std::sync::OnceLock;
+use vortex_domain::{Comm, ReduceOp};
+use vortex_fmm::{Fields, Sources};
 
 /// Leaf planes of particle halo on each side of a slab (the reach of the P2P: the 27
 /// neighbours of a leaf). The leaf-level M2L reaches further ([`SlabPlan::leaf_mult_planes`]):

@@ -15,8 +15,8 @@
 
 /// Elements per scan block (`SCAN_BLOCK` of `kernels/uniform.cu`).
 pub const SCAN_BLOCK: usize = 1024;
-/// The free-space image index of the near-field kernel (`fmm::lists::NO_SHIFT`).
-pub const FREE_IMAGE: i32 = fmm::lists::NO_SHIFT as i32;
+/// The free-space image index of the near-field kernel (`vortex_fmm::lists::NO_SHIFT`).
+pub const FREE_IMAGE: i32 = vortex_fmm::lists::NO_SHIFT as i32;
 
 /// `u_cell_index` for one f32 position: leaf cell `(i, j, k)` in a grid of `n` per side.
 pub fn cell_of(p: [f32; 3], lo: [f32; 3], inv_w: f32, n: usize) -> [usize; 3] {
@@ -275,7 +275,7 @@ mod tests {
             (4000, true, 1, 3),
             (20, false, 3, 1),
         ] {
-            let mut s = fmm::testsets::standard(np, 11);
+            let mut s = vortex_fmm::testsets::standard(np, 11);
             if clustered {
                 for x in s.position.iter_mut() {
                     x.iter_mut().for_each(|v| *v = 0.1 * *v + 1.0);
@@ -338,7 +338,7 @@ mod tests {
     #[test]
     fn leaf_tasks_cover_the_near_field() {
         for (np, m, k, slice) in [(2000, 2, 1, 32), (3000, 3, 1, 8), (500, 1, 2, 32)] {
-            let s = fmm::testsets::standard(np, 3);
+            let s = vortex_fmm::testsets::standard(np, 3);
             let e = Extent::of(&s.position, &s.sigma).unwrap();
             let g = UniformGrid::fixed(&e, m, k);
             let (lo, inv_w) = g.f32_params();
@@ -395,7 +395,7 @@ mod tests {
     /// (`src_starts`) cover exactly the 27-neighbour pairs of the own targets.
     #[test]
     fn own_and_halo_tasks_cover_the_near_field_of_a_slab() {
-        let s = fmm::testsets::standard(3000, 4);
+        let s = vortex_fmm::testsets::standard(3000, 4);
         let e = Extent::of(&s.position, &s.sigma).unwrap();
         let g = UniformGrid::fixed(&e, 2, 2);
         let (lo, inv_w) = g.f32_params();

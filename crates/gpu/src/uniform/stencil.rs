@@ -20,7 +20,7 @@
 //! neighbours that are not neighbours, and at the top every non-neighbour top cell of the
 //! `3 x 3 x 3` box images; the translation uses the unwrapped offset. Then every (target leaf, source leaf, image
 //! `T in {-1, 0, 1}^3`) is covered exactly once (tested below); the images `|T|_inf >= 2` are
-//! the far images (`fmm::periodic::FarImages`, added at `UniformGrid::receiver_level`).
+//! the far images (`vortex_fmm::periodic::FarImages`, added at `UniformGrid::receiver_level`).
 
 use crate::tables::{rot_stride, RotationBuilder};
 
@@ -61,8 +61,8 @@ pub fn m2l_sources(nl: usize, top: bool, c: [usize; 3]) -> Vec<[usize; 3]> {
 }
 
 /// Periodic image code of the near-field kernel for the shift `t` (box lengths, each in
-/// `-1..=1`): `9 (tx + 1) + 3 (ty + 1) + (tz + 1)` (`fmm::lists::image_shift`); the sources
-/// of a run with this code are used at `x + t L`. No shift gives `fmm::lists::NO_SHIFT`.
+/// `-1..=1`): `9 (tx + 1) + 3 (ty + 1) + (tz + 1)` (`vortex_fmm::lists::image_shift`); the sources
+/// of a run with this code are used at `x + t L`. No shift gives `vortex_fmm::lists::NO_SHIFT`.
 pub fn image_code(t: [i64; 3]) -> i32 {
     debug_assert!(t.iter().all(|v| (-1..=1).contains(v)), "{t:?}");
     (9 * (t[0] + 1) + 3 * (t[1] + 1) + (t[2] + 1)) as i32
@@ -341,7 +341,7 @@ mod tests {
                 "m {m} k {k}: leaves {:?} {:?} image {:?} covered {c} times",
                 coords(n, i / 27 / leaves),
                 coords(n, i / 27 % leaves),
-                fmm::lists::image_shift((i % 27) as u8)
+                vortex_fmm::lists::image_shift((i % 27) as u8)
             );
         }
         let g = crate::uniform::grid::UniformGrid::fixed_periodic(
@@ -395,10 +395,10 @@ mod tests {
         distinct.sort_unstable();
         distinct.dedup();
         assert_eq!(distinct.len(), 27);
-        for (i, t) in (0..27u8).map(|i| (i, fmm::lists::image_shift(i))) {
+        for (i, t) in (0..27u8).map(|i| (i, vortex_fmm::lists::image_shift(i))) {
             assert_eq!(image_code(t.map(|x| x as i64)), i as i32);
         }
-        assert_eq!(image_code([0, 0, 0]), fmm::lists::NO_SHIFT as i32);
+        assert_eq!(image_code([0, 0, 0]), vortex_fmm::lists::NO_SHIFT as i32);
         assert_eq!(wrap_coord(-1, 6), (5, -1));
         assert_eq!(wrap_coord(11, 6), (5, 1));
         assert_eq!(wrap_coord(-7, 3), (2, -3));

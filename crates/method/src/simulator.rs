@@ -1,0 +1,50 @@
+//! What the run loop ([`crate::run::run`]) asks of a simulation, whatever holds its state:
+//! the particles of the ranks on the host ([`crate::parallel::DistSimulation`]) or one GPU for
+//! the whole run (the `vortex-resident` crate). The loop decides when to take diagnostics, snapshots
+//! and checkpoints, checks the step's health and the energy, and writes the outputs; the
+//! implementor takes the steps and hands out the state on rank 0 when asked.
+
+use crate::config::Config;
+use crate::diagnostics::Diagnostics;
+use crate::error::Result;
+use crate::parallel::Phases;
+use crate::particles::Particles;
+use crate::reinterpolation::RbfReport;
+use crate::stepping::{State, StepReport};
+use vortex_domain::Comm;
+
+/// One vortex-method simulation as the run loop drives it. Every method is collective over
+/// [`Simulator::comm`]; `Option` results are `Some` on rank 0 only.
+pub trait Simulator {
+    fn comm(&self) -> &dyn Comm;
+    fn config(&self) -> &Config;
+    /// Steps taken (`t = step dt`).
+    fn step_index(&self) -> u64;
+    fn t(&self) -> f64;
+    /// Particles over all ranks.
+    fn n_global(&self) -> usize;
+    fn reinterpolations(&self) -> u64;
+    /// The smallest core radius (the spacing for the stability measures of free-space runs).
+    fn smallest_core(&self) -> f64;
+    /// The report of the initial RBF solve (a fresh start), once.
+    fn take_initial_report(&mut self) -> Option<RbfReport>;
+    /// `[max|u|, max|s|/|alpha|]` of the current state (for [`crate::health::check_step`]),
+    /// after refusing a non-finite velocity or stretching with the particle's id.
+    fn step_measures(&mut self) -> Result<[f64; 2]>;
+    /// The diagnostics of the current state (`grid`: points per side of the periodic grid;
+    /// `with_field`: keep the grid velocity in the result, for a grid snapshot).
+    fn diagnostics(&mut self, grid: Option<usize>, with_field: bool)
+        -> Result<Option<Diagnostics>>;
+    /// The particles in global-id order with their velocities (snapshots).
+    fn snapshot(&mut self) -> Result<Option<(Particles, Vec<[f64; 3]>)>>;
+    /// The global state in global-id order (what a checkpoint holds).
+    fn gather_state(&mut self) -> Result<Option<State>>;
+    /// One time step: the update and the re-interpolation when due.
+    fn step(&mut self) -> Result<StepReport>;
+    /// Refuses a non-finite position, strength or core radius (naming the particle).
+    fn check_finite(&mut self, last_checkpoint: &str) -> Result<()>;
+    /// Seconds spent in each phase so far.
+    fn phases(&self) -> Phases;
+    /// What computes the steps, for the logs (e.g. the backend's name).
+    fn describe(&self) -> String;
+}

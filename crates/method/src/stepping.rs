@@ -1,0 +1,230 @@
+//! Time stepping: second-order Adams-Bashforth for positions and strengths (core paper Sec. 2),
+//! started (and restarted after every re-interpolation, which replaces the particles) by one Heun
+//! (explicit trapezoidal RK2) step, so the scheme is second order throughout. Diffusion is the
+//! core spreading of [`crate::core_spreading`], evaluated exactly at each stage time; the cores
+//! are reset by RBF re-interpolation when they have grown past a ratio or every `M` steps.
+//!
+//! With `f_n = f(y_n)` (velocity and stretching at step `n`):
+//! * AB2:  `y_{n+1} = y_n + dt (3/2 f_n - 1/2 f_{n-1})`;
+//! * Heun: `y* = y_n + dt f_n`, `y_{n+1} = y_n + dt/2 (f_n + f(y*))`, with the cores of `y*` at
+//!   `t_{n+1}`.
+//!
+//! Time is `t_n = n dt` (no accumulated round-off), so a restart continues bit for bit.
+
+use crate::config::Config;
+use crate::core_spreading;
+use crate::error::{Error, Result};
+use crate::particles::Particles;
+use crate::reinterpolation::{reinterpolate, LatticeSpec, RbfReport, RbfSettings};
+use crate::rhs::{Derivatives, RightHandSide};
+use serde::{Deserialize, Serialize};
+
+/// Everything that evolves (what a checkpoint holds).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct State {
+    /// Steps taken; `t = step * dt`.
+    pub step: u64,
+    /// Step of the last reset of the cores (start or re-interpolation).
+    pub step_reset: u64,
+    pub particles: Particles,
+    /// `f_{n-1}` for Adams-Bashforth (`None`: the next step is a Heun step).
+    pub previous: Option<Derivatives>,
+    pub reinterpolations: u64,
+}
+
+/// Which scheme a step used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scheme {
+    Heun,
+    AdamsBashforth2,
+}
+
+/// What one step did.
+#[derive(Clone, Debug)]
+pub struct StepReport {
+    pub scheme: Scheme,
+    /// Evaluations of the right-hand side in this step beyond `f_n`.
+    pub extra_evaluations: u32,
+    pub reinterpolation: Option<RbfReport>,
+}
+
+/// The fixed parameters of the time stepping.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stepper {
+    pub dt: f64,
+    pub nu: f64,
+    /// Periodic box length (positions wrapped, mean strength removed after each update).
+    pub period: Option<f64>,
+    pub lattice: LatticeSpec,
+    /// Core radius of re-interpolated particles.
+    pub sigma0: f64,
+    pub rbf: RbfSettings,
+    /// Re-interpolate when `sigma / sigma0 > ratio` (0: off).
+    pub ratio: f64,
+    /// Re-interpolate every this many steps (0: off).
+    pub every: u64,
+    /// Re-interpolate when [`Stepper::strain`] exceeds this (0: off).
+    pub strain_limit: f64,
+    /// Volume of a lattice cell, `h^3` (vorticity of a particle = `|alpha| / h^3`).
+    pub cell_volume: f64,
+}
+
+fn axpy(y: &mut [[f64; 3]], a: f64, x: &[[f64; 3]]) {
+    for (y, x) in y.iter_mut().zip(x) {
+        for c in 0..3 {
+            y[c] += a * x[c];
+        }
+    }
+}
+
+fn ab2_combine(y: &mut [[f64; 3]], dt: f64, f: &[[f64; 3]], g: &[[f64; 3]]) {
+    for ((y, f), g) in y.iter_mut().zip(f).zip(g) {
+        for c in 0..3 {
+            y[c] += dt * (1.5 * f[c] - 0.5 * g[c]);
+        }
+    }
+}
+
+impl Stepper {
+    pub fn from_config(c: &Config) -> Self {
+        Self {
+            dt: c.dt,
+            nu: c.nu,
+            period: c.periodic().map(|p| p.box_length),
+            lattice: c.lattice_spec(),
+            sigma0: c.sigma0(),
+            rbf: c.rbf_settings(),
+            ratio: c.reinterpolation.ratio,
+            every: c.reinterpolation.every,
+            strain_limit: c.reinterpolation.strain,
+            cell_volume: c.lattice_h().powi(3),
+        }
+    }
+
+    /// The Lagrangian strain accumulated since the last reset, bounded by
+    /// `(t - t_reset) max_p |omega_p|` with `|omega_p| = |alpha_p| / h^3` and `max_alpha` the
+    /// largest `|alpha_p|` over all particles: the velocity gradient that distorts the particle
+    /// lattice is of the size of the vorticity where the particles carry strength (a shear
+    /// `u = (g y, 0, 0)` has `|omega| = g`), and a uniform translation has none. Particles that
+    /// carry no strength may distort freely: they induce nothing.
+    pub fn strain(&self, since_reset: u64, max_alpha: f64) -> f64 {
+        self.dt * since_reset as f64 * max_alpha / self.cell_volume
+    }
+
+    pub fn time(&self, step: u64) -> f64 {
+        step as f64 * self.dt
+    }
+
+    /// Wraps the positions into the periodic box and removes the mean strength (`total` gives the
+    /// total strength and the number of particles: of this rank's particles, or of all ranks').
+    fn tidy(&self, p: &mut Particles, total: &dyn Fn(&Particles) -> ([f64; 3], usize)) {
+        if let Some(l) = self.period {
+            let per = vortex_fmm::periodic::Periodic {
+                box_length: l,
+                image_levels: 0,
+            };
+            for x in &mut p.position {
+                *x = per.wrap(*x);
+            }
+            let (sum, n) = total(p);
+            let n = n.max(1) as f64;
+            let mean = sum.map(|c| c / n);
+            for a in &mut p.strength {
+                for c in 0..3 {
+                    a[c] -= mean[c];
+                }
+            }
+        }
+    }
+
+    /// Advances `st` by one step, given `f_n` = the derivatives at the current state.
+    pub fn advance<R: RightHandSide>(
+        &self,
+        st: &mut State,
+        f_n: Derivatives,
+        rhs: &mut R,
+    ) -> Result<StepReport> {
+        let local = |p: &Particles| (p.total_strength(), p.len());
+        let (scheme, extra) = self.update(st, f_n, rhs, &local)?;
+        let p = &mut st.particles;
+        let mut reinterpolation = None;
+        let strain = self.strain(st.step - st.step_reset, p.max_strength());
+        if self.reinterpolation_due(st.step - st.step_reset, p.max_core_ratio(), strain) {
+            let (fresh, report) = reinterpolate(p, &self.lattice, self.sigma0, &self.rbf)?;
+            if fresh.is_empty() {
+                return Err(Error::Rbf(format!(
+                    "no particle left after re-interpolation at step {}",
+                    st.step
+                )));
+            }
+            *p = fresh;
+            self.reset(st);
+            reinterpolation = Some(report);
+        }
+        Ok(StepReport {
+            scheme,
+            extra_evaluations: extra,
+            reinterpolation,
+        })
+    }
+
+    /// The update of one step without the re-interpolation: AB2 (or Heun, which evaluates `rhs`
+    /// once more), core spreading to `t_{n+1}`, wrapping and mean-strength removal (periodic).
+    /// Every particle is updated from its own values only, so `st` may hold any subset of the
+    /// particles (one rank's) as long as `rhs` evaluates the whole set and `total` sums over it.
+    /// Sets `st.previous = f_n` and counts the step.
+    pub fn update<R: RightHandSide>(
+        &self,
+        st: &mut State,
+        f_n: Derivatives,
+        rhs: &mut R,
+        total: &dyn Fn(&Particles) -> ([f64; 3], usize),
+    ) -> Result<(Scheme, u32)> {
+        let dt = self.dt;
+        let elapsed_next = self.time(st.step + 1) - self.time(st.step_reset);
+        let p = &mut st.particles;
+        let (scheme, extra) = match st.previous.take() {
+            Some(prev) if prev.velocity.len() == p.len() => {
+                ab2_combine(&mut p.position, dt, &f_n.velocity, &prev.velocity);
+                ab2_combine(&mut p.strength, dt, &f_n.stretching, &prev.stretching);
+                (Scheme::AdamsBashforth2, 0)
+            }
+            _ => {
+                let mut star = p.clone();
+                axpy(&mut star.position, dt, &f_n.velocity);
+                axpy(&mut star.strength, dt, &f_n.stretching);
+                core_spreading::apply(&mut star, self.nu, elapsed_next);
+                self.tidy(&mut star, total);
+                let f_star = rhs.eval(&star)?;
+                axpy(&mut p.position, 0.5 * dt, &f_n.velocity);
+                axpy(&mut p.position, 0.5 * dt, &f_star.velocity);
+                axpy(&mut p.strength, 0.5 * dt, &f_n.stretching);
+                axpy(&mut p.strength, 0.5 * dt, &f_star.stretching);
+                (Scheme::Heun, 1)
+            }
+        };
+        core_spreading::apply(p, self.nu, elapsed_next);
+        self.tidy(p, total);
+        st.previous = Some(f_n);
+        st.step += 1;
+        Ok((scheme, extra))
+    }
+
+    /// Whether the cores are reset now, `since_reset` steps after the last reset, with the
+    /// largest `sigma / sigma0` over all particles `max_ratio` and the strain `strain`
+    /// ([`Stepper::strain`]).
+    pub fn reinterpolation_due(&self, since_reset: u64, max_ratio: f64, strain: f64) -> bool {
+        let due_ratio = self.ratio > 0.0 && max_ratio > self.ratio;
+        let due_count = self.every > 0 && since_reset >= self.every;
+        let due_strain = self.strain_limit > 0.0 && strain > self.strain_limit;
+        due_ratio || due_count || due_strain
+    }
+
+    /// Book-keeping after the particles were replaced by re-interpolated ones: the next step is a
+    /// Heun step and the core spreading restarts.
+    pub fn reset(&self, st: &mut State) {
+        st.step_reset = st.step;
+        st.previous = None;
+        st.reinterpolations += 1;
+    }
+}
