@@ -11,10 +11,20 @@ use rand::{Rng, SeedableRng};
 use std::time::Instant;
 use vortex_method::Particles;
 
+/// Size and write time of one particle snapshot of `n^3` random particles.
+#[derive(clap::Parser)]
+struct Args {
+    /// Particles per side (`n^3` in all).
+    #[arg(default_value_t = 256)]
+    n: usize,
+    /// Directory the files are written to (and removed from).
+    #[arg(default_value = "/tmp")]
+    dir: std::path::PathBuf,
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let n: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(256);
-    let dir = std::path::PathBuf::from(args.get(2).cloned().unwrap_or_else(|| "/tmp".into()));
+    let args = <Args as clap::Parser>::parse();
+    let (n, dir) = (args.n, args.dir);
     let env = |k: &str| std::env::var(k).ok().and_then(|s| s.parse::<usize>().ok());
     let (rank, ranks) = (
         env("OMPI_COMM_WORLD_RANK").unwrap_or(0),
