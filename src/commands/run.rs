@@ -11,7 +11,9 @@ use anyhow::{anyhow, Result};
 use clap::Args;
 use std::path::PathBuf;
 use vortex_domain::Comm;
-use vortex_fmm::planner::{choose, log_choice, Device, Engine, Request};
+#[cfg(feature = "cuda")]
+use vortex_fmm::planner::Engine;
+use vortex_fmm::planner::{choose, log_choice, Device, Request};
 use vortex_fmm::{BackendChoice, GridChoice, TargetKind};
 
 #[derive(Args, Debug)]
