@@ -43,9 +43,7 @@ use rayon::prelude::*;
 use std::time::Instant;
 use vortex_domain::partition::{global_cube, Partition};
 use vortex_domain::wire::{Reader, Writer};
-use vortex_domain::{
-    Comm, CommStats, DistributedEvaluator, DomainParams, OwnedEvaluator, ReduceOp,
-};
+use vortex_domain::{Comm, DistributedEvaluator, DomainParams, OwnedEvaluator, ReduceOp};
 use vortex_fmm::{
     Backend, EvalParams, Evaluator, Fields, Method, PhaseTimes, PlanEvaluator, Sources, TargetSpec,
     Targets,
@@ -316,10 +314,6 @@ fn targets_of(p: &Particles) -> Targets {
     }
 }
 
-fn comm_seconds(s: &CommStats) -> f64 {
-    s.t_partition + s.t_redistribute + s.t_p2pcomm + s.t_m2lcomm
-}
-
 impl<'c, B: Backend> DistRhs<'c, B> {
     pub fn new(comm: &'c dyn Comm, backend: B, params: EvalParams) -> Self {
         Self {
@@ -346,7 +340,7 @@ impl<'c, B: Backend> DistRhs<'c, B> {
         let step = self.step;
         let ev = ev.map_err(|source| Error::Fmm { step, source })?;
         add_times(&mut self.times, &ev.times);
-        self.comm_seconds += comm_seconds(&ev.comm);
+        self.comm_seconds += ev.comm.seconds();
         self.evaluations += 1;
         self.seconds += t0.elapsed().as_secs_f64();
         Ok(ev.fields)
