@@ -37,7 +37,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub backend: Option<BackendChoice>,
     /// Grid of the particles' FMM, overriding `evaluation.grid`: adaptive (octree built on the
-    /// host) or uniform (built and evaluated on the GPU; one rank).
+    /// host) or uniform (built and evaluated on the GPU; under MPI z slabs, one GPU per rank).
     #[arg(long)]
     pub grid: Option<GridChoice>,
     /// GPU index, overriding `evaluation.device` (one rank; under MPI the node-local rank
@@ -166,13 +166,6 @@ fn run_ranks(
         config.evaluation.grid = g;
     }
     let e = &config.evaluation;
-    if e.grid == GridChoice::Uniform && comm.size() > 1 {
-        anyhow::bail!(
-            "{}: evaluation.grid = \"uniform\" runs on one rank (under MPI the adaptive octree is \
-             distributed)",
-            args.config.display()
-        );
-    }
     // the engine of the particles at themselves, chosen once for every rank
     let caps = crate::planner::capabilities(comm);
     let req = Request {
@@ -205,7 +198,7 @@ fn run_ranks(
                         args.config.display()
                     ))
                 };
-                if resident_state(&config, comm.size(), choice.engine, &args.config)? {
+                if resident_state(&config, choice.engine, &args.config)? {
                     return run_resident(comm, config, args, index, &opts)
                         .map(|s| (s, config_json));
                 }
@@ -254,18 +247,17 @@ fn run_ranks(
     }
 }
 
-/// Whether the run keeps its particles on the GPU (`evaluation.state`; `auto`: when the planner
-/// chose the uniform grid for a periodic box on one rank). Refuses `device` where the resident
-/// step does not apply, with the reason.
+/// Whether the run keeps its particles on the GPUs (`evaluation.state`; `auto`: when the
+/// planner chose the uniform grid for a periodic box, on one rank or in slabs over several).
+/// Refuses `device` where the resident step does not apply, with the reason.
 #[cfg(feature = "cuda")]
 fn resident_state(
     config: &vortex_method::Config,
-    ranks: usize,
     engine: Engine,
     path: &std::path::Path,
 ) -> Result<bool> {
     use vortex_method::config::{GridVelocity, StatePlace};
-    let why = vortex_resident::unsupported(config, ranks).or_else(|| {
+    let why = vortex_resident::unsupported(config).or_else(|| {
         (config.output.grid_velocity == Some(GridVelocity::Fmm)).then(|| {
             "output.grid_velocity = \"fmm\" needs the particles on the host (the resident \
              step computes the grid velocity from the vorticity)"
@@ -278,13 +270,14 @@ fn resident_state(
         (StatePlace::Device, Some(why)) => {
             anyhow::bail!("{}: evaluation.state = \"device\": {why}", path.display())
         }
-        (StatePlace::Auto, why) => Ok(engine == Engine::UniformGrid
+        (StatePlace::Auto, why) => Ok(matches!(engine, Engine::UniformGrid | Engine::UniformSlabs)
             && config.evaluation.grid == GridChoice::Uniform
             && why.is_none()),
     }
 }
 
-/// The run with its particle state on GPU `index` (`vortex_resident::ResidentSimulation`).
+/// The run with its particle state on GPU `index` (`vortex_resident::ResidentSimulation`; on
+/// several ranks each rank's slab on its own GPU).
 #[cfg(feature = "cuda")]
 fn run_resident(
     comm: &dyn Comm,

@@ -11,6 +11,8 @@
 //! * [`reinterpolation`]: the RBF re-interpolation (core paper Sec. 2) on the device;
 //! * [`diagnostics`]: energy, enstrophy, spectrum from the device's grid velocity;
 //! * [`simulation`]: [`ResidentSimulation`], the `vortex_method::Simulator` the run loop drives;
+//! * [`slab`]: the same step over several ranks, one GPU each (z slabs: ownership, migration,
+//!   halos, the lattice sums and transforms over the slabs);
 //! * [`emulate`]: host emulations of the device algorithms (tested without a GPU).
 
 pub mod diagnostics;
@@ -20,6 +22,7 @@ pub mod kernels;
 pub mod lattice;
 pub mod reinterpolation;
 pub mod simulation;
+pub mod slab;
 pub mod state;
 
 pub use simulation::{unsupported, ResidentSimulation, DEVICE_BYTES_PER_PARTICLE};

@@ -8,8 +8,8 @@
 //! Fourier space).
 
 use crate::fourier::{Fourier, GridSpectrum};
-use crate::kernels::{per_element, Kernels};
-use crate::lattice::{bin, gaussian_sums};
+use crate::kernels::Kernels;
+use crate::lattice::{bin, gaussian_sums, lattice_particles, Planes};
 use crate::state::DeviceParticles;
 use cudarc::driver::{CudaSlice, CudaStream, PushKernelArg};
 use std::collections::HashMap;
@@ -94,24 +94,8 @@ impl Reinterpolator {
         self.inv_eig = Some(inv_eig);
         r?;
         let n3 = n * n * n;
-        let mut fresh = DeviceParticles {
-            n: n3,
-            pos: s.alloc_zeros(3 * n3)?,
-            alpha: field,
-            sigma: s.alloc_zeros(n3)?,
-            sigma0: s.alloc_zeros(n3)?,
-        };
-        let (n_i, o, h, s0) = (n as i32, lat.origin[0], lat.h, self.sigma0);
-        let mut b = s.launch_builder(&k.lattice_particles);
-        b.arg(&n_i).arg(&o).arg(&h).arg(&s0);
-        b.arg(&mut fresh.pos)
-            .arg(&mut fresh.sigma)
-            .arg(&mut fresh.sigma0);
-        // SAFETY: r_lattice_particles(int n, double o, double h, double sigma0, double* pos,
-        // double* sigma, double* s0): the arguments in this order and of these types; pos holds 3
-        // n^3 doubles, sigma and sigma0 n^3 (allocated above); one thread per lattice point,
-        // threads t >= n^3 return.
-        unsafe { b.launch(per_element(n3)) }?;
+        let planes = Planes::all(&lat);
+        let fresh = lattice_particles(k, s, n, lat.origin[0], lat.h, self.sigma0, planes, field)?;
         let report = RbfReport {
             iterations: [0; 3],
             residual: 0.0,
