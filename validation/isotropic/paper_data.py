@@ -161,14 +161,19 @@ def read_spectrum(path):
     return [r["k"] for r in rows], [r["E"] for r in rows]
 
 
-def spectrum_files(run_dir):
-    """{t: path} of the `spectrum_TTTTT.TTTT.csv` files of a run directory."""
+def files_by_key(run_dir, pattern, key):
+    """{key(match): path} of the files of `run_dir` whose names match `pattern` (one group)."""
     out = {}
     for name in os.listdir(run_dir):
-        m = re.match(r"^spectrum_(\d+\.\d+)\.csv$", name)
+        m = re.match(pattern, name)
         if m:
-            out[float(m.group(1))] = os.path.join(run_dir, name)
+            out[key(m.group(1))] = os.path.join(run_dir, name)
     return out
+
+
+def spectrum_files(run_dir):
+    """{t: path} of the `spectrum_TTTTT.TTTT.csv` files of a run directory."""
+    return files_by_key(run_dir, r"^spectrum_(\d+\.\d+)\.csv$", float)
 
 
 def at_time(table, t, tol=1e-6):
@@ -260,22 +265,12 @@ def vtk_time(title):
 
 def grid_files(run_dir):
     """{step: path} of the vortex run's `grid_STEP.vtk` files."""
-    out = {}
-    for name in os.listdir(run_dir):
-        m = re.match(r"^grid_(\d+)\.vtk$", name)
-        if m:
-            out[int(m.group(1))] = os.path.join(run_dir, name)
-    return out
+    return files_by_key(run_dir, r"^grid_(\d+)\.vtk$", int)
 
 
 def velocity_files(run_dir):
     """{t: path} of the spectral run's `velocity_TTTTT.TTTT.npy` files."""
-    out = {}
-    for name in os.listdir(run_dir):
-        m = re.match(r"^velocity_(\d+\.\d+)\.npy$", name)
-        if m:
-            out[float(m.group(1))] = os.path.join(run_dir, name)
-    return out
+    return files_by_key(run_dir, r"^velocity_(\d+\.\d+)\.npy$", float)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import datetime
 import json
 import math
 import os
+import platform
 import re
 import shutil
 import sys
@@ -467,7 +468,9 @@ def readme(d, h, rows, mpl_version):
            f"time L / u' (measured on the initial field: {d['T_measured']:.6f}, first row of",
            "`spectral-energy.csv`); the solvers are compared at the first vortex step at or after",
            "t/T = 1, 3, 6, 10. The numbers of the runs were collected by `paper_report.py",
-           f"collect` (numpy) where they ran; the figures drawn with matplotlib {mpl_version}.",
+           f"collect` (numpy) where they ran; the figures drawn with matplotlib {mpl_version} on",
+           f"{platform.node()} (`paper_report.py report`, or `paper256.sh --report-only`, from",
+           "the files of this directory: a GPU node without matplotlib needs none).",
            "", "Runs:", ""]
     out += [f"- {x}" for x in names]
     if smi:
