@@ -1,5 +1,5 @@
-//! The CUDA C sources of `kernels/` at the top of the workspace, embedded in the binary with
-//! `include_str!`, and the headers they include.
+//! The CUDA C sources of `kernels/` inside this crate (`crates/cuda/kernels/`, so that the crate
+//! packages on its own), embedded in the binary with `include_str!`, and the headers they include.
 //!
 //! NVRTC sees no file system: a source's `#include "name"` is resolved against the headers
 //! handed to the program at its creation ([`KernelSource::headers`], the include names
@@ -27,27 +27,27 @@ pub struct KernelSource {
 /// Block-wide Hillis-Steele scan and shared-memory tree reduction (`kernels/common.cuh`).
 pub const COMMON_H: Header = Header {
     name: "common.cuh",
-    source: include_str!("../../../kernels/common.cuh"),
+    source: include_str!("../kernels/common.cuh"),
 };
 
 /// Near-field and all-pairs P2P kernels.
 pub const P2P: KernelSource = KernelSource {
     name: "p2p",
-    source: include_str!("../../../kernels/p2p.cu"),
+    source: include_str!("../kernels/p2p.cu"),
     headers: &[],
 };
 
 /// Expansion kernels (P2M, M2M, M2L, L2L, L2P, M2P; compiled with `-DORDER=p`).
 pub const FMM: KernelSource = KernelSource {
     name: "fmm",
-    source: include_str!("../../../kernels/fmm.cu"),
+    source: include_str!("../kernels/fmm.cu"),
     headers: &[],
 };
 
 /// Pseudo-particle operators (compiled with `-DPPM_K=K -DPPM_P=p`).
 pub const PPM: KernelSource = KernelSource {
     name: "ppm",
-    source: include_str!("../../../kernels/ppm.cu"),
+    source: include_str!("../kernels/ppm.cu"),
     headers: &[],
 };
 
@@ -56,7 +56,7 @@ pub const PPM: KernelSource = KernelSource {
 /// and their `p2p_near`, `p2m` and `l2p` kernels (one module).
 pub const UNIFORM: KernelSource = KernelSource {
     name: "uniform",
-    source: include_str!("../../../kernels/uniform.cu"),
+    source: include_str!("../kernels/uniform.cu"),
     headers: &[
         Header {
             name: "p2p.cu",
@@ -72,14 +72,14 @@ pub const UNIFORM: KernelSource = KernelSource {
 /// Element-wise steps of the pseudo-spectral solver (`crates/spectral`, cuFFT path).
 pub const SPECTRAL: KernelSource = KernelSource {
     name: "spectral",
-    source: include_str!("../../../kernels/spectral.cu"),
+    source: include_str!("../kernels/spectral.cu"),
     headers: &[],
 };
 
 /// The vortex-method step resident on the device (`crates/resident`).
 pub const RESIDENT: KernelSource = KernelSource {
     name: "resident",
-    source: include_str!("../../../kernels/resident.cu"),
+    source: include_str!("../kernels/resident.cu"),
     headers: &[COMMON_H],
 };
 

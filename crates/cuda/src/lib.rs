@@ -4,7 +4,7 @@
 //! * [`device`]: driver / NVRTC probing (no panic without a driver), device selection
 //!   (`CUDA_VISIBLE_DEVICES` and an index), [`GpuDevice`] with the modules compiled for it,
 //!   cached per device, and [`GpuError`];
-//! * [`kernels`]: the CUDA C sources of `kernels/*.cu` at the top of the workspace, embedded
+//! * [`kernels`]: the CUDA C sources of `crates/cuda/kernels/*.cu` (inside this crate), embedded
 //!   with `include_str!`, and the headers they include;
 //! * [`nvrtc`]: their compilation by NVRTC at run time (no `nvcc` at build time), the
 //!   headers handed to the program by name.

@@ -12,8 +12,9 @@
 //! * [`uniform`]: the uniform-grid FMM built entirely on the device (sort, lists by stencil,
 //!   every operator), [`UniformFmm`] / [`evaluate_uniform`].
 //!
-//! The CUDA C sources live in `kernels/*.cu` at the top of the workspace and are embedded
-//! by `vortex-cuda`; NVRTC compiles them at run time (no `nvcc` needed at build time).
+//! The CUDA C sources live in `crates/cuda/kernels/*.cu` and are embedded by `vortex-cuda`
+//! (the `kernels/...` paths in this crate's comments are relative to that crate); NVRTC compiles
+//! them at run time (no `nvcc` needed at build time).
 
 pub mod backend;
 pub mod device;
