@@ -286,6 +286,7 @@ fn run_resident(
     index: usize,
     opts: &vortex_method::run::RunOptions,
 ) -> Result<vortex_method::run::RunSummary> {
+    vortex_resident::check_one_gpu_per_rank(comm, index)?;
     let build: vortex_method::run::Build<'_> = Box::new(move |config, start| {
         let sim = vortex_resident::ResidentSimulation::new(comm, config, index, start)?;
         Ok(vortex_method::run::Simulation::Gathered(Box::new(sim)))

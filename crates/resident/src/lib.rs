@@ -25,4 +25,4 @@ pub mod simulation;
 pub mod slab;
 pub mod state;
 
-pub use simulation::{unsupported, ResidentSimulation, DEVICE_BYTES_PER_PARTICLE};
+pub use simulation::{check_one_gpu_per_rank, unsupported, ResidentSimulation, DEVICE_BYTES_PER_PARTICLE};

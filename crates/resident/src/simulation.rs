@@ -725,3 +725,32 @@ fn first_bad_over_ranks(
             (r, u64::from_le_bytes(f(0)), x)
         })
 }
+
+/// Refuses two ranks on one GPU (the device-resident step keeps each rank's slab on its own
+/// device: ranks sharing one would run out of memory or time without saying why): the GPUs'
+/// UUIDs gathered over the ranks. Collective.
+pub fn check_one_gpu_per_rank(comm: &dyn Comm, index: usize) -> Result<()> {
+    if comm.size() == 1 {
+        return Ok(());
+    }
+    let uuid = GpuDevice::get(index)
+        .map_err(gpu_err("device"))
+        .and_then(|d| {
+            d.context()
+                .uuid()
+                .map(|u| u.bytes.iter().map(|&b| b as u8).collect::<Vec<u8>>())
+                .map_err(|e| gpu_err("device UUID")(e.into()))
+        });
+    let uuid = agree(comm, uuid)?;
+    let all = comm.allgatherv(&uuid);
+    for (r, u) in all.iter().enumerate() {
+        if let Some(q) = all[..r].iter().position(|v| v == u) {
+            return Err(Error::Other(format!(
+                "ranks {q} and {r} share one GPU: the device-resident step needs one GPU per \
+                 rank (as many ranks per node as GPUs; device index = node-local rank % GPUs \
+                 visible)"
+            )));
+        }
+    }
+    Ok(())
+}
