@@ -63,14 +63,28 @@ pub fn write_particles(path: &Path, s: &Sources) -> Result<()> {
         }
         a[[i, 6]] = s.sigma[i];
     }
-    write_npy(path, &a).with_context(|| format!("writing particle file {}", path.display()))
+    write_atomic_npy(path, &a.view())
+        .with_context(|| format!("writing particle file {}", path.display()))
+}
+
+/// Writes a `.npy` file through a temporary name (`NAME.tmp`, renamed over `NAME` once
+/// complete): a full disk or any other error leaves no truncated file, and no `.tmp`.
+pub fn write_atomic_npy(path: &Path, a: &ArrayView2<f64>) -> Result<()> {
+    let tmp = vortex_spectral::durable::with_suffix(path, ".tmp");
+    let r = write_npy(&tmp, a)
+        .map_err(anyhow::Error::from)
+        .and_then(|_| std::fs::rename(&tmp, path).map_err(anyhow::Error::from));
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r
 }
 
 /// Writes an `(N, 3)` float64 array.
 pub fn write_vectors(path: &Path, v: &[[f64; 3]]) -> Result<()> {
     let flat: Vec<f64> = v.iter().flatten().copied().collect();
     let view = ArrayView2::from_shape((v.len(), 3), &flat)?;
-    write_npy(path, &view).with_context(|| format!("writing {}", path.display()))
+    write_atomic_npy(path, &view).with_context(|| format!("writing {}", path.display()))
 }
 
 /// Writes `velocity.npy` and, when `with_stretching`, `stretching.npy` into `dir`.

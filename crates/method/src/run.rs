@@ -342,11 +342,15 @@ fn open_outputs(out: &Path, restart: bool, start_step: u64) -> Result<Outputs> {
     })
 }
 
-fn setup_out(out: &Path, config: &Config, mode: OutMode) -> Result<()> {
+fn setup_out(out: &Path, config: &Config, mode: OutMode, restart: Option<&Path>) -> Result<()> {
     durable::prepare_out(out, mode).map_err(|e| Error::OutDir(e.to_string()))?;
+    if let Some(ck) = restart {
+        durable::check_restart_into(out, ck).map_err(|e| Error::OutDir(e.to_string()))?;
+    }
     let cfg_path = out.join("config.toml");
     let cfg_text = toml::to_string(config).map_err(|e| Error::Other(format!("config: {e}")))?;
-    std::fs::write(&cfg_path, cfg_text).map_err(Error::io(&cfg_path))
+    durable::write_atomic(&cfg_path, &[cfg_text.as_bytes()], 1)
+        .map_err(|e| Error::OutDir(e.to_string()))
 }
 
 /// How a run's simulation is made on every rank: from the configuration (a fresh start,
@@ -561,13 +565,9 @@ impl<'c> RunLoop<'c> {
                 restart
             ),
         )?;
-        let mode = match (restart.is_some(), opts.overwrite) {
-            (true, _) => OutMode::Restart,
-            (false, true) => OutMode::Overwrite,
-            (false, false) => OutMode::Fresh,
-        };
+        let mode = OutMode::of(restart.is_some(), opts.overwrite);
         let r = if root {
-            setup_out(out, &config, mode).and_then(|_| check_run_memory(&config))
+            setup_out(out, &config, mode, restart).and_then(|_| check_run_memory(&config))
         } else {
             Ok(())
         };

@@ -12,7 +12,8 @@
 //!   `backend = "auto" | "cpu" | "cuda"` (`auto`, the default, takes the GPU when one is usable);
 //! - [`config`], [`run`], [`io`], [`plot`]: the `vortex spectral` command;
 //! - [`durable`]: checksummed atomic checkpoints, the interrupt flag and the output-directory
-//!   policy, shared with the vortex method.
+//!   policy, shared with the vortex method; [`outdir`]: the output-directory lock, the restart
+//!   check and the memory estimates.
 
 pub mod backend;
 pub mod config;
@@ -23,6 +24,7 @@ pub mod field;
 pub mod gpu;
 pub mod initial;
 pub mod io;
+pub mod outdir;
 pub mod plot;
 pub mod run;
 pub mod solver;

@@ -342,12 +342,10 @@ fn open_run(cfg: &Config, opts: &RunOptions) -> Result<(Box<dyn Stepper>, Option
         solver.backend_name()
     );
     let out = &opts.out;
-    let mode = match (opts.restart.is_some(), opts.overwrite) {
-        (true, _) => OutMode::Restart,
-        (false, true) => OutMode::Overwrite,
-        (false, false) => OutMode::Fresh,
-    };
-    durable::prepare_out(out, mode)?;
+    durable::prepare_out(out, OutMode::of(opts.restart.is_some(), opts.overwrite))?;
+    if let Some(ck) = &opts.restart {
+        durable::check_restart_into(out, ck)?;
+    }
     let cfg_text = toml::to_string(cfg).map_err(|e| {
         RunError::Config(ConfigError::Invalid {
             file: out.join("config.toml").display().to_string(),
