@@ -55,7 +55,7 @@ pub fn set_global_threads(threads: Option<usize>) -> Result<()> {
             anyhow::bail!("--threads must be at least 1");
         }
         rayon::ThreadPoolBuilder::new()
-            .num_threads(t)
+            .num_threads(vortex_spectral::durable::cap_threads(t))
             .build_global()
             .map_err(|e| anyhow::anyhow!("setting the thread count: {e}"))?;
     }

@@ -17,8 +17,8 @@
 //! * configuration differences at restart, key by key ([`config_diff`]).
 
 pub use crate::outdir::{
-    available_memory, check_memory, check_memory_against, check_restart_into, lock_out, try_vec,
-    OutLock, LOCK_FILE,
+    announce_steps, available_memory, cap_threads, check_memory, check_memory_against,
+    check_restart_into, duration_text, lock_out, try_vec, OutLock, LOCK_FILE,
 };
 use std::collections::BTreeMap;
 use std::io::Write;

@@ -10,6 +10,7 @@
 //!   as an output ([`crate::durable::prepare_out`] ignores it).
 //! * [`check_restart_into`]: a restart appends to the history of the run that wrote its
 //!   checkpoint, so `--restart` into a directory of another run is refused.
+//! * [`announce_steps`]: the step count and estimated duration before a run; [`cap_threads`].
 //! * [`check_memory`]: an estimate against `MemAvailable` of `/proc/meminfo`; [`try_vec`]: a
 //!   vector allocated fallibly (`Vec::try_reserve_exact`) where no estimate can be made.
 
@@ -211,6 +212,50 @@ pub fn try_vec<T: Clone>(what: &str, len: usize, value: T) -> Result<Vec<T>, Str
     Ok(v)
 }
 
+/// Runs estimated longer than this (seconds) are announced with a warning.
+pub const LONG_RUN_S: f64 = 24.0 * 3600.0;
+
+/// Logs the number of steps of a run and its estimated duration (`s_per_step`, a rough model
+/// of the step's cost) before it starts; a warning above [`LONG_RUN_S`] or 10^7 steps, so a
+/// mistyped `dt` is seen at once rather than after hours. Returns the estimate in seconds.
+pub fn announce_steps(what: &str, steps: f64, s_per_step: f64) -> f64 {
+    let secs = steps * s_per_step;
+    let text = format!(
+        "{what}: {steps:.0} steps, estimated {} ({s_per_step:.2e} s/step, a rough model)",
+        duration_text(secs)
+    );
+    if secs > LONG_RUN_S || steps > 1e7 {
+        log::warn!("{text}: a long run; check dt, t_end and the output intervals");
+    } else {
+        log::info!("{text}");
+    }
+    secs
+}
+
+/// A duration as seconds, hours or days.
+pub fn duration_text(secs: f64) -> String {
+    if secs < 120.0 {
+        format!("{secs:.1} s")
+    } else if secs < 2.0 * 86400.0 {
+        format!("{:.1} h", secs / 3600.0)
+    } else {
+        format!("{:.1} days", secs / 86400.0)
+    }
+}
+
+/// A thread count capped at 4 times the cores (`available_parallelism`), with a warning: more
+/// threads than that only add contention and memory (a stack each).
+pub fn cap_threads(requested: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let cap = 4 * cores;
+    if requested > cap {
+        log::warn!("{requested} threads requested on {cores} cores: capped at {cap} (4 per core)");
+        cap
+    } else {
+        requested
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -286,6 +331,10 @@ mod tests {
         assert!(check_memory_against("x", 1.0, Some(2.0)).is_ok());
         assert!(check_memory_against("x", f64::NAN, None).is_err());
         assert!(check_memory_against("x", 1e30, None).is_err());
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        assert_eq!(cap_threads(5000.max(8 * cores)), 4 * cores);
+        assert_eq!(cap_threads(1), 1);
+        assert_eq!(duration_text(86400.0 * 10.0), "10.0 days");
         let e = try_vec("grid", usize::MAX / 2, 0.0f64).unwrap_err();
         assert!(e.starts_with("grid:"), "{e}");
         assert_eq!(try_vec("grid", 3, 1u8).unwrap(), vec![1, 1, 1]);
