@@ -92,7 +92,15 @@ pub fn thread_pool(threads: Option<usize>) -> Result<rayon::ThreadPool> {
                 "threads must be at least 1 (got 0)".into(),
             ));
         }
-        b = b.num_threads(t);
+        // more than 4 threads per core only add contention (a warning says so)
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        if t > 4 * cores {
+            log::warn!(
+                "{t} threads requested on {cores} cores: capped at {}",
+                4 * cores
+            );
+        }
+        b = b.num_threads(t.min(4 * cores));
     }
     b.build()
         .map_err(|e| EngineError::Backend(format!("building a thread pool: {e}")))
