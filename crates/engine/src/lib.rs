@@ -40,9 +40,9 @@ pub enum EngineError {
 /// Result of this crate.
 pub type Result<T> = std::result::Result<T, EngineError>;
 
-/// Default expansion order p of `vortex eval` and of the Python `evaluate` (that of
-/// `vortex_fmm::EvalParams::default()`: velocity error ~5e-7 on the standard set at theta 0.55).
-pub const DEFAULT_ORDER: usize = 8;
+/// Default expansion order p of `vortex eval` and of the Python `evaluate`: set in one place,
+/// [`vortex_fmm::DEFAULT_ORDER`].
+pub use vortex_fmm::DEFAULT_ORDER;
 /// Default largest number of particles in a leaf cell.
 pub const DEFAULT_LEAF_SIZE: usize = 64;
 /// Default levels of periodic images above the root (9 * 3^(K-1) boxes per dimension).
