@@ -791,9 +791,10 @@ fn impossible_sizes_in_every_command_are_refused() {
         "big.toml",
         &tiny_spectral("").replace("n = 16", "n = 4096"),
     );
+    let out_b = dir.path().join("b");
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (
-            vec!["spectral", s(&sp), "--out", s(&dir.path().join("b"))],
+            vec!["spectral", s(&sp), "--out", s(&out_b)],
             "GiB",
         ),
         (
