@@ -53,12 +53,21 @@ pub struct RunArgs {
 pub fn run(args: &RunArgs) -> Result<Option<usize>> {
     crate::set_global_threads(args.threads)?;
     let start = std::time::SystemTime::now();
-    let before = crate::run_info::config_stamp(&out_dir(args));
     let mut several = false;
     let r = crate::ranks::with_comm(|comm, local_rank| {
+        // rank 0 owns the output directory from here to the end (its lock, agreed)
+        let lock = if comm.rank() == 0 {
+            let out = out_dir(args);
+            let mode =
+                vortex_spectral::durable::OutMode::of(args.restart.is_some(), args.overwrite);
+            crate::run_info::begin(&out, mode, args.restart.as_deref(), "run", start).map(Some)
+        } else {
+            Ok(None)
+        };
+        let _lock = crate::ranks::agree(comm, lock)?;
         let r = run_ranks(args, comm, local_rank);
         if comm.rank() == 0 {
-            record(args, start, before, &r)?;
+            record(args, start, &r)?;
         }
         let r = r.map(|(s, _)| s.interrupted);
         if let Err(e) = &r {
@@ -87,21 +96,17 @@ fn out_dir(args: &RunArgs) -> PathBuf {
         .unwrap_or_else(|| vortex_method::run::default_out(&args.config))
 }
 
-/// Appends this invocation to `run.json` of its output directory (rank 0): completed,
-/// interrupted or failed with the error; a failure only once the run began writing there.
+/// Completes this invocation's entry of `run.json` in its output directory (rank 0):
+/// completed, interrupted or failed with the error.
 fn record(
     args: &RunArgs,
     start: std::time::SystemTime,
-    before: Option<std::time::SystemTime>,
     r: &Result<(vortex_method::run::RunSummary, serde_json::Value)>,
 ) -> Result<()> {
     let out = match r {
         Ok((s, _)) => s.out.clone(),
         Err(_) => out_dir(args),
     };
-    if r.is_err() && !crate::run_info::wrote_into(&out, before) {
-        return Ok(());
-    }
     let (config, backend, ranks) = match r {
         Ok((s, config)) => (config.clone(), s.backend.clone(), s.ranks),
         // the configuration as run, from the directory

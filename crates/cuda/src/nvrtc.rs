@@ -46,8 +46,19 @@ fn text(buf: &[c_char]) -> String {
 
 /// Compiles one source to PTX for compute capability `cc` with preprocessor `defines`
 /// (`("ORDER", 10)` becomes `-DORDER=10`); its `#include "name"` directives resolve to
-/// [`KernelSource::headers`]. Needs only NVRTC, no device.
+/// [`KernelSource::headers`]. Needs only NVRTC, no device. Every name of
+/// [`KernelSource::required`] must be among `defines`.
 pub fn compile(src: &KernelSource, cc: (i32, i32), defines: &[(&str, usize)]) -> GpuResult<Ptx> {
+    if let Some(missing) = src
+        .required
+        .iter()
+        .find(|r| !defines.iter().any(|(k, _)| k == *r))
+    {
+        return Err(GpuError::Compile {
+            name: src.name,
+            log: format!("the define {missing} is required (-D{missing}=value), not given"),
+        });
+    }
     if !nvrtc_present() {
         return Err(GpuError::NoNvrtc);
     }

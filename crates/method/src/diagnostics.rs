@@ -331,20 +331,28 @@ pub fn compute<B: Backend>(
     Ok(Some(d))
 }
 
-fn io_err(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
-    move |source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
 /// Writes a spectrum as CSV `k,E`.
 pub fn write_spectrum(path: &Path, spec: &[(f64, f64)]) -> Result<()> {
     let mut s = String::from("k,E\n");
     for (k, e) in spec {
         s.push_str(&format!("{k},{e:.16e}\n"));
     }
-    std::fs::write(path, s).map_err(io_err(path))
+    vortex_spectral::durable::write_atomic(path, &[s.as_bytes()], 1).map_err(durable_err)
+}
+
+fn durable_err(e: vortex_spectral::durable::DurableError) -> Error {
+    match e {
+        vortex_spectral::durable::DurableError::Os { path, source } => Error::Io { path, source },
+        e => Error::Other(e.to_string()),
+    }
+}
+
+/// [`vortex_spectral::durable::write_via_tmp`] with this crate's error.
+fn write_via_tmp(
+    path: &Path,
+    body: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
+) -> Result<()> {
+    vortex_spectral::durable::write_via_tmp(path, body).map_err(durable_err)
 }
 
 /// Particle snapshot as legacy VTK POLYDATA (ASCII, one vertex per particle) with point data
@@ -356,12 +364,9 @@ pub fn write_vtk_particles(
     velocity: Option<&[[f64; 3]]>,
     title: &str,
 ) -> Result<()> {
-    let tmp = path.with_extension("vtk.tmp");
-    let file = std::fs::File::create(&tmp).map_err(io_err(&tmp))?;
-    let mut w = std::io::BufWriter::new(file);
     let n = p.len();
     let title: String = title.chars().filter(|c| *c != '\n').take(200).collect();
-    let mut body = || -> std::io::Result<()> {
+    let body = |w: &mut std::io::BufWriter<std::fs::File>| -> std::io::Result<()> {
         writeln!(
             w,
             "# vtk DataFile Version 3.0\n{title}\nASCII\nDATASET POLYDATA"
@@ -393,10 +398,9 @@ pub fn write_vtk_particles(
                 writeln!(w, "{:.10e} {:.10e} {:.10e}", u[0], u[1], u[2])?;
             }
         }
-        w.flush()
+        Ok(())
     };
-    body().map_err(io_err(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io_err(path))
+    write_via_tmp(path, body)
 }
 
 /// Vorticity, `|omega|` and the second invariant `Q = -(1/2) u_{i,j} u_{j,i}` of a periodic grid
@@ -449,12 +453,9 @@ fn num_complex_i(k: f64) -> num_complex::Complex64 {
 pub fn write_vtk_grid(path: &Path, v: &VelocityField, l: f64, title: &str) -> Result<()> {
     let n = v.n;
     let (w, wm, q) = vorticity_and_q(v, l);
-    let tmp = path.with_extension("vtk.tmp");
-    let file = std::fs::File::create(&tmp).map_err(io_err(&tmp))?;
-    let mut f = std::io::BufWriter::new(file);
     let title: String = title.chars().filter(|c| *c != '\n').take(200).collect();
     let h = l / n as f64;
-    let mut body = || -> std::io::Result<()> {
+    let body = |f: &mut std::io::BufWriter<std::fs::File>| -> std::io::Result<()> {
         write!(
             f,
             "# vtk DataFile Version 3.0\n{title}\nBINARY\nDATASET STRUCTURED_POINTS\nDIMENSIONS {n} {n} {n}\nORIGIN {o} {o} {o}\nSPACING {h} {h} {h}\nPOINT_DATA {np}\n",
@@ -487,8 +488,7 @@ pub fn write_vtk_grid(path: &Path, v: &VelocityField, l: f64, title: &str) -> Re
             order(Box::new(|idx| f.write_all(&fld[idx].to_be_bytes())))?;
             writeln!(f)?;
         }
-        f.flush()
+        Ok(())
     };
-    body().map_err(io_err(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io_err(path))
+    write_via_tmp(path, body)
 }

@@ -35,7 +35,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod core_spreading;
 pub mod diagnostics;
-pub mod energy_check;
+pub use vortex_spectral::energy_check;
 pub mod error;
 pub mod exact;
 pub mod health;

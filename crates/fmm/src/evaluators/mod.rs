@@ -74,10 +74,7 @@ impl Default for EvalParams {
     fn default() -> Self {
         Self {
             method: Method::Fmm,
-            // measured (N = 1e5 and 1e6, 2 threads): p = 8 with theta 0.55 gives velocity /
-            // stretching errors 5e-7 / 3e-5 on the uniform set, 2e-5 / 7e-5 on the clumps and
-            // 4e-6 / 1.1e-4 on the ring, at about 0.7 of the cost of p = 10, theta 0.6
-            order: 8,
+            order: crate::DEFAULT_ORDER,
             theta: 0.55,
             leaf_size: 64,
             core_cutoff: 4.0,

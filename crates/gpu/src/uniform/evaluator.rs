@@ -275,7 +275,7 @@ mod tests {
         }
     }
 
-    /// Every GPU engine through `vortex_fmm::Evaluator` against the f64 direct sum on the same fresh
+    /// Every GPU engine through `vortex_fmm::Evaluator` against the f64 direct sum on the same
     /// random inputs (`vortex_fmm::evaluator::errors_against_direct`, the check the CPU engines run
     /// in `crates/fmm/tests/evaluators.rs`); fp32 kernels, so tolerances of the FMM at p = 8.
     #[test]
@@ -286,12 +286,8 @@ mod tests {
     fn every_gpu_evaluator_matches_the_direct_sum_through_the_trait() {
         use vortex_fmm::evaluator::errors_against_direct;
         use vortex_fmm::{PlanEvaluator, Targets};
-        let seed = 1
-            + (std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-                % 1000) as u64;
+        // a fixed seed, so that a failure reproduces (the messages name it)
+        let seed = 417;
         for periodic in [None, Some(Periodic::default())] {
             let s = vortex_fmm::testsets::generate(
                 vortex_fmm::testsets::Distribution::Uniform,
@@ -340,9 +336,10 @@ mod tests {
                     assert!(eu < 1e-4 && es < 1e-3, "{eu:.2e} {es:.2e}");
                 }
             }
-            // the uniform grid at its default order (`vortex eval`): at p = 8 its periodic
-            // truncation error on this small grid (3^3 leaves) is ~2e-4, that of its f64 twin
-            // as well (the GPU adds fp32 round-off only: the_uniform_evaluator_matches_its_f64_twin)
+            // the uniform grid at p = 10 (above the default vortex_fmm::DEFAULT_ORDER = 8: at p = 8
+            // its periodic truncation error on this small grid (3^3 leaves) is ~2e-4, that of its
+            // f64 twin as well; the GPU adds fp32 round-off only:
+            // the_uniform_evaluator_matches_its_f64_twin)
             let params = EvalParams {
                 method: Method::Fmm,
                 order: 10,

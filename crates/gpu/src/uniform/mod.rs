@@ -74,7 +74,7 @@ pub struct UniformParams {
 impl Default for UniformParams {
     fn default() -> Self {
         Self {
-            order: 8,
+            order: vortex_fmm::DEFAULT_ORDER,
             core_cutoff: 4.4,
             leaf_target: 100.0,
             grid: None,
@@ -86,8 +86,7 @@ impl UniformParams {
     /// Checks the order range and a forced grid.
     pub fn validate(&self) -> Result<(), crate::GpuError> {
         let bad = |m: String| Err(crate::GpuError::Unsupported(m));
-        if self.order == 0 || self.order > crate::backend::MAX_GPU_ORDER.min(vortex_fmm::MAX_ORDER)
-        {
+        if self.order == 0 || self.order > crate::backend::MAX_GPU_ORDER {
             return bad(format!(
                 "expansion order {} outside 1..={}",
                 self.order,
