@@ -20,7 +20,8 @@ pub use device::{
     available, device_count, driver_present, nvrtc_present, GpuDevice, GpuError, GpuResult,
 };
 pub use kernels::{
-    Header, KernelSource, ALL_SOURCES, COMMON_H, FMM, P2P, PPM, RESIDENT, SPECTRAL, UNIFORM,
+    Header, KernelSource, ALL_SOURCES, COMMON_H, FMM, P2P, PPM, RESIDENT, SLAB_FOURIER, SPECTRAL,
+    UNIFORM,
 };
 pub use nvrtc::{compile, compile_options};
 
