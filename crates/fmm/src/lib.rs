@@ -14,7 +14,8 @@
 //!   expansions a backend hands out and takes ([`Expansions`]), their layout and operators;
 //! * [`plan`]: the [`Plan`] of one evaluation (trees, lists, order) and its [`FarField`];
 //! * [`backend`]: the trait a compute backend (CPU here, CUDA in `vortex-gpu`) implements;
-//! * [`evaluators`]: `direct`, `treecode` and `fmm` driven through the phases of a backend;
+//! * [`evaluators`]: the direct sum, the treecode, the FMM and the PPM driven through the phases
+//!   of a backend;
 //! * [`evaluator`]: the object-safe [`Evaluator`] every engine implements, and [`planner`],
 //!   which chooses the engine.
 

@@ -1,5 +1,6 @@
-//! The three evaluators behind one interface: `direct` (O(N^2) reference), `treecode` (M2P)
-//! and `fmm` (M2L), all producing velocity and stretching in the targets' input order.
+//! The evaluation methods ([`Method`]) driven through one [`Backend`]: `direct` (O(N^2)
+//! reference), the treecode (M2P), the FMM (M2L) and the PPM (pseudo-particle M2L), all
+//! producing velocity and stretching in the targets' input order.
 //!
 //! [`evaluate`] validates the input, builds the trees and lists (the [`Plan`]) and drives a
 //! [`Backend`] through the phases; it does not know which backend runs.
