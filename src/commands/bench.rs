@@ -52,8 +52,8 @@ pub struct FmmBench {
     pub theta: f64,
     #[arg(long, default_value_t = 64)]
     pub leaf_size: usize,
-    /// Minimum gap of a far interaction, in source core radii (default 6 on the adaptive
-    /// octree, 4.4 on the uniform grid).
+    /// Minimum gap of a far interaction, in source core radii (default: that of
+    /// `EvalParams::default()`, 4, on the adaptive octree; 4.4 on the uniform grid).
     #[arg(long)]
     pub core_cutoff: Option<f64>,
     /// Targets sampled for the error against the direct sum.
