@@ -73,7 +73,7 @@ mod tests {
                 let k = vortex_fmm::ppm::PseudoParticles::new(p).count();
                 device::compile(&device::PPM, cc, &[("PPM_K", k), ("PPM_P", p)]).unwrap();
             }
-            for p in [4, 6, 8, backend::MAX_GPU_ORDER] {
+            for p in [1, 4, 6, 8, 10, 14, backend::MAX_GPU_ORDER] {
                 device::compile(&device::UNIFORM, cc, &uniform::pipeline::uniform_defines(p))
                     .unwrap();
             }
