@@ -75,7 +75,7 @@ mod tests {
             for p in [4, 8, 10, 16] {
                 device::compile(&device::PPM, cc, &backend::ppm_defines(p)).unwrap();
             }
-            for p in [4, 6, 8, backend::MAX_GPU_ORDER] {
+            for p in [1, 4, 6, 8, 10, 14, backend::MAX_GPU_ORDER] {
                 device::compile(&device::UNIFORM, cc, &uniform::pipeline::uniform_defines(p))
                     .unwrap();
             }
