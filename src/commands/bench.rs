@@ -52,8 +52,8 @@ pub struct FmmBench {
     pub theta: f64,
     #[arg(long, default_value_t = 64)]
     pub leaf_size: usize,
-    /// Minimum gap of a far interaction, in source core radii (default 6 on the adaptive
-    /// octree, 4.4 on the uniform grid).
+    /// Minimum gap of a far interaction, in source core radii (default: that of
+    /// `EvalParams::default()`, 4, on the adaptive octree; 4.4 on the uniform grid).
     #[arg(long)]
     pub core_cutoff: Option<f64>,
     /// Targets sampled for the error against the direct sum.
@@ -83,6 +83,33 @@ pub struct FmmBench {
     /// compilation on the GPU, except on the uniform grid, whose kernels are compiled before).
     #[arg(long, default_value_t = 1)]
     pub repeat: usize,
+    /// M2L kernel of the uniform grid below the top level: auto (the rule of
+    /// `vortex_gpu::uniform::M2lKernel::resolve`), rotation or dense (per-offset matrices).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub m2l: M2lChoice,
+}
+
+/// `--m2l` of `vortex bench fmm` (`vortex_gpu::uniform::M2lKernel`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum M2lChoice {
+    Auto,
+    Rotation,
+    Dense,
+}
+
+/// Makes `choice` the M2L kernel of the uniform-grid evaluators built from now on.
+fn select_uniform_m2l(choice: M2lChoice) {
+    #[cfg(feature = "cuda")]
+    {
+        use vortex_gpu::uniform::{set_default_m2l, M2lKernel};
+        set_default_m2l(match choice {
+            M2lChoice::Auto => M2lKernel::Auto,
+            M2lChoice::Rotation => M2lKernel::Rotation,
+            M2lChoice::Dense => M2lKernel::Dense,
+        });
+    }
+    #[cfg(not(feature = "cuda"))]
+    let _ = choice;
 }
 
 #[derive(Args, Debug)]
@@ -147,10 +174,12 @@ fn bench_fmm(b: &FmmBench) -> Result<()> {
     let orders = parse_orders(&b.orders)?;
     check_sizes(&b.n)?;
     crate::set_global_threads(b.threads)?;
+    select_uniform_m2l(b.m2l);
     println!(
-        "# vortex bench fmm: backend {:?} grid {:?} method {} theta {} leaf {} dist {:?} threads {} commit {}",
+        "# vortex bench fmm: backend {:?} grid {:?} (M2L {:?}) method {} theta {} leaf {} dist {:?} threads {} commit {}",
         resolve(b.backend),
         b.grid,
+        b.m2l,
         b.method,
         b.theta,
         b.leaf_size,

@@ -21,7 +21,8 @@ pub struct EvalArgs {
     /// field).
     #[arg(long, default_value = "fmm")]
     pub method: Method,
-    /// Expansion order p (1..=20).
+    /// Expansion order p (1..=20 on the CPU, `vortex_fmm::MAX_ORDER`; 1..=16 on the GPU,
+    /// `vortex_gpu::MAX_GPU_ORDER`).
     #[arg(long, default_value_t = vortex_engine::DEFAULT_ORDER)]
     pub order: usize,
     /// Opening angle of the multipole acceptance criterion, in (0, 1).

@@ -207,25 +207,15 @@ fn run_ranks(
                     return run_resident(comm, config, args, index, &opts)
                         .map(|s| (s, config_json));
                 }
-                let b = vortex_gpu::CudaBackend::new(index).map_err(|e| what(e.to_string()));
+                // the engines come from the engine crate: the backend of the adaptive plan and,
+                // when the planner chose it, the uniform grid of the particles at themselves
+                let b = crate::planner::cuda(index).map_err(|e| what(e.to_string()));
                 let b = vortex_method::parallel::agree(comm, b)?;
-                let at_sources = if choice.engine == Engine::UniformGrid {
-                    // the uniform grid, the adaptive octree where the grid refuses a set
-                    let params = config.eval_params();
-                    let grid = crate::planner::build(comm, Engine::UniformGrid, index, &params);
-                    let grid = grid.map_err(|e| what(e.to_string()));
-                    let grid = vortex_method::parallel::agree(comm, grid)?;
-                    let adaptive = vortex_fmm::PlanEvaluator::new(
-                        vortex_gpu::CudaBackend::new(index).map_err(|e| what(e.to_string()))?,
-                        params,
-                    )?;
-                    Some(
-                        Box::new(vortex_fmm::WithFallback::new(grid, Box::new(adaptive)))
-                            as Box<dyn vortex_fmm::Evaluator>,
-                    )
-                } else {
-                    None
-                };
+                let params = config.eval_params();
+                let at_sources =
+                    crate::planner::build_at_sources(comm, choice.engine, index, &params)
+                        .map_err(|e| what(e.to_string()));
+                let at_sources = vortex_method::parallel::agree(comm, at_sources)?;
                 let build = vortex_method::run::host_build(comm, b, at_sources);
                 let summary = run_and_report(comm, config, args, &opts, build)?;
                 Ok((summary, config_json))

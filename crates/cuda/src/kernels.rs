@@ -94,5 +94,15 @@ pub const RESIDENT: KernelSource = KernelSource {
     required: &[],
 };
 
+/// The pointwise steps of the slab-decomposed Fourier transform (`crates/resident`,
+/// `slab_fourier`).
+pub const SLAB_FOURIER: KernelSource = KernelSource {
+    name: "slab_fourier",
+    source: include_str!("../kernels/slab_fourier.cu"),
+    headers: &[COMMON_H],
+    required: &[],
+};
+
 /// Every kernel source of the workspace.
-pub const ALL_SOURCES: [KernelSource; 6] = [P2P, FMM, PPM, UNIFORM, SPECTRAL, RESIDENT];
+pub const ALL_SOURCES: [KernelSource; 7] =
+    [P2P, FMM, PPM, UNIFORM, SPECTRAL, RESIDENT, SLAB_FOURIER];

@@ -4,6 +4,7 @@
 //! * [`device`]: driver / NVRTC probing (no panic without a driver), device selection
 //!   (`CUDA_VISIBLE_DEVICES` and an index), [`GpuDevice`] with the modules compiled for it,
 //!   cached per device, and [`GpuError`];
+//! * [`error`]: [`GpuError`], the errors of every layer below;
 //! * [`kernels`]: the CUDA C sources of `crates/cuda/kernels/*.cu` (inside this crate), embedded
 //!   with `include_str!`, and the headers they include;
 //! * [`nvrtc`]: their compilation by NVRTC at run time (no `nvcc` at build time), the
@@ -13,6 +14,7 @@
 //! run (on the CPU) on machines without CUDA.
 
 pub mod device;
+pub mod error;
 pub mod kernels;
 pub mod nvrtc;
 
@@ -20,7 +22,8 @@ pub use device::{
     available, device_count, driver_present, nvrtc_present, GpuDevice, GpuError, GpuResult,
 };
 pub use kernels::{
-    Header, KernelSource, ALL_SOURCES, COMMON_H, FMM, P2P, PPM, RESIDENT, SPECTRAL, UNIFORM,
+    Header, KernelSource, ALL_SOURCES, COMMON_H, FMM, P2P, PPM, RESIDENT, SLAB_FOURIER, SPECTRAL,
+    UNIFORM,
 };
 pub use nvrtc::{compile, compile_options};
 

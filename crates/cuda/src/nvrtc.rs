@@ -5,10 +5,16 @@
 //! embedded header sources and their include names, then compiled and read back with
 //! cudarc's `nvrtc::result` wrappers.
 
-use crate::device::{nvrtc_present, GpuError, GpuResult};
+use crate::error::{GpuError, GpuResult};
 use crate::kernels::KernelSource;
 use cudarc::nvrtc::{result, sys, Ptx};
 use std::ffi::{c_char, c_int, CStr, CString};
+
+/// Whether the NVRTC library can be loaded (never panics).
+pub fn nvrtc_present() -> bool {
+    // SAFETY: only tries to dlopen the library under its candidate names.
+    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+}
 
 /// NVRTC options for a device of compute capability `cc`.
 pub fn compile_options(cc: (i32, i32)) -> Vec<String> {

@@ -125,10 +125,33 @@ pub fn build<'c>(
     })
 }
 
+/// The CUDA backend of the adaptive plan on GPU `device`: the one place a program opens it
+/// (a run's right-hand side drives it through `vortex_method::parallel::DistRhs`).
 #[cfg(feature = "cuda")]
-fn cuda(device: usize) -> Result<vortex_gpu::CudaBackend> {
+pub fn cuda(device: usize) -> Result<vortex_gpu::CudaBackend> {
     vortex_gpu::CudaBackend::new(device)
         .map_err(|e| EngineError::Backend(format!("backend cuda (device {device}): {e}")))
+}
+
+/// The engine of a run's particles at themselves on one rank, from the planner's `engine`:
+/// the GPU uniform grid, with the adaptive plan on the same GPU where the grid refuses a set
+/// (a box too small for the cores, a grid too large for the device: `WithFallback`); `None`
+/// for every other engine (the run's right-hand side then evaluates the adaptive plan on its
+/// backend, or the distributed forms over the ranks).
+pub fn build_at_sources<'c>(
+    comm: &'c dyn Comm,
+    engine: Engine,
+    device: usize,
+    params: &EvalParams,
+) -> Result<Option<Box<dyn Evaluator + 'c>>> {
+    if engine != Engine::UniformGrid {
+        return Ok(None);
+    }
+    let grid = build(comm, Engine::UniformGrid, device, params)?;
+    let adaptive = build(comm, Engine::Adaptive(Device::Cuda), device, params)?;
+    Ok(Some(Box::new(vortex_fmm::WithFallback::new(
+        grid, adaptive,
+    ))))
 }
 
 /// Default gap of a far interaction for `--grid uniform`, in core radii (leaf width >= this

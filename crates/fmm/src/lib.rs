@@ -12,8 +12,10 @@
 //! * [`operators`]: P2M, M2M, M2L (rotation O(p^3) and plain O(p^4)), L2L, L2P, M2P, P2P;
 //! * [`far`]: the far-field methods (FMM, PPM, treecode) behind one interface: the typed
 //!   expansions a backend hands out and takes ([`Expansions`]), their layout and operators;
+//! * [`plan`]: the [`Plan`] of one evaluation (trees, lists, order) and its [`FarField`];
 //! * [`backend`]: the trait a compute backend (CPU here, CUDA in `vortex-gpu`) implements;
-//! * [`evaluators`]: `direct`, `treecode` and `fmm` driven through the phases of a backend;
+//! * [`evaluators`]: the direct sum, the treecode, the FMM and the PPM driven through the phases
+//!   of a backend;
 //! * [`evaluator`]: the object-safe [`Evaluator`] every engine implements, and [`planner`],
 //!   which chooses the engine.
 
@@ -28,6 +30,7 @@ pub mod lists;
 pub mod operators;
 pub mod particles;
 pub mod periodic;
+pub mod plan;
 pub mod planner;
 pub mod ppm;
 pub mod testsets;

@@ -8,7 +8,8 @@
 //! * [`backend`]: [`CudaBackend`], an [`vortex_fmm::Backend`], so `vortex_fmm::evaluate(&CudaBackend, ..)`
 //!   runs P2M, M2M, M2L (rotation O(p^3) or plain O(p^4)), L2L, L2P / M2P and P2P on the GPU
 //!   (one submodule per operator family, the list packing and the expansion exchange);
-//! * [`ppm`]: the pseudo-particle method (M2L kernel on the GPU, the other operators on the host);
+//! * [`ppm`]: the pseudo-particle method's tables (every PPM operator runs on the GPU,
+//!   `kernels/ppm.cu`);
 //! * [`uniform`]: the uniform-grid FMM built entirely on the device (sort, lists by stencil,
 //!   every operator), [`UniformFmm`] / [`evaluate_uniform`].
 //!
@@ -74,7 +75,7 @@ mod tests {
             for p in [4, 8, 10, 16] {
                 device::compile(&device::PPM, cc, &backend::ppm_defines(p)).unwrap();
             }
-            for p in [4, 6, 8, backend::MAX_GPU_ORDER] {
+            for p in [1, 4, 6, 8, 10, 14, backend::MAX_GPU_ORDER] {
                 device::compile(&device::UNIFORM, cc, &uniform::pipeline::uniform_defines(p))
                     .unwrap();
             }

@@ -184,13 +184,14 @@ pub fn check_memory(what: &str, needed: f64) -> Result<(), String> {
 pub fn check_memory_against(what: &str, needed: f64, available: Option<f64>) -> Result<(), String> {
     const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
     match available {
-        Some(avail) if !(needed <= avail) => Err(format!(
+        // a non-finite estimate is refused as too large
+        Some(avail) if needed.is_nan() || needed > avail => Err(format!(
             "{what} needs about {:.3} GiB of memory, {:.3} GiB are available (MemAvailable of \
              /proc/meminfo); nothing was allocated",
             needed / GIB,
             avail / GIB
         )),
-        None if !(needed <= 2f64.powi(60)) => Err(format!(
+        None if needed.is_nan() || needed > 2f64.powi(60) => Err(format!(
             "{what} needs about {:.3e} GiB of memory; nothing was allocated",
             needed / GIB
         )),

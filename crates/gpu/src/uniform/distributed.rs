@@ -264,6 +264,7 @@ pub fn evaluate_distributed_into(
     let mut tm = DistributedUniformTimes::default();
     let t = Instant::now();
     let plan = SlabPlan::agree(comm, local, params)?;
+    fmm.select_m2l(params);
     let me = plan.rank;
     tm.plan = t.elapsed().as_secs_f64();
 

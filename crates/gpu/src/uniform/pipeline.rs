@@ -45,7 +45,7 @@ use super::periodic::{far_image_locals, far_images_for, pack_sources_periodic_in
 use super::slab::{Parts, Ranges};
 use super::sort::SCAN_BLOCK;
 use super::stencil::RotationTable;
-use super::{UniformParams, UniformTimes};
+use super::{M2lKernel, UniformParams, UniformTimes};
 use crate::backend::{blocks, tr_threads, P2P_TARGETS, P2P_THREADS};
 use crate::device::{GpuDevice, GpuError, GpuResult, UNIFORM};
 use crate::tables::{knm_table, toff, z_tables};
@@ -109,6 +109,10 @@ pub struct UniformFmm {
     far: Mutex<Option<FarKey>>,
     /// A second stream, created at first use.
     copy: OnceLock<Arc<CudaStream>>,
+    /// The M2L kernel of the evaluation under way (`UniformParams::m2l`, set by the entry
+    /// points) and the dense matrices of the last order that used them (`m2l`).
+    m2l: Mutex<M2lKernel>,
+    dense: Mutex<Option<m2l::DenseTables>>,
 }
 
 type FarKey = ((usize, usize, usize, u64, usize), Arc<FarImages>);
@@ -415,6 +419,8 @@ impl UniformFmm {
             staging: Mutex::new(Staging::default()),
             far: Mutex::new(None),
             copy: OnceLock::new(),
+            m2l: Mutex::new(M2lKernel::Auto),
+            dense: Mutex::new(None),
         }
     }
 

@@ -26,6 +26,7 @@ impl UniformFmm {
         out: &mut Fields,
     ) -> GpuResult<UniformTimes> {
         params.validate()?;
+        self.select_m2l(params);
         let np = sources.len();
         let t = Instant::now();
         let ext = Extent::of(&sources.position, &sources.sigma).ok_or_else(|| {
@@ -60,6 +61,7 @@ impl UniformFmm {
         periodic: &Periodic,
     ) -> GpuResult<(Fields, UniformTimes)> {
         crate::uniform::periodic::check_call(sources, params, periodic)?;
+        self.select_m2l(params);
         let np = sources.len();
         let t = Instant::now();
         // the largest core radius fixes the grid (the other sums come with the packing)
@@ -204,6 +206,7 @@ impl UniformFmm {
         periodic: Option<&Periodic>,
     ) -> GpuResult<(CudaSlice<f32>, UniformTimes)> {
         params.validate()?;
+        self.select_m2l(params);
         if input.len() < 8 * np {
             return Err(GpuError::Unsupported(format!(
                 "a device input of {} floats for {np} particles (need {})",
