@@ -6,6 +6,8 @@
 
 use crate::error::{Error, Result};
 use crate::particles::Particles;
+use crate::rhs::Derivatives;
+use crate::stepping::State;
 use rayon::prelude::*;
 use vortex_domain::wire::{Reader, Writer};
 use vortex_domain::{Comm, ReduceOp};
@@ -229,4 +231,101 @@ pub(crate) fn rows_of(p: &Particles, extra: &[&[[f64; 3]]]) -> Vec<f64> {
 
 pub(crate) fn permute<T: Copy + Send + Sync>(v: &[T], idx: &[usize]) -> Vec<T> {
     idx.par_iter().map(|&i| v[i]).collect()
+}
+
+/// All particles `p` of the ranks (this rank's with global ids `gid`, `n` over all ranks) in
+/// global-id order on rank 0, with the per-particle vector fields `extra` (aligned with `p`);
+/// `None` on the other ranks. Collective.
+pub fn gather_particles(
+    comm: &dyn Comm,
+    gid: &[u64],
+    n: usize,
+    p: &Particles,
+    extra: &[&[[f64; 3]]],
+) -> Option<(Particles, Vec<Vec<[f64; 3]>>)> {
+    let width = PARTICLE_ROW + 3 * extra.len();
+    let rows = gather_rows(comm, gid, width, n, |i, r| {
+        particle_row(p, i, r);
+        for (k, e) in extra.iter().enumerate() {
+            r[PARTICLE_ROW + 3 * k..PARTICLE_ROW + 3 * k + 3].copy_from_slice(&e[i]);
+        }
+    })?;
+    Some(from_rows(&rows, extra.len()))
+}
+
+/// The global state in global-id order on rank 0 from every rank's `local` state (its
+/// particles with global ids `gid`, `n` over all ranks; the step counters are the same on
+/// every rank, the Adams-Bashforth history present on all ranks or none): what a checkpoint
+/// holds, independent of the number of ranks. `None` on the other ranks. Collective.
+pub fn gather_state(comm: &dyn Comm, gid: &[u64], n: usize, local: &State) -> Option<State> {
+    let p = &local.particles;
+    let (p, mut ex) = match &local.previous {
+        Some(d) => gather_particles(comm, gid, n, p, &[&d.velocity, &d.stretching])?,
+        None => gather_particles(comm, gid, n, p, &[])?,
+    };
+    let previous = local.previous.as_ref().map(|_| {
+        let stretching = ex.pop().expect("two fields gathered");
+        let velocity = ex.pop().expect("two fields gathered");
+        Derivatives {
+            velocity,
+            stretching,
+        }
+    });
+    Some(State {
+        step: local.step,
+        step_reset: local.step_reset,
+        particles: p,
+        previous,
+        reinterpolations: local.reinterpolations,
+    })
+}
+
+/// Splits a global state in global-id order held by rank 0 (`None` on the other ranks) over
+/// the ranks: rank `r` gets the ids `n r / R .. n (r + 1) / R`. Returns this rank's state, its
+/// global ids and the number of particles over all ranks. Collective.
+pub fn scatter_state(comm: &dyn Comm, global: Option<State>) -> (State, Vec<u64>, usize) {
+    let head = match &global {
+        Some(st) => {
+            let n = st.particles.len();
+            let prev = st
+                .previous
+                .as_ref()
+                .is_some_and(|d| d.velocity.len() == n && d.stretching.len() == n);
+            vec![
+                st.step as f64,
+                st.step_reset as f64,
+                st.reinterpolations as f64,
+                if prev { 1.0 } else { 0.0 },
+                n as f64,
+            ]
+        }
+        None => vec![0.0; 5],
+    };
+    let head = broadcast_f64s(comm, &head);
+    let has_prev = head[3] == 1.0;
+    let n = head[4] as usize;
+    let extra = if has_prev { 2 } else { 0 };
+    let rows = global.as_ref().map(|st| match (&st.previous, has_prev) {
+        (Some(d), true) => rows_of(&st.particles, &[&d.velocity, &d.stretching]),
+        _ => rows_of(&st.particles, &[]),
+    });
+    drop(global);
+    let (gid, rows) = scatter_rows(comm, rows, PARTICLE_ROW + 3 * extra, n);
+    let (particles, mut ex) = from_rows(&rows, extra);
+    let previous = has_prev.then(|| {
+        let stretching = ex.pop().expect("two fields scattered");
+        let velocity = ex.pop().expect("two fields scattered");
+        Derivatives {
+            velocity,
+            stretching,
+        }
+    });
+    let state = State {
+        step: head[0] as u64,
+        step_reset: head[1] as u64,
+        particles,
+        previous,
+        reinterpolations: head[2] as u64,
+    };
+    (state, gid, n)
 }

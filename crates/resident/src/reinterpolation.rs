@@ -11,7 +11,7 @@ use crate::fourier::{Fourier, GridSpectrum};
 use crate::kernels::Kernels;
 use crate::lattice::{bin, gaussian_sums, lattice_particles, Planes};
 use crate::state::DeviceParticles;
-use cudarc::driver::{CudaSlice, CudaStream, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream};
 use std::collections::HashMap;
 use std::sync::Arc;
 use vortex_cuda::{GpuError, GpuResult};

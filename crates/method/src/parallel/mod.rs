@@ -38,7 +38,8 @@ mod rhs;
 mod simulation;
 
 pub use crate::collective::{
-    agree, broadcast_bytes, broadcast_f64s, check_same, gather_rows, scatter_rows, PARTICLE_ROW,
+    agree, broadcast_bytes, broadcast_f64s, check_same, gather_particles, gather_rows,
+    gather_state, scatter_rows, scatter_state, PARTICLE_ROW,
 };
 pub use crate::simulator::Phases;
 pub use diagnostics::compute as diagnostics;
