@@ -28,7 +28,7 @@
 use super::pipeline::{RankExchange, Region};
 use super::slab::{
     assume_in_slab, exchange_coarse, exchange_leaf_multipoles, halo_lists, pack_checking_slab,
-    redistribute, CoarseBytes, Owned, Parts, Ranges, SlabPlan,
+    redistribute, window_pos, CoarseBytes, Owned, Parts, Ranges, SlabPlan,
 };
 use super::{UniformFmm, UniformParams, UniformTimes};
 use crate::device::{GpuError, GpuResult};
@@ -98,12 +98,18 @@ struct Exchange<'a> {
 }
 
 impl RankExchange for Exchange<'_> {
-    fn coarse_ranges(&self) -> Vec<(usize, usize)> {
+    fn coarse_ranges(&self) -> Vec<Ranges> {
         let me = self.plan.rank;
         (0..self.plan.grid.k)
             .map(|l| {
-                let (a, b) = self.plan.cell_index_range(l, self.plan.needed(me, l));
-                (a * self.cell_len, b * self.cell_len)
+                self.plan
+                    .needed(me, l)
+                    .into_iter()
+                    .map(|zr| {
+                        let (a, b) = self.plan.cell_index_range(l, zr);
+                        (a * self.cell_len, b * self.cell_len)
+                    })
+                    .collect()
             })
             .collect()
     }
@@ -113,10 +119,13 @@ impl RankExchange for Exchange<'_> {
         (0..self.plan.grid.k)
             .map(|l| {
                 let plane = self.plan.grid.n_at(l).pow(2) * self.cell_len;
-                let z0 = self.plan.needed(me, l).0;
+                let window = self.plan.needed(me, l);
                 let floats = |v: Vec<(usize, usize)>| {
                     v.into_iter()
-                        .map(|(a, b)| ((a - z0) * plane, (b - z0) * plane))
+                        .map(|(a, b)| {
+                            let at = window_pos(&window, a);
+                            (at * plane, (at + b - a) * plane)
+                        })
                         .collect()
                 };
                 (

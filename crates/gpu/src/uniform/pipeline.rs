@@ -117,6 +117,23 @@ pub struct UniformFmm {
 
 type FarKey = ((usize, usize, usize, u64, usize), Arc<FarImages>);
 
+/// Offset in the multipole array of the window float range `x..x + len` of a window made of
+/// the array ranges `ranges` (concatenated); the range must lie in one of them.
+fn window_to_array(ranges: &[(usize, usize)], x: usize, len: usize) -> usize {
+    let mut at = 0;
+    for &(a, b) in ranges {
+        if x < at + (b - a) {
+            assert!(
+                x + len <= at + (b - a),
+                "window part {x}+{len} across {ranges:?}"
+            );
+            return a + x - at;
+        }
+        at += b - a;
+    }
+    panic!("window part {x}+{len} outside {ranges:?}");
+}
+
 /// A coarse window of `.0` floats and its parts downloaded into page-locked memory (offset in
 /// the window, data).
 type WindowCopy<'a> = (usize, Vec<(usize, &'a [f32])>);
@@ -214,13 +231,14 @@ impl Bytes {
 }
 
 /// The part of the grid one device evaluates: every leaf on one GPU; on a rank, the leaf
-/// planes `own` (targets) inside `halo` (planes whose particles are present as sources).
+/// planes `own` (targets) and the planes `halo` outside them whose particles are present as
+/// sources (sorted disjoint ranges; on a periodic grid they wrap around the seam).
 /// Upward pass, M2L and L2L run over the cells overlapping the own planes at each level.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Region {
     pub grid: UniformGrid,
     pub own: (usize, usize),
-    pub halo: (usize, usize),
+    pub halo: Ranges,
 }
 
 impl Region {
@@ -229,7 +247,7 @@ impl Region {
         Region {
             grid,
             own: (0, n),
-            halo: (0, n),
+            halo: Vec::new(),
         }
     }
     pub fn is_whole(&self) -> bool {
@@ -251,10 +269,12 @@ impl Region {
 /// the P2P among the own particles queued on the device, `halo_count` and `coarse` (the
 /// host-side exchanges), `pack_halo`, and uploads the completed coarse windows.
 pub(crate) trait RankExchange {
-    /// Float ranges of the multipole array holding the coarse windows (levels `< k`).
-    fn coarse_ranges(&self) -> Vec<(usize, usize)>;
+    /// Per coarse level (`< k`), the float ranges of the multipole array whose concatenation
+    /// is its window (one range, or two where a periodic window wraps around the seam).
+    fn coarse_ranges(&self) -> Vec<Ranges>;
     /// Per window, the float ranges (relative to its start) that `coarse` reads (downloaded;
-    /// the rest of the window is left zero) and those it changes (uploaded).
+    /// the rest of the window is left zero) and those it changes (uploaded); each lies in
+    /// one range of `coarse_ranges`.
     fn coarse_parts(&self) -> Vec<(Ranges, Ranges)>;
     /// Float ranges of the multipole array holding the leaf multipoles other ranks need
     /// (downloaded after the P2M, in this order, and handed to `leaf_multipoles`).
@@ -405,7 +425,8 @@ struct HaloTasks {
     count: usize,
     /// Own planes next to the halo (z ranges of leaf planes).
     ranges: Vec<(usize, usize)>,
-    /// P2P from the halo per own slice, source counts, 9 runs per own leaf of `ranges`.
+    /// P2P from the halo per own slice, source counts, 9 runs (18 when periodic) per own
+    /// leaf of `ranges`.
     near: CudaSlice<i32>,
     nsrc: CudaSlice<i32>,
     runs: CudaSlice<i32>,
@@ -485,13 +506,26 @@ impl UniformFmm {
     }
 }
 
-/// Refuses what the pipeline cannot run: slabs or rank exchanges with a periodic box, no
-/// particles or too many for i32 indices, a grid too large for the order.
+/// Refuses what the pipeline cannot run: a slab without its rank exchange, a periodic
+/// grid that is not periodic (or the reverse), no particles or too many for i32 indices, a
+/// grid too large for the order.
 fn check_region(p: usize, np: usize, region: &Region, ex: bool, per: bool) -> GpuResult<()> {
-    if per && (ex || !region.is_whole()) {
-        return Err(GpuError::Unsupported(
-            "the periodic uniform grid runs on one device (no slabs)".into(),
-        ));
+    if !ex && !region.is_whole() {
+        return Err(GpuError::Unsupported(format!(
+            "a slab of leaf planes {:?} needs the exchanges of its rank",
+            region.own
+        )));
+    }
+    if per != region.grid.periodic {
+        return Err(GpuError::Unsupported(format!(
+            "a {} grid for a {} evaluation",
+            if region.grid.periodic {
+                "periodic"
+            } else {
+                "free-space"
+            },
+            if per { "periodic" } else { "free-space" }
+        )));
     }
     if np == 0 || np > i32::MAX as usize / 8 {
         return Err(GpuError::Unsupported(format!(

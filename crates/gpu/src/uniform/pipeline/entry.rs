@@ -319,6 +319,14 @@ impl UniformFmm {
             self.halo_p2m_p2p(&ps, h, &ht, &tasks, &mut xp, &mut fl, tb, tm)?;
             tm.p2p += t.elapsed().as_secs_f64();
         }
+        // periodic on a rank: the top level is complete now (coarse windows, or at k = 0
+        // the leaf multipoles and the halo's P2M): the far images from it
+        if let (Some(q), false) = (per, ps.region.is_whole()) {
+            let t = Instant::now();
+            let top = ps.s.clone_dtoh(&xp.mult.slice(0..p2p::top_len(&ps)))?;
+            self.far_image_locals(&ps, q, &top, &mut xp.loc, tm)?;
+            tm.p2p += t.elapsed().as_secs_f64();
+        }
         tm.p2p_pairs = ps.s.clone_dtoh(&tasks.pairs)?[0];
 
         // ---- 7. M2L

@@ -37,13 +37,16 @@ impl UniformFmm {
         // the multipole array and their data
         let mut mult_up: Vec<(usize, &[f32])> =
             leaf_up.iter().map(|((a, _), w)| (*a, &w[..])).collect();
-        for (((a, _), (_, up)), w) in e
+        for ((ranges, (_, up)), w) in e
             .coarse_ranges()
             .into_iter()
             .zip(e.coarse_parts())
             .zip(&windows)
         {
-            mult_up.extend(up.into_iter().map(|(x, y)| (a + x, &w[x..y])));
+            mult_up.extend(
+                up.into_iter()
+                    .map(|(x, y)| (window_to_array(&ranges, x, y - x), &w[x..y])),
+            );
         }
         let nm: usize = mult_up.iter().map(|(_, w)| w.len()).sum();
         // the own upload finished long ago: the staging buffer is free (one buffer for
