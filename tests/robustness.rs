@@ -793,10 +793,7 @@ fn impossible_sizes_in_every_command_are_refused() {
     );
     let out_b = dir.path().join("b");
     let cases: Vec<(Vec<&str>, &str)> = vec![
-        (
-            vec!["spectral", s(&sp), "--out", s(&out_b)],
-            "GiB",
-        ),
+        (vec!["spectral", s(&sp), "--out", s(&out_b)], "GiB"),
         (
             vec!["bench", "spectral", "--n", "4096", "--backend", "cpu"],
             "GiB",

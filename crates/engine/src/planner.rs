@@ -154,6 +154,45 @@ pub fn build_at_sources<'c>(
     ))))
 }
 
+/// The engine of particles kept on the device between evaluations (the resident time step) on
+/// this rank, GPU `device`: the device twin of [`build`] for the planner's uniform-grid
+/// engines ([`Engine::UniformGrid`] on one GPU, [`Engine::UniformSlabs`] over the ranks of
+/// `comm`, periodic boxes); every other engine is refused with the reason.
+#[cfg(feature = "cuda")]
+pub fn build_device<'c>(
+    comm: &'c dyn Comm,
+    engine: Engine,
+    device: usize,
+    params: &EvalParams,
+    periodic: Option<vortex_fmm::periodic::Periodic>,
+) -> Result<Box<dyn vortex_gpu::uniform::DeviceEvaluator + 'c>> {
+    use vortex_gpu::uniform::{evaluator::grid_params, UniformDevice, UniformSlabDevice};
+    let backend = |e: vortex_gpu::GpuError| EngineError::Backend(format!("uniform grid: {e}"));
+    let fmm = vortex_gpu::UniformFmm::on_device(device).map_err(backend)?;
+    let params = grid_params(params);
+    fmm.warm_up(params.order).map_err(backend)?;
+    Ok(match engine {
+        Engine::UniformGrid => Box::new(UniformDevice {
+            fmm,
+            params,
+            periodic,
+        }),
+        Engine::UniformSlabs => Box::new(UniformSlabDevice {
+            comm,
+            fmm,
+            params,
+            periodic: vortex_gpu::uniform::device_evaluator::check_slab_box(periodic.as_ref())
+                .map_err(backend)?,
+        }),
+        other => {
+            return Err(EngineError::Backend(format!(
+                "{other:?} does not evaluate device buffers: particles kept on the GPU need the \
+                 uniform grid (evaluation.grid = \"uniform\")"
+            )))
+        }
+    })
+}
+
 /// Default gap of a far interaction for `--grid uniform`, in core radii (leaf width >= this
 /// times the largest core radius; see `vortex_gpu::UniformParams::core_cutoff`).
 pub fn uniform_core_cutoff() -> f64 {

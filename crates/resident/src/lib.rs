@@ -28,4 +28,6 @@ pub mod slab;
 pub mod slab_fourier;
 pub mod state;
 
-pub use simulation::{check_one_gpu_per_rank, unsupported, ResidentSimulation, DEVICE_BYTES_PER_PARTICLE};
+pub use simulation::{
+    check_one_gpu_per_rank, unsupported, ResidentSimulation, DEVICE_BYTES_PER_PARTICLE,
+};

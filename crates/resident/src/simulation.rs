@@ -32,7 +32,7 @@ use vortex_cuda::{GpuDevice, GpuError};
 use vortex_domain::{Comm, ReduceOp};
 use vortex_fmm::kernel::INV_4PI;
 use vortex_fmm::periodic::Periodic;
-use vortex_gpu::uniform::{UniformFmm, UniformParams};
+use vortex_gpu::uniform::{DeviceEvaluator, DeviceSources};
 use vortex_method::diagnostics::Diagnostics;
 use vortex_method::parallel::{agree, gather_particles, gather_state, scatter_state, Phases};
 use vortex_method::reinterpolation::RbfReport;
@@ -69,8 +69,8 @@ pub struct ResidentSimulation<'c> {
     pub(crate) dev: Arc<GpuDevice>,
     pub(crate) s: Arc<CudaStream>,
     pub(crate) k: Kernels,
-    pub(crate) fmm: UniformFmm,
-    pub(crate) params: UniformParams,
+    /// The evaluation of the particles on the device (the planner's uniform-grid engine).
+    pub(crate) fmm: Box<dyn DeviceEvaluator + 'c>,
     /// This rank's particles and their global ids.
     pub(crate) p: DeviceParticles,
     pub(crate) ids: Vec<u64>,
@@ -150,7 +150,6 @@ impl<'c> ResidentSimulation<'c> {
             s,
             k,
             fmm,
-            params,
             p,
             ids,
             n_global,
@@ -221,41 +220,31 @@ impl<'c> ResidentSimulation<'c> {
         let n = p.n;
         let s = &self.s;
         let input = self.pack(p)?;
-        let out6 = if self.several() {
-            let (out6, tm) = self.fmm_slab(&input, n, m.sigma_max)?;
-            log::debug!(
-                "step {}: uniform grid slabs, planes {:?}: {} owned + {} halo particles, \
-                 {:.2} MB sent",
-                self.step,
-                tm.planes,
-                tm.owned,
-                tm.halo_particles,
-                tm.bytes() as f64 * 1e-6
-            );
-            if let Some(slab) = self.slab.as_mut() {
-                slab.bytes += tm.bytes() as u64;
-            }
-            out6
-        } else {
-            let (out6, tm) = self
-                .fmm
-                .evaluate_device(
-                    &input,
-                    n,
-                    (m.lo, m.hi),
-                    m.sigma_max,
-                    &self.params,
-                    Some(&self.periodic),
-                )
-                .map_err(|e| Error::Other(format!("step {}: uniform grid: {e}", self.step)))?;
-            log::debug!(
-                "step {}: uniform grid {}^3 leaves: {}",
-                self.step,
-                tm.n,
-                tm.kernel_report()
-            );
-            out6
+        let src = DeviceSources {
+            packed: &input,
+            n,
+            n_global: self.n_global,
+            sigma_max: m.sigma_max,
+            bounds: (m.lo, m.hi),
         };
+        let (out6, tm) = self
+            .fmm
+            .evaluate(&src)
+            .map_err(|e| Error::Other(format!("step {}: uniform grid: {e}", self.step)))?;
+        log::debug!(
+            "step {}: uniform grid {}^3 leaves, planes {:?}: {} owned + {} halo particles, \
+             {:.2} MB sent; {}",
+            self.step,
+            tm.device.n,
+            tm.planes,
+            tm.owned,
+            tm.halo_particles,
+            tm.bytes() as f64 * 1e-6,
+            tm.device.kernel_report()
+        );
+        if let Some(slab) = self.slab.as_mut() {
+            slab.bytes += tm.bytes() as u64;
+        }
         let n_i = n as i32;
         drop(input);
         let mut f = DeviceFields::zeros(s, n).map_err(gpu_err("alloc"))?;
@@ -406,6 +395,32 @@ fn check_device_memory(dev: &GpuDevice, n: usize, ranks: usize) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// The planner's engine of the particles at themselves on device buffers: the uniform grid on
+/// one GPU, its z slabs over several ranks (`vortex_engine::planner::build_device`).
+fn device_engine<'c>(
+    comm: &'c dyn Comm,
+    config: &Config,
+    index: usize,
+) -> Result<Box<dyn DeviceEvaluator + 'c>> {
+    use vortex_fmm::planner::{choose, Request};
+    use vortex_fmm::{GridChoice, TargetKind};
+    let e = &config.evaluation;
+    let req = Request {
+        method: e.method,
+        backend: vortex_fmm::BackendChoice::Cuda,
+        grid: GridChoice::Uniform,
+        periodic: true,
+        ranks: comm.size(),
+        targets: TargetKind::Sources,
+        n: 0,
+    };
+    let choice = choose(&req, &vortex_engine::planner::capabilities(comm))
+        .map_err(|r| Error::Other(format!("the device-resident step: {r}")))?;
+    let params = config.eval_params();
+    vortex_engine::planner::build_device(comm, choice.engine, index, &params, config.periodic())
+        .map_err(|e| Error::Other(e.to_string()))
 }
 
 /// The most particles a rank holds at once: its even share, 25 % more on several ranks for

@@ -79,8 +79,14 @@ fn slabs_match_one_rank() {
                 .map(|(a, b)| (0..3).map(|c| (a[c] - b[c]).abs()).fold(0.0, f64::max))
                 .fold(0.0, f64::max);
             println!("{kind} R = {ranks}: energy {de:.2e}, enstrophy {dz:.2e}, positions {dx:.2e}");
-            assert!(de < 1e-6 && dz < 1e-6, "{kind} R = {ranks}: {de:.2e} {dz:.2e}");
-            assert!(dx < 1e-6, "{kind} R = {ranks}: positions differ by {dx:.2e}");
+            assert!(
+                de < 1e-6 && dz < 1e-6,
+                "{kind} R = {ranks}: {de:.2e} {dz:.2e}"
+            );
+            assert!(
+                dx < 1e-6,
+                "{kind} R = {ranks}: positions differ by {dx:.2e}"
+            );
         }
     }
 }

@@ -34,6 +34,7 @@
 //!   `vortex_fmm::Evaluator` (what the planner hands out for `--grid uniform`).
 
 pub mod dense_m2l;
+pub mod device_evaluator;
 pub mod distributed;
 pub mod distributed_reference;
 pub mod evaluator;
@@ -45,6 +46,7 @@ pub mod slab;
 pub mod sort;
 pub mod stencil;
 
+pub use device_evaluator::{DeviceEvaluator, DeviceSources, UniformDevice, UniformSlabDevice};
 pub use distributed::{evaluate_distributed, evaluate_distributed_into, DistributedUniformTimes};
 pub use distributed_reference::evaluate_distributed_reference;
 pub use evaluator::{UniformEvaluator, UniformSlabEvaluator};

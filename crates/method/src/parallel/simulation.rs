@@ -385,7 +385,13 @@ impl<'c, B: Backend> DistSimulation<'c, B> {
     /// All particles in global-id order on rank 0, with the per-particle vector fields `extra`
     /// (aligned with this rank's particles); `None` on the other ranks. Collective.
     pub fn gather(&self, extra: &[&[[f64; 3]]]) -> Option<(Particles, Vec<Vec<[f64; 3]>>)> {
-        gather_particles(self.comm, &self.gid, self.n_global, &self.state.particles, extra)
+        gather_particles(
+            self.comm,
+            &self.gid,
+            self.n_global,
+            &self.state.particles,
+            extra,
+        )
     }
 
     /// The global state in global-id order on rank 0 (what a checkpoint holds, independent of

@@ -200,7 +200,8 @@ mod tests {
         let h = l / n as f64;
         let sigma: Vec<f64> = (0..np).map(|_| rng.gen_range(0.7..1.0) * h).collect();
         let sigma_max = sigma.iter().copied().fold(0.0, f64::max);
-        let whole = emulate::gaussian_sums(&pos, &alpha, &sigma, &Lattice::periodic_box(n, l), cutoff);
+        let whole =
+            emulate::gaussian_sums(&pos, &alpha, &sigma, &Lattice::periodic_box(n, l), cutoff);
         for (ranks, nleaf) in [(1usize, 8usize), (2, 8), (3, 9), (4, 16), (3, 6)] {
             let owners = Owners {
                 lo: (-0.5 * l) as f32,
@@ -261,7 +262,11 @@ mod tests {
                     let scale = want.iter().map(|v| v.abs()).fold(1e-3, f64::max);
                     for c in 0..3 {
                         let d = (got[t][c] - want[c]).abs() / scale;
-                        assert!(d < 1e-12, "R {ranks} rank {me} point {id}: {:?} vs {want:?}", got[t]);
+                        assert!(
+                            d < 1e-12,
+                            "R {ranks} rank {me} point {id}: {:?} vs {want:?}",
+                            got[t]
+                        );
                     }
                 }
             }

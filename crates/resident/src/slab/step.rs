@@ -15,7 +15,6 @@ use crate::state::{DeviceFields, DeviceParticles, Moments};
 use cudarc::driver::CudaSlice;
 use std::collections::HashMap;
 use vortex_domain::{Comm, ReduceOp};
-use vortex_gpu::uniform::distributed::DistributedUniformTimes;
 use vortex_gpu::uniform::slab::SlabPlan;
 use vortex_method::reinterpolation::RbfReport;
 use vortex_method::{Error, Result};
@@ -80,14 +79,11 @@ impl ResidentSimulation<'_> {
     /// The slabs of the uniform grid for the current global particle count and largest core
     /// (the grid of the one-rank evaluation of the same particles). Collective.
     pub(crate) fn slab_plan(&self, sigma_max: f64) -> Result<SlabPlan> {
-        SlabPlan::periodic(
-            self.comm,
-            &self.periodic,
-            self.n_global,
-            sigma_max,
-            &self.params,
-        )
-        .map_err(|e| Error::Other(format!("step {}: uniform grid slabs: {e}", self.step)))
+        let plan = self
+            .fmm
+            .slabs(self.n_global, sigma_max)
+            .map_err(|e| Error::Other(format!("step {}: uniform grid slabs: {e}", self.step)))?;
+        plan.ok_or_else(|| Error::Other("the device evaluation has no slabs".into()))
     }
 
     /// The owner of each particle of `lead` and whether any particle of any rank is away from
@@ -179,20 +175,6 @@ impl ResidentSimulation<'_> {
         slab.migrated += mv.sent as u64;
         slab.bytes += mv.bytes as u64;
         Ok(())
-    }
-
-    /// The FMM over the slabs on the packed rows `input` of this rank's `n` particles (all in
-    /// its slab: [`Self::settle_state`]). Collective.
-    pub(crate) fn fmm_slab(
-        &self,
-        input: &CudaSlice<f32>,
-        n: usize,
-        sigma_max: f64,
-    ) -> Result<(CudaSlice<f32>, DistributedUniformTimes)> {
-        let plan = self.slab_plan(sigma_max)?;
-        self.fmm
-            .evaluate_device_slab(self.comm, &plan, input, n, &self.params, &self.periodic)
-            .map_err(|e| Error::Other(format!("step {}: uniform grid slabs: {e}", self.step)))
     }
 
     /// This rank's part of the periodic lattice of `n` planes per side for cores up to
