@@ -610,7 +610,9 @@ impl<'c> RunLoop<'c> {
             .map_or(cfg.steps(), |k| cfg.steps().min(start_step + k))
             .max(start_step);
         if root {
-            announce(&cfg, stop - start_step, sim.n_global(), &sim.describe());
+            // the whole run to t_end (also under --steps: a mistyped dt shows at once)
+            let steps = cfg.steps().saturating_sub(start_step);
+            announce(&cfg, steps, sim.n_global(), &sim.describe());
         }
         let outputs = if root {
             open_outputs(out, restart.is_some(), start_step).map(Some)
