@@ -896,7 +896,7 @@ fn announce(cfg: &Config, steps: u64, n: usize, backend: &str) {
     };
     let s_per_step = 1e-3 + n as f64 * per_particle;
     durable::announce_steps(
-        &format!("run to t_end = {} with dt = {}", cfg.t_end, cfg.dt),
+        &format!("the run to t_end = {} with dt = {}", cfg.t_end, cfg.dt),
         steps as f64,
         s_per_step,
     );
