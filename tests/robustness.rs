@@ -698,16 +698,14 @@ fn eval_refuses_to_overwrite_and_leaves_no_partial_files() {
     assert!(!names.iter().any(|n| n.ends_with(".tmp")), "{names:?}");
     // a .npy whose header claims more data than the file holds: refused before allocating
     let bytes = std::fs::read(&p).unwrap();
-    let lie = String::from_utf8_lossy(&bytes[..128])
-        .replace("(200, 7)", "(90000000000, 7)")
-        .into_bytes();
     let trunc = dir.path().join("t.npy");
-    let mut t = lie[..lie.len().min(128)].to_vec();
-    // keep the header length (the shape string grew: pad by trimming spaces)
-    let grow = "(90000000000, 7)".len() - "(200, 7)".len();
-    let nl = t.iter().position(|&c| c == b'\n').unwrap();
-    t.drain(nl - grow..nl);
-    t.extend_from_slice(&bytes[128..]);
+    // the shape replaced in place, the header kept at its length (padding spaces removed)
+    let (from, to) = (&b"(200, 7)"[..], &b"(90000000000, 7)"[..]);
+    let at = bytes.windows(from.len()).position(|w| w == from).unwrap();
+    let mut t = bytes[..at].to_vec();
+    t.extend_from_slice(to);
+    t.extend_from_slice(&bytes[at + from.len()..at + from.len() + 40]);
+    t.extend_from_slice(&bytes[at + from.len() + 40 + to.len() - from.len()..]);
     std::fs::write(&trunc, &t).unwrap();
     let o = run(&[
         "eval",
@@ -791,9 +789,9 @@ fn impossible_sizes_in_every_command_are_refused() {
         "big.toml",
         &tiny_spectral("").replace("n = 16", "n = 4096"),
     );
-    let out_b = dir.path().join("b");
+    let big_out = dir.path().join("b");
     let cases: Vec<(Vec<&str>, &str)> = vec![
-        (vec!["spectral", s(&sp), "--out", s(&out_b)], "GiB"),
+        (vec!["spectral", s(&sp), "--out", s(&big_out)], "GiB"),
         (
             vec!["bench", "spectral", "--n", "4096", "--backend", "cpu"],
             "GiB",

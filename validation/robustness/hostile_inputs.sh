@@ -31,7 +31,7 @@ case_() {
     local err rc line
     err=$("$@" 2>&1 >/dev/null)
     rc=$?
-    line=$(printf '%s\n' "$err" | grep -m1 -E 'error|WARN' | cut -c1-160 | tr '|' '/')
+    line=$(printf '%s\n' "$err" | grep -m1 -E "error|${pat:-WARN}" | cut -c1-160 | tr '|' '/')
     local verdict=ok
     case $rc in 101 | 134 | 137) verdict="PANIC/ABORT" ;; esac
     if [ "$want" = refused ] && [ $rc -ne 1 ]; then verdict="NOT REFUSED"; fi
@@ -62,13 +62,13 @@ for cmd in run spectral; do
         echo "| two \`$cmd\` into one directory ($i) | $r1 / $r2 | $loser | $verdict |"
     done
 done
-"$bin" run "$tmp/tg.toml" --out "$tmp/a" 2>/dev/null
-"$bin" run "$tmp/tg.toml" --out "$tmp/b" 2>/dev/null
+"$bin" run "$tmp/tg.toml" --out "$tmp/a" >/dev/null 2>&1
+"$bin" run "$tmp/tg.toml" --out "$tmp/b" >/dev/null 2>&1
 case_ "--restart into another run's directory" refused "not one of its checkpoints" -- "$bin" run "$tmp/tg.toml" --out "$tmp/b" --restart "$tmp/a/checkpoint.bin"
 case_ "--restart with t_end at the checkpoint's time" refused "at or before the checkpoint" -- "$bin" run "$tmp/tg.toml" --out "$tmp/a" --restart "$tmp/a/checkpoint.bin"
-"$bin" spectral "$tmp/sp.toml" --out "$tmp/s" 2>/dev/null
+"$bin" spectral "$tmp/sp.toml" --out "$tmp/s" >/dev/null 2>&1
 case_ "spectral --restart with t_end at the checkpoint's time" refused "at or before the checkpoint" -- "$bin" spectral "$tmp/sp.toml" --out "$tmp/s" --restart "$tmp/s/checkpoint.bin"
-"$bin" eval --particles "$tmp/p.npy" --out "$tmp/e" --backend cpu 2>/dev/null
+"$bin" eval --particles "$tmp/p.npy" --out "$tmp/e" --backend cpu >/dev/null 2>&1
 case_ "eval over an earlier result" refused "--overwrite" -- "$bin" eval --particles "$tmp/p.npy" --out "$tmp/e" --backend cpu
 case_ "eval --overwrite" ok "" -- "$bin" eval --particles "$tmp/p.npy" --out "$tmp/e" --backend cpu --overwrite
 sp | sed 's/^n = 16/n = 4096/' >"$tmp/big.toml"

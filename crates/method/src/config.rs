@@ -424,7 +424,7 @@ fn length(file: &str, key: &str, v: f64) -> Result<()> {
         return Err(bad(
             file,
             key,
-            format!("{v} is outside the physical range [{MIN_LENGTH:e}, {MAX_MAGNITUDE:e}]"),
+            format!("{v:e} is outside the physical range [{MIN_LENGTH:e}, {MAX_MAGNITUDE:e}]"),
         ));
     }
     Ok(())

@@ -610,7 +610,9 @@ impl<'c> RunLoop<'c> {
             .map_or(cfg.steps(), |k| cfg.steps().min(start_step + k))
             .max(start_step);
         if root {
-            announce(&cfg, stop - start_step, sim.n_global(), &sim.describe());
+            // the whole run to t_end (also under --steps: a mistyped dt shows at once)
+            let steps = cfg.steps().saturating_sub(start_step);
+            announce(&cfg, steps, sim.n_global(), &sim.describe());
         }
         let outputs = if root {
             open_outputs(out, restart.is_some(), start_step).map(Some)
@@ -894,7 +896,7 @@ fn announce(cfg: &Config, steps: u64, n: usize, backend: &str) {
     };
     let s_per_step = 1e-3 + n as f64 * per_particle;
     durable::announce_steps(
-        &format!("run to t_end = {} with dt = {}", cfg.t_end, cfg.dt),
+        &format!("the run to t_end = {} with dt = {}", cfg.t_end, cfg.dt),
         steps as f64,
         s_per_step,
     );

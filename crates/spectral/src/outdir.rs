@@ -184,19 +184,23 @@ pub fn check_memory(what: &str, needed: f64) -> Result<(), String> {
 pub fn check_memory_against(what: &str, needed: f64, available: Option<f64>) -> Result<(), String> {
     const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
     match available {
-        // a non-finite estimate is refused as too large
-        Some(avail) if needed.is_nan() || needed > avail => Err(format!(
+        Some(avail) if !fits(needed, avail) => Err(format!(
             "{what} needs about {:.3} GiB of memory, {:.3} GiB are available (MemAvailable of \
              /proc/meminfo); nothing was allocated",
             needed / GIB,
             avail / GIB
         )),
-        None if needed.is_nan() || needed > 2f64.powi(60) => Err(format!(
+        None if !fits(needed, 2f64.powi(60)) => Err(format!(
             "{what} needs about {:.3e} GiB of memory; nothing was allocated",
             needed / GIB
         )),
         _ => Ok(()),
     }
+}
+
+/// `needed <= limit`, false for NaN.
+fn fits(needed: f64, limit: f64) -> bool {
+    needed.partial_cmp(&limit).is_some_and(|o| o.is_le())
 }
 
 /// A vector of `len` copies of `value`, allocated fallibly: an error naming `what` and the size

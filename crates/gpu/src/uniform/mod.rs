@@ -28,7 +28,8 @@
 //!   redistribution, halo particles, coarse-multipole exchange);
 //! * [`distributed_reference`]: the distributed method in f64 on the CPU (tested under
 //!   `vortex_domain::ThreadComm` against [`reference`] and the direct sum);
-//! * [`distributed`]: the distributed device path, one GPU per rank;
+//! * [`distributed`]: the distributed device path, one GPU per rank (free space and periodic;
+//!   `UniformFmm::evaluate_device_slab` on device buffers for the resident step);
 //! * [`periodic`]: the periodic box (wrapping pack, far images, surface correction);
 //! * [`evaluator`]: [`UniformEvaluator`] and [`UniformSlabEvaluator`], the grid behind
 //!   `vortex_fmm::Evaluator` (what the planner hands out for `--grid uniform`).
@@ -47,8 +48,13 @@ pub mod sort;
 pub mod stencil;
 
 pub use device_evaluator::{DeviceEvaluator, DeviceSources, UniformDevice, UniformSlabDevice};
-pub use distributed::{evaluate_distributed, evaluate_distributed_into, DistributedUniformTimes};
-pub use distributed_reference::evaluate_distributed_reference;
+pub use distributed::{
+    evaluate_distributed, evaluate_distributed_into, evaluate_distributed_periodic,
+    DistributedUniformTimes,
+};
+pub use distributed_reference::{
+    evaluate_distributed_reference, evaluate_distributed_reference_periodic,
+};
 pub use evaluator::{UniformEvaluator, UniformSlabEvaluator};
 pub use grid::{Extent, UniformGrid};
 pub use pipeline::{evaluate_uniform, UniformFmm};

@@ -149,6 +149,27 @@ pub(crate) struct PeriodicRun {
 }
 
 impl PeriodicRun {
+    /// The periodic part of an evaluation on `g` in the box of `periodic` with the far
+    /// images of `fmm` (cached there); `correction`, when known, the surface correction.
+    pub(crate) fn new(
+        fmm: &UniformFmm,
+        g: &UniformGrid,
+        p: usize,
+        periodic: &Periodic,
+        correction: Option<[f64; 3]>,
+    ) -> GpuResult<Self> {
+        let run = PeriodicRun {
+            box_length: periodic.box_length,
+            far: fmm.far_images(g, p, periodic)?,
+            receiver_level: g.receiver_level(),
+            correction: OnceLock::new(),
+        };
+        if let Some(c) = correction {
+            let _ = run.correction.set(c);
+        }
+        Ok(run)
+    }
+
     /// The far-image locals of the receiver level (f32 pairs, grid order) from the top
     /// cells' multipoles `top` (f32 pairs, as downloaded).
     fn far_locals_f32(&self, g: &UniformGrid, top: &[f32]) -> Vec<f32> {
@@ -282,14 +303,25 @@ pub(crate) trait RankExchange {
     /// Exchanges the leaf multipoles: this rank's parts (of `leaf_ranges`) in, the float
     /// ranges of the multipole array with the received leaf multipoles out.
     fn leaf_multipoles(&mut self, parts: &[&[f32]]) -> GpuResult<Parts<f32>>;
-    /// Receives the halo particles; returns their count.
-    fn halo_count(&mut self) -> GpuResult<usize>;
+    /// Collective, right after the sort: fails on every rank when a rank has `outside`
+    /// particles outside its slab (a caller that assumed them in their slabs).
+    fn check_slab(&mut self, outside: usize) -> GpuResult<()>;
+    /// Exchanges the halo particles (this rank's taken from its host copy or from `rows`,
+    /// the sorted particles on the device); returns the count received.
+    fn halo_count(&mut self, rows: &dyn HaloRows) -> GpuResult<usize>;
     /// Writes the halo particles into `out` (`8 nh` floats: position rows, then strength rows).
     fn pack_halo(&self, out: &mut [f32]);
     /// Completes the coarse windows (this rank's partial multipoles in, sums out).
     fn coarse(&mut self, windows: &mut [Vec<f32>]) -> GpuResult<()>;
     /// Adds to the time of the coarse exchange (copies between device and host).
     fn add_seconds(&mut self, s: f64);
+}
+
+/// The own particles of a range of leaf planes, as the device holds them after the sort.
+pub(crate) trait HaloRows {
+    /// The particles of leaf planes `zr` (own planes), 8 floats each: `(x, y, z, 1/sigma,
+    /// ax, ay, az, 0)`, in sorted order.
+    fn rows(&self, zr: (usize, usize)) -> GpuResult<Vec<f32>>;
 }
 
 /// Particles sorted into the leaves on the device.

@@ -348,7 +348,8 @@ impl SlabPlan {
     }
 }
 
-fn intersect(a: (usize, usize), b: (usize, usize)) -> Option<(usize, usize)> {
+/// The common part of two ranges, if any.
+pub(crate) fn intersect(a: (usize, usize), b: (usize, usize)) -> Option<(usize, usize)> {
     let (lo, hi) = (a.0.max(b.0), a.1.min(b.1));
     (lo < hi).then_some((lo, hi))
 }
