@@ -123,23 +123,8 @@ impl<'c> ResidentSimulation<'c> {
             }
             _ => None,
         };
-        let eval = config.eval_params();
-        let params = vortex_gpu::uniform::evaluator::grid_params(&eval);
-        let fmm = UniformFmm::new(dev.clone());
-        agree(
-            comm,
-            fmm.warm_up(params.order).map_err(gpu_err("FMM kernels")),
-        )?;
-        let name = format!(
-            "{} (state resident on the device{}, uniform grid p = {})",
-            dev.name(),
-            if ranks > 1 {
-                ", z slabs over the ranks"
-            } else {
-                ""
-            },
-            params.order
-        );
+        let fmm = agree(comm, device_engine(comm, &config, index))?;
+        let name = format!("{}, state resident on the device", fmm.describe());
         Ok(Self {
             comm,
             stepper: Stepper::from_config(&config),

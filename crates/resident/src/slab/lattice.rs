@@ -182,6 +182,9 @@ mod tests {
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
+    /// Position, strength, core radius.
+    type Blob = ([f64; 3], [f64; 3], f64);
+
     /// The host twin of [`slab_vorticity`] on every rank (own particles plus the halo of
     /// [`halo_sends`], shifted across the seam, on the local lattice with x, y wrapped) equals
     /// the one-rank periodic sums of the device algorithm at the same planes, for 1 to 4 ranks,
@@ -212,7 +215,7 @@ mod tests {
             let bounds = owners.lattice_bounds(n, l);
             let owner: Vec<usize> = pos.iter().map(|x| owners.owner_of(x[2])).collect();
             // what each rank sends to each
-            let mut recv: Vec<Vec<([f64; 3], [f64; 3], f64)>> = vec![Vec::new(); ranks];
+            let mut recv: Vec<Vec<Blob>> = vec![Vec::new(); ranks];
             let lat0 = SlabLattice::new(n, l, bounds.clone(), 0, cutoff, sigma_max).unwrap();
             for me in 0..ranks {
                 let mine: Vec<usize> = (0..np).filter(|&i| owner[i] == me).collect();
