@@ -18,7 +18,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 mkdir -p "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-G=$(nvidia-smi -L | wc -l)
+# GPUs: those CUDA_VISIBLE_DEVICES names, else every one nvidia-smi lists
+if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+    G=$(echo "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c .)
+else
+    G=$(nvidia-smi -L | wc -l)
+fi
 CORES=$(nproc)
 log() { echo "$*" | tee -a "$OUT/summary.txt"; }
 mpi() {
