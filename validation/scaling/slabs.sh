@@ -6,7 +6,7 @@
 #   scaling     the core paper's case (runs/vortex-isotropic-256.toml, 256^3, p = 10) from one
 #               initial checkpoint, STEPS steps on 1, 2, 4 GPUs: mean seconds per step
 #   big         512^3 particles on 4 GPUs, 4 steps
-# usage: validation/scaling/slabs.sh BIN OUT [invariance] [scaling] [big]
+# usage: [RANKS="1 2 4"] [STEPS=30] validation/scaling/slabs.sh BIN OUT [invariance] [scaling] [big]
 # (BIN built with --features cuda,mpi; OUT a scratch directory; a summary in OUT/summary.txt)
 set -euo pipefail
 BIN=$(realpath "$1")
@@ -31,7 +31,7 @@ mpi() {
     shift
     mpirun --oversubscribe --bind-to none -np "$r" "$BIN" "$@" --threads $((CORES / r))
 }
-ranks() { for r in 1 2 4; do [ "$r" -le "$G" ] && echo "$r"; done; }
+ranks() { for r in ${RANKS:-1 2 4}; do [ "$r" -le "$G" ] && echo "$r"; done; }
 
 compare() { # compare.py-free check of diagnostics.csv rows against the first directory
     python3 - "$@" <<'PY' | tee -a "$OUT/summary.txt"
