@@ -484,8 +484,8 @@ impl Simulator for ResidentSimulation<'_> {
     }
 
     fn step_measures(&mut self) -> Result<[f64; 2]> {
+        self.current()?; // may hand particles to other ranks first: n after it
         let n = self.p.n;
-        self.current()?;
         let (k, s) = (&self.k, &self.s);
         let f = self.current.as_ref().expect("evaluated");
         let bad = f.first_non_finite(k, s, n).map_err(gpu_err("check"));
