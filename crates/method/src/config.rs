@@ -32,6 +32,10 @@
 //! solver = "direct"    # direct (separable, exact) | cg (conjugate gradients)
 //! tolerance = 1e-8     # relative residual the solve must reach
 //! strain = 0.5         # ... or when (t - t_reset) max|alpha|/h^3 exceeds this (0: off)
+//! # periodic box: the lattice solve interpolates the vorticity filtered by
+//! # f(kx) f(ky) f(kz), f(k) = exp(-strength (|k|/k_N)^order) (default: Hou & Li's 36, 36);
+//! # { kind = "none" }: exact interpolation
+//! filter = { kind = "exponential", strength = 36.0, order = 36.0 }
 //!
 //! [output]             # optional
 //! diagnostics_every = 10   # steps between rows of diagnostics.csv; and/or
@@ -53,7 +57,7 @@
 
 use crate::energy_check::EnergyTolerance;
 use crate::error::{Error, Result};
-use crate::reinterpolation::{LatticeSpec, RbfSettings, RbfSolver};
+use crate::reinterpolation::{LatticeFilter, LatticeSpec, RbfSettings, RbfSolver};
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
 use std::path::Path;
@@ -294,6 +298,10 @@ pub struct ReinterpolationConfig {
     pub n: Option<usize>,
     /// Free-space lattice spacing (default: `initial.spacing`).
     pub spacing: Option<f64>,
+    /// Transfer function of the periodic lattice solve
+    /// ([`crate::reinterpolation::filter`]; default: `exp(-36 (|k|/k_N)^36)` per axis; ignored
+    /// in free space and for the initial condition).
+    pub filter: LatticeFilter,
 }
 
 impl Default for ReinterpolationConfig {
@@ -312,6 +320,7 @@ impl Default for ReinterpolationConfig {
             drop: r.drop,
             n: None,
             spacing: None,
+            filter: LatticeFilter::default(),
         }
     }
 }
@@ -514,6 +523,7 @@ impl Config {
             } else {
                 self.reinterpolation.drop
             },
+            filter: self.reinterpolation.filter,
         }
     }
 
@@ -721,6 +731,9 @@ impl Config {
                 format!("must be >= 0 (0: off), got {}", r.strain),
             ));
         }
+        r.filter
+            .check()
+            .map_err(|e| bad(file, "reinterpolation.filter", e))?;
         Ok(())
     }
 

@@ -285,6 +285,7 @@ mod tests {
     use rand_chacha::ChaCha8Rng;
     use vortex_method::cells::gaussian_sum;
     use vortex_method::reinterpolation::separable::SeparableSolver;
+    use vortex_method::reinterpolation::LatticeFilter;
 
     fn rel(a: &[[f64; 3]], b: &[[f64; 3]]) -> f64 {
         let d: f64 = a
@@ -364,30 +365,43 @@ mod tests {
     }
 
     /// The one-pass Fourier solve equals the host's three axis solves (even sizes: the host
-    /// transform of the emulation needs them; cuFFT takes any).
+    /// transform of the emulation needs them; cuFFT takes any), with and without the filter
+    /// (the device's filtered inverse eigenvalues against the host's `F` then exact solve).
     #[test]
     fn fourier_solve_equals_the_separable_solve() {
         let mut rng = ChaCha8Rng::seed_from_u64(3);
-        for (n, overlap) in [(12usize, 0.8), (16, 1.0), (10, 0.9)] {
+        let hou_li = LatticeFilter::default();
+        let wide = LatticeFilter::Exponential {
+            strength: 36.0,
+            order: 8.0,
+        };
+        for (n, overlap, filter) in [
+            (12usize, 0.8, LatticeFilter::None),
+            (16, 1.0, LatticeFilter::None),
+            (10, 0.9, LatticeFilter::None),
+            (12, 0.8, hou_li),
+            (16, 0.8, wide),
+        ] {
             let lat = Lattice::periodic_box(n, 2.0);
             let sigma = overlap * lat.h;
             let omega: Vec<[f64; 3]> = (0..lat.len())
                 .map(|_| std::array::from_fn(|_| rng.gen_range(-1.0..1.0)))
                 .collect();
-            let inv = inverse_eigenvalues(n, lat.h, sigma, 6.0).unwrap();
+            let inv = inverse_eigenvalues(n, lat.h, sigma, 6.0, &filter).unwrap();
             let c = (2.0 * std::f64::consts::PI * sigma * sigma).powf(-1.5);
             let dev = solve_rbf(&omega, n, &inv, c);
             let s = SeparableSolver::new(lat.dims, lat.h, sigma, 6.0, true).unwrap();
+            let f = SeparableSolver::transfer(lat.dims, &filter);
             let host: Vec<[f64; 3]> = {
                 let cols: Vec<Vec<f64>> = (0..3)
-                    .map(|c| s.solve(&omega.iter().map(|w| w[c]).collect::<Vec<_>>()))
+                    .map(|c| s.solve(&f.solve(&omega.iter().map(|w| w[c]).collect::<Vec<_>>())))
                     .collect();
                 (0..lat.len())
                     .map(|i| [cols[0][i], cols[1][i], cols[2][i]])
                     .collect()
             };
             let e = rel(&dev, &host);
-            assert!(e < 1e-10, "n {n} overlap {overlap}: {e:.2e}");
+            assert!(e < 1e-10, "n {n} overlap {overlap} {filter:?}: {e:.2e}");
         }
     }
 
