@@ -219,7 +219,8 @@ impl ResidentSimulation<'_> {
         let slab = self.slab.as_mut().expect("several ranks");
         slab.bytes += bytes as u64;
         if slab.inv_eig.is_none() {
-            let e = inverse_eigenvalues(n, lat.h(), sigma0, cutoff)
+            let filter = &self.config.reinterpolation.filter;
+            let e = inverse_eigenvalues(n, lat.h(), sigma0, cutoff, filter)
                 .map_err(|e| Error::Rbf(format!("{e}; lower initial.overlap")))?;
             slab.inv_eig = Some(
                 self.s
