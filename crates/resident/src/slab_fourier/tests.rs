@@ -6,6 +6,7 @@
 use super::*;
 use crate::emulate;
 use crate::reinterpolation::inverse_eigenvalues;
+use vortex_method::reinterpolation::LatticeFilter;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::f64::consts::PI;
@@ -153,7 +154,7 @@ fn solve_matches_the_separable_solver_on_any_split() {
         let l_box = 2.0;
         let h = l_box / n as f64;
         let (sigma, cutoff) = (overlap * h, 4.0);
-        let inv_eig = inverse_eigenvalues(n, h, sigma, cutoff).unwrap();
+        let inv_eig = inverse_eigenvalues(n, h, sigma, cutoff, &LatticeFilter::None).unwrap();
         let c = (2.0 * PI * sigma * sigma).powf(-1.5);
         let solver = SeparableSolver::new([n; 3], h, sigma, cutoff, true).unwrap();
         let omega = random_field(n, 3 + n as u64);
