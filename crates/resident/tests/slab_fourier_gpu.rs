@@ -1,8 +1,10 @@
 //! The slab-decomposed transform on the device (`vortex_resident::slab_fourier::SlabFourier`,
 //! R = 1..4 ranks as threads sharing device 0, each with its own stream) against its CPU twin
 //! on the same splits, and against the one-GPU `Fourier` on the same field; its memory against
-//! the estimate. Needs a CUDA GPU with cuFFT: run with `--features gpu-tests` (ignored,
-//! reported as such, elsewhere).
+//! the estimate; the time of one RBF solve at 256^3 on one rank against `Fourier`'s. Needs a
+//! CUDA GPU with cuFFT: run with `--features gpu-tests -- --test-threads=1 --nocapture` (one
+//! test at a time: the memory test reads the device's free memory; ignored, reported as such,
+//! elsewhere).
 
 use cudarc::driver::CudaSlice;
 use rand::{Rng, SeedableRng};
@@ -261,4 +263,52 @@ fn device_memory_within_the_estimate() {
         assert!(used <= estimate, "{used} bytes used > estimate {estimate}");
         drop(fft);
     }
+}
+
+/// One rank's RBF solve at 256^3 (the transpose staged through the host although nothing
+/// moves) against the one-GPU `Fourier`: the same result, and the times printed.
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a CUDA GPU with cuFFT: cargo test --features gpu-tests"
+)]
+fn one_rank_time_against_fourier() {
+    let n = 256;
+    let (omega, inv_eig, c, _) = case_data(n);
+    let dev = GpuDevice::get(0).unwrap();
+    let s = dev.stream().clone();
+    let k = Kernels::load(&dev).unwrap();
+    let eig = s.clone_htod(&inv_eig).unwrap();
+    let mut one = Fourier::new(&s, n).unwrap();
+    let layout = SlabLayout::even(n, 1, 0, SlabAxis::X).unwrap();
+    let mut slab = SlabFourier::new(&dev, s.clone(), layout).unwrap();
+    let comm = vortex_domain::SelfComm;
+    let mut f1 = s.clone_htod(&omega).unwrap();
+    let mut f2 = s.clone_htod(&omega).unwrap();
+    // warm-up (plans, modules), then timed
+    one.solve_rbf(&k, &s, &mut f1, &eig, c).unwrap();
+    slab.solve_rbf(&comm, &mut f2, &eig, c).unwrap();
+    let (mut t1, mut t2) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..3 {
+        f1 = s.clone_htod(&omega).unwrap();
+        f2 = s.clone_htod(&omega).unwrap();
+        dev.synchronize().unwrap();
+        let t = std::time::Instant::now();
+        one.solve_rbf(&k, &s, &mut f1, &eig, c).unwrap();
+        dev.synchronize().unwrap();
+        t1 = t1.min(t.elapsed().as_secs_f64());
+        let t = std::time::Instant::now();
+        slab.solve_rbf(&comm, &mut f2, &eig, c).unwrap();
+        dev.synchronize().unwrap();
+        t2 = t2.min(t.elapsed().as_secs_f64());
+    }
+    let e = rel(&s.clone_dtoh(&f2).unwrap(), &s.clone_dtoh(&f1).unwrap());
+    println!(
+        "256^3 RBF solve on {}: Fourier {:.1} ms, slab transform on one rank {:.1} ms; \
+         difference {e:.2e}",
+        dev.name(),
+        t1 * 1e3,
+        t2 * 1e3
+    );
+    assert!(e < 1e-12, "{e:.2e}");
 }
