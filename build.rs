@@ -23,14 +23,7 @@ fn git(args: &[&str]) -> Option<String> {
 }
 
 fn main() {
-    for p in [
-        "kernels",
-        "src",
-        "crates",
-        "Cargo.toml",
-        "Cargo.lock",
-        "build.rs",
-    ] {
+    for p in ["src", "crates", "Cargo.toml", "Cargo.lock", "build.rs"] {
         println!("cargo:rerun-if-changed={p}");
     }
     if let (Some(git_dir), Some(common)) = (

@@ -1,5 +1,5 @@
-//! The CUDA C sources of `kernels/` at the top of the workspace, embedded in the binary with
-//! `include_str!`, and the headers they include.
+//! The CUDA C sources of `kernels/` inside this crate (`crates/cuda/kernels/`, so that the crate
+//! packages on its own), embedded in the binary with `include_str!`, and the headers they include.
 //!
 //! NVRTC sees no file system: a source's `#include "name"` is resolved against the headers
 //! handed to the program at its creation ([`KernelSource::headers`], the include names
@@ -22,33 +22,41 @@ pub struct KernelSource {
     pub name: &'static str,
     pub source: &'static str,
     pub headers: &'static [Header],
+    /// The preprocessor defines the source has no default for (`-DNAME=value`): its
+    /// parameters (the expansion order, block sizes) are set once, on the Rust side, and
+    /// [`crate::compile`] refuses a call that leaves one out.
+    pub required: &'static [&'static str],
 }
 
 /// Block-wide Hillis-Steele scan and shared-memory tree reduction (`kernels/common.cuh`).
 pub const COMMON_H: Header = Header {
     name: "common.cuh",
-    source: include_str!("../../../kernels/common.cuh"),
+    source: include_str!("../kernels/common.cuh"),
 };
 
 /// Near-field and all-pairs P2P kernels.
 pub const P2P: KernelSource = KernelSource {
     name: "p2p",
-    source: include_str!("../../../kernels/p2p.cu"),
+    source: include_str!("../kernels/p2p.cu"),
     headers: &[],
+    required: &[],
 };
 
-/// Expansion kernels (P2M, M2M, M2L, L2L, L2P, M2P; compiled with `-DORDER=p`).
+/// Expansion kernels (P2M, M2M, M2L, L2L, L2P, M2P; compiled with `-DORDER=p` and
+/// `-DEVAL_BLOCK=` the targets per L2P / M2P block).
 pub const FMM: KernelSource = KernelSource {
     name: "fmm",
-    source: include_str!("../../../kernels/fmm.cu"),
+    source: include_str!("../kernels/fmm.cu"),
     headers: &[],
+    required: &["ORDER", "EVAL_BLOCK"],
 };
 
 /// Pseudo-particle operators (compiled with `-DPPM_K=K -DPPM_P=p`).
 pub const PPM: KernelSource = KernelSource {
     name: "ppm",
-    source: include_str!("../../../kernels/ppm.cu"),
+    source: include_str!("../kernels/ppm.cu"),
     headers: &[],
+    required: &["PPM_K", "PPM_P"],
 };
 
 /// Uniform-grid FMM built on the device (`kernels/uniform.cu`, compiled with `-DORDER=p
@@ -56,7 +64,7 @@ pub const PPM: KernelSource = KernelSource {
 /// and their `p2p_near`, `p2m` and `l2p` kernels (one module).
 pub const UNIFORM: KernelSource = KernelSource {
     name: "uniform",
-    source: include_str!("../../../kernels/uniform.cu"),
+    source: include_str!("../kernels/uniform.cu"),
     headers: &[
         Header {
             name: "p2p.cu",
@@ -67,28 +75,32 @@ pub const UNIFORM: KernelSource = KernelSource {
             source: FMM.source,
         },
     ],
+    required: FMM.required,
 };
 
 /// Element-wise steps of the pseudo-spectral solver (`crates/spectral`, cuFFT path).
 pub const SPECTRAL: KernelSource = KernelSource {
     name: "spectral",
-    source: include_str!("../../../kernels/spectral.cu"),
+    source: include_str!("../kernels/spectral.cu"),
     headers: &[],
+    required: &[],
 };
 
 /// The vortex-method step resident on the device (`crates/resident`).
 pub const RESIDENT: KernelSource = KernelSource {
     name: "resident",
-    source: include_str!("../../../kernels/resident.cu"),
+    source: include_str!("../kernels/resident.cu"),
     headers: &[COMMON_H],
+    required: &[],
 };
 
 /// The pointwise steps of the slab-decomposed Fourier transform (`crates/resident`,
 /// `slab_fourier`).
 pub const SLAB_FOURIER: KernelSource = KernelSource {
     name: "slab_fourier",
-    source: include_str!("../../../kernels/slab_fourier.cu"),
+    source: include_str!("../kernels/slab_fourier.cu"),
     headers: &[COMMON_H],
+    required: &[],
 };
 
 /// Every kernel source of the workspace.

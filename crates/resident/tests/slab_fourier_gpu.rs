@@ -12,6 +12,7 @@ use rand_chacha::ChaCha8Rng;
 use std::f64::consts::PI;
 use vortex_cuda::GpuDevice;
 use vortex_domain::{Comm, ThreadComm};
+use vortex_method::reinterpolation::filter::LatticeFilter;
 use vortex_resident::fourier::{Fourier, GridSpectrum};
 use vortex_resident::kernels::Kernels;
 use vortex_resident::reinterpolation::inverse_eigenvalues;
@@ -148,7 +149,7 @@ fn case_data(n: usize) -> (Vec<f64>, Vec<f64>, f64, f64) {
     let l = 2.0 * PI;
     let h = l / n as f64;
     let sigma = h;
-    let inv_eig = inverse_eigenvalues(n, h, sigma, 4.0).unwrap();
+    let inv_eig = inverse_eigenvalues(n, h, sigma, 4.0, &LatticeFilter::default()).unwrap();
     let c = (2.0 * PI * sigma * sigma).powf(-1.5);
     (random_field(n, 5 + n as u64), inv_eig, c, l)
 }

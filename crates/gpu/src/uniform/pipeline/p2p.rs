@@ -1,0 +1,244 @@
+//! Phases 5-6 of [`UniformFmm`]'s pipeline: the P2P among the own particles, the far images
+//! (periodic), and on a rank the halo leaves' P2M and P2P.
+
+use super::*;
+
+impl UniformFmm {
+    /// Phase 5, queued on the device: the P2P among the own particles between two events
+    /// (periodic: the top multipoles downloaded first, for the far images on the host).
+    pub(super) fn own_p2p(
+        &self,
+        ps: &Pass,
+        tasks: &LeafTasks,
+        mult: &CudaSlice<f32>,
+        bytes: &mut Bytes,
+    ) -> GpuResult<OwnP2p> {
+        let (s, np) = (&ps.s, ps.np);
+        let mut vel = s.alloc_zeros::<f32>(3 * np)?;
+        let mut strf = s.alloc_zeros::<f32>(3 * np)?;
+        bytes.add(&vel);
+        bytes.add(&strf);
+        let period = ps.period();
+        // (on a rank the top level is complete only after the exchanges: `run_device`
+        // downloads it then)
+        let top = match ps.per {
+            Some(_) if ps.region.is_whole() => Some(s.clone_dtoh(&mult.slice(0..top_len(ps)))?),
+            _ => None,
+        };
+        let start = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        if tasks.ntasks > 0 {
+            let (spos, sstr) = (&tasks.sorted.pos, &tasks.sorted.str);
+            let f = self.func(ps.p, "p2p_near")?;
+            let mut b = s.launch_builder(&f);
+            b.arg(spos).arg(sstr).arg(spos).arg(sstr);
+            b.arg(&tasks.near)
+                .arg(&tasks.near_nsrc)
+                .arg(&tasks.runs)
+                .arg(&period);
+            b.arg(&mut vel).arg(&mut strf);
+            // SAFETY: p2p_near(const float4* tpos, tstr, spos, sstr, const int4* tasks, const
+            // int* task_nsrc, const int4* runs, float period, float* vel, float* str) of
+            // p2p.cu: the arguments in this order and of these types; one block of
+            // P2P_THREADS = NEAR_THREADS per task (ntasks), at most P2P_TARGETS = NEAR_TARGETS
+            // targets each; tasks and runs index the np sorted particles, vel and strf hold
+            // 3 np floats.
+            unsafe { b.launch(blocks(tasks.ntasks, P2P_THREADS)) }?;
+        }
+        let end = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        Ok(OwnP2p {
+            fields: RawFields { vel, strf },
+            top,
+            start,
+            end,
+        })
+    }
+
+    /// Phase 5, periodic: the far images on the host (f64) from the top multipoles `top`,
+    /// while the P2P runs (on a rank: after the exchanges), into the (still zero) locals of
+    /// the receiver level.
+    pub(super) fn far_image_locals(
+        &self,
+        ps: &Pass,
+        q: &PeriodicRun,
+        top: &[f32],
+        loc: &mut CudaSlice<f32>,
+        tm: &mut UniformTimes,
+    ) -> GpuResult<()> {
+        let t = Instant::now();
+        let host = q.far_locals_f32(&ps.g, top);
+        let a = ps.g.level_offset(q.receiver_level) * 2 * 3 * ncoef(ps.p);
+        ps.s.memcpy_htod(&host, &mut loc.slice_mut(a..a + host.len()))?;
+        tm.far_images = t.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    /// Phase 6 on a rank: the P2M tasks of the halo leaves and the P2P tasks from the halo
+    /// particles `h` to the own planes next to the halo (one range when they coincide or
+    /// touch), with their slices and source runs.
+    pub(super) fn halo_tasks(
+        &self,
+        ps: &Pass,
+        h: &Sorted,
+        tasks: &mut LeafTasks,
+        tm: &mut UniformTimes,
+    ) -> GpuResult<HaloTasks> {
+        let (s, region, plane) = (&ps.s, ps.region, ps.plane);
+        let nhalo: usize = region.halo.iter().map(|r| (r.1 - r.0) * plane).sum();
+        let ntasks = tasks.ntasks;
+        let mut p2m = s.alloc_zeros::<i32>(i4(nhalo))?;
+        let ranges = halo_targets(region, ps.per.is_some());
+        let rpl = ps.runs_per_leaf;
+        let nr: usize = ranges.iter().map(|r| (r.1 - r.0) * plane).sum();
+        let mut near = s.alloc_zeros::<i32>(i4(ntasks))?;
+        let mut nsrc = s.alloc_zeros::<i32>(ntasks.max(1))?;
+        let mut runs = s.alloc_zeros::<i32>(i4(rpl * nr))?;
+        let mut scratch = s.alloc_zeros::<i32>(i4(nr.max(ntasks)))?;
+        let mut scratch2 = s.alloc_zeros::<i32>(i4(ntasks))?;
+        tm.k_sort += self.event_timed(|| {
+            let f = self.func(ps.p, "u_p2m_tasks")?;
+            let mut at = 0;
+            for &(za, zb) in &region.halo {
+                let (c0, cnt) = (za * plane, (zb - za) * plane);
+                let (c0_i, cnt_i) = (c0 as i32, cnt as i32);
+                let mut out = p2m.slice_mut(4 * at..4 * (at + cnt));
+                let mut b = s.launch_builder(&f);
+                b.arg(&h.starts).arg(&c0_i).arg(&cnt_i).arg(&ps.leaf_base);
+                b.arg(&mut out);
+                // SAFETY: u_p2m_tasks(const int* starts, int c0, int ncells, int leaf_base,
+                // int4* out): the arguments in this order and of these types; the halo's
+                // starts hold n^3 + 1 ints (c0 + cnt <= n^3), out cnt int4; threads u >= cnt
+                // return.
+                unsafe { b.launch(grid1(cnt, 128)) }?;
+                at += cnt;
+            }
+            let f = self.func(ps.p, "u_leaf_tasks")?;
+            let mut at = 0;
+            for &(za, zb) in &ranges {
+                let u0 = (za - region.own.0) * plane;
+                let cnt = (zb - za) * plane;
+                // the P2M and L2P tasks of the own leaves again: written to scratch
+                let out = TaskOutputs {
+                    p2m: scratch.as_view_mut(),
+                    near: near.as_view_mut(),
+                    nsrc: nsrc.as_view_mut(),
+                    l2p: scratch2.as_view_mut(),
+                    runs: runs.slice_mut(4 * rpl * at..4 * rpl * (at + cnt)),
+                };
+                let sl = tasks.slice_starts.slice(u0..u0 + cnt + 1);
+                let starts = &tasks.sorted.starts;
+                let leaves = (za * plane, cnt, ps.periodic_i());
+                self.launch_leaf_tasks(
+                    ps,
+                    &f,
+                    starts,
+                    (&h.starts, &sl),
+                    leaves,
+                    out,
+                    &mut tasks.pairs,
+                )?;
+                at += cnt;
+            }
+            Ok(())
+        })?;
+        Ok(HaloTasks {
+            p2m,
+            count: nhalo,
+            ranges,
+            near,
+            nsrc,
+            runs,
+        })
+    }
+
+    /// Phase 6 on a rank: P2M at the halo leaves (never summed into parents: their owners
+    /// did that) and the P2P from the halo particles `h` to the own planes next to them.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn halo_p2m_p2p(
+        &self,
+        ps: &Pass,
+        h: &Sorted,
+        ht: &HaloTasks,
+        tasks: &LeafTasks,
+        xp: &mut Expansions,
+        fl: &mut RawFields,
+        tb: &Tables,
+        tm: &mut UniformTimes,
+    ) -> GpuResult<()> {
+        let (s, p, plane) = (&ps.s, ps.p, ps.plane);
+        let period = ps.period();
+        tm.k_p2m += self.event_timed(|| {
+            let f = self.func(p, "p2m")?;
+            let mut b = s.launch_builder(&f);
+            b.arg(&h.pos)
+                .arg(&h.str)
+                .arg(&ht.p2m)
+                .arg(&xp.centers)
+                .arg(&tb.knm);
+            b.arg(&mut xp.mult);
+            // SAFETY: p2m (signature at its launch in `upward_pass`): the arguments in this
+            // order and of these types; one block of P2M_THREADS per halo leaf (ht.count
+            // tasks indexing the halo's sorted particles and the global leaf cells).
+            unsafe { b.launch(blocks(ht.count, ncoef(p).div_ceil(32) * 32)) }?;
+            Ok(())
+        })?;
+        tm.k_p2p += self.event_timed(|| {
+            let f = self.func(p, "p2p_near")?;
+            let mut at = 0;
+            for &(za, zb) in &ht.ranges {
+                let u0 = (za - ps.region.own.0) * plane;
+                let cnt = (zb - za) * plane;
+                let (ta, te) = (tasks.ss[u0] as usize, tasks.ss[u0 + cnt] as usize);
+                if te > ta {
+                    let near = ht.near.slice(4 * ta..4 * te);
+                    let nsrc = ht.nsrc.slice(ta..te);
+                    let rpl = ps.runs_per_leaf;
+                    let hr = ht.runs.slice(4 * rpl * at..4 * rpl * (at + cnt));
+                    let mut b = s.launch_builder(&f);
+                    b.arg(&tasks.sorted.pos)
+                        .arg(&tasks.sorted.str)
+                        .arg(&h.pos)
+                        .arg(&h.str);
+                    b.arg(&near).arg(&nsrc).arg(&hr).arg(&period);
+                    b.arg(&mut fl.vel).arg(&mut fl.strf);
+                    // SAFETY: p2p_near (signature at its launch in `own_p2p`): the arguments
+                    // in this order and of these types; one block of P2P_THREADS per task ta ..
+                    // te of these planes; the tasks index the own sorted particles, the runs
+                    // (rpl per leaf, relative to hr) the halo's; vel and strf hold 3 np floats.
+                    unsafe { b.launch(blocks(te - ta, P2P_THREADS)) }?;
+                }
+                at += cnt;
+            }
+            Ok(())
+        })?;
+        Ok(())
+    }
+}
+
+/// The own planes of `region` next to a halo plane (periodic: across the seam too), as
+/// sorted disjoint ranges: the targets of the P2P from the halo particles.
+fn halo_targets(region: &Region, periodic: bool) -> Ranges {
+    let n = region.grid.n() as i64;
+    let is_halo = |z: i64| {
+        let z = if periodic { z.rem_euclid(n) } else { z };
+        (0..n).contains(&z)
+            && region
+                .halo
+                .iter()
+                .any(|&(a, b)| (a..b).contains(&(z as usize)))
+    };
+    let mut out: Ranges = Vec::new();
+    for z in region.own.0..region.own.1 {
+        if is_halo(z as i64 - 1) || is_halo(z as i64 + 1) {
+            match out.last_mut() {
+                Some(last) if last.1 == z => last.1 = z + 1,
+                _ => out.push((z, z + 1)),
+            }
+        }
+    }
+    out
+}
+
+/// Floats of the top level's multipoles (`m^3` cells).
+pub(super) fn top_len(ps: &Pass) -> usize {
+    ps.g.m.pow(3) * 2 * 3 * ncoef(ps.p)
+}
