@@ -39,6 +39,7 @@ pub use host::HostSlabFourier;
 
 use crate::fourier::GridSpectrum;
 use num_complex::Complex64;
+use rayon::prelude::*;
 use std::ops::Range;
 use vortex_domain::{Comm, ReduceOp};
 
@@ -377,8 +378,10 @@ pub fn slabs_to_pencils<T: Wire>(
     pencil: &mut [T],
 ) {
     let send: Vec<Vec<u8>> = (0..layout.ranks())
+        .into_par_iter()
         .map(|d| {
-            let mut b = Vec::new();
+            let len: usize = layout.slab_runs(d).map(|r| 16 * r.len()).sum();
+            let mut b = Vec::with_capacity(len);
             layout
                 .slab_runs(d)
                 .for_each(|r| T::put(&slab[scaled::<T>(r)], &mut b));
@@ -401,9 +404,11 @@ pub fn pencils_to_slabs<T: Wire>(
     slab: &mut [T],
 ) {
     let send: Vec<Vec<u8>> = (0..layout.ranks())
+        .into_par_iter()
         .map(|d| {
-            let mut b = Vec::new();
-            T::put(&pencil[scaled::<T>(layout.pencil_run(d))], &mut b);
+            let run = layout.pencil_run(d);
+            let mut b = Vec::with_capacity(16 * run.len());
+            T::put(&pencil[scaled::<T>(run)], &mut b);
             b
         })
         .collect();
