@@ -226,12 +226,12 @@ pub fn halo_rows(
     let p = s.clone_dtoh(&gather(k, s, pos, 3, &idx, m, 0)?)?;
     let a = s.clone_dtoh(&gather(k, s, alpha, 3, &idx, m, 0)?)?;
     let g = s.clone_dtoh(&gather(k, s, sigma, 1, &idx, m, 0)?)?;
-    let mut bufs = vec![Vec::new(); comm.size()];
+    let mut rows: Vec<Vec<f64>> = vec![Vec::new(); comm.size()];
     let mut at = 0;
     for (q, list) in sends.iter().enumerate() {
+        rows[q].reserve(7 * list.len());
         for &(_, shift) in list {
-            let b = &mut bufs[q];
-            let row = [
+            rows[q].extend_from_slice(&[
                 p[3 * at],
                 p[3 * at + 1],
                 p[3 * at + 2] + shift as f64 * box_length,
@@ -239,32 +239,26 @@ pub fn halo_rows(
                 a[3 * at + 1],
                 a[3 * at + 2],
                 g[at],
-            ];
-            for x in row {
-                b.extend_from_slice(&x.to_le_bytes());
-            }
+            ]);
             at += 1;
         }
     }
+    // rows travel as their bytes (bytemuck casts: one copy each way)
+    let bufs: Vec<Vec<u8>> = rows.iter().map(|r| bytemuck::cast_slice(r).to_vec()).collect();
+    drop(rows);
     let recv = comm.alltoallv(&bufs);
     let mut h = Halo {
         pos: Vec::new(),
         alpha: Vec::new(),
         sigma: Vec::new(),
-        bytes: bufs
-            .iter()
-            .enumerate()
-            .filter(|(q, _)| *q != me)
-            .map(|(_, b)| b.len())
-            .sum(),
+        bytes: bufs.iter().enumerate().filter(|(q, _)| *q != me).map(|(_, b)| b.len()).sum(),
     };
     for b in &recv {
-        for row in b.chunks_exact(56) {
-            let f =
-                |j: usize| f64::from_le_bytes(row[8 * j..8 * j + 8].try_into().expect("8 bytes"));
-            h.pos.extend([f(0), f(1), f(2)]);
-            h.alpha.extend([f(3), f(4), f(5)]);
-            h.sigma.push(f(6));
+        let v: Vec<f64> = bytemuck::pod_collect_to_vec(b);
+        for r in v.chunks_exact(7) {
+            h.pos.extend_from_slice(&r[0..3]);
+            h.alpha.extend_from_slice(&r[3..6]);
+            h.sigma.push(r[6]);
         }
     }
     Ok(h)

@@ -329,33 +329,27 @@ pub trait Wire: Copy + Send + Sync {
     fn get(b: &[u8], out: &mut [Self]);
 }
 
+// The values travel as their in-memory bytes (`bytemuck` casts: one copy, no per-element
+// conversion; every rank of a job runs the same binary on the same byte order).
 impl Wire for f64 {
     const PER_COMPLEX: usize = 2;
     fn put(v: &[Self], out: &mut Vec<u8>) {
-        v.iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+        out.extend_from_slice(bytemuck::cast_slice(v));
     }
     fn get(b: &[u8], out: &mut [Self]) {
-        for (o, c) in out.iter_mut().zip(b.chunks_exact(8)) {
-            *o = f64::from_le_bytes(c.try_into().expect("8 bytes"));
-        }
+        let n = b.len().min(8 * out.len());
+        bytemuck::cast_slice_mut::<f64, u8>(out)[..n].copy_from_slice(&b[..n]);
     }
 }
 
 impl Wire for Complex64 {
     const PER_COMPLEX: usize = 1;
     fn put(v: &[Self], out: &mut Vec<u8>) {
-        for x in v {
-            out.extend_from_slice(&x.re.to_le_bytes());
-            out.extend_from_slice(&x.im.to_le_bytes());
-        }
+        out.extend_from_slice(bytemuck::cast_slice(v));
     }
     fn get(b: &[u8], out: &mut [Self]) {
-        for (o, c) in out.iter_mut().zip(b.chunks_exact(16)) {
-            let re = f64::from_le_bytes(c[..8].try_into().expect("8 bytes"));
-            let im = f64::from_le_bytes(c[8..].try_into().expect("8 bytes"));
-            *o = Complex64::new(re, im);
-        }
+        let n = b.len().min(16 * out.len());
+        bytemuck::cast_slice_mut::<Complex64, u8>(out)[..n].copy_from_slice(&b[..n]);
     }
 }
 
