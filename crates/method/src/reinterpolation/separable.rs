@@ -317,7 +317,7 @@ impl SeparableSolver {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{apply_gaussian, Lattice};
+    use super::super::{apply_gaussian, solve, Lattice, RbfSettings, RbfSolver};
     use super::*;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
@@ -403,7 +403,7 @@ mod tests {
     /// `exp(-a (|k| / (n/2))^m)` and `lambda` the mode's eigenvalue of the Gaussian operator
     /// (measured by applying the independent convolution code to it); the host route (`F` then
     /// the exact solve) and the device route (the filtered inverse eigenvalues in one pass)
-    /// agree.
+    /// agree, and so does the run's solve (direct and conjugate gradients).
     #[test]
     fn single_mode_through_the_filtered_solve() {
         let (a, m) = (36.0f64, 8.0f64);
@@ -468,6 +468,27 @@ mod tests {
                 "{dims:?} {kv:?}: {:.2e}",
                 rel(&dev, &expect)
             );
+            // the run's path (`reinterpolation::solve`, direct and CG): the same gain, the
+            // residual measured against F omega
+            let omega: Vec<[f64; 3]> = mode.iter().map(|&v| [v, -2.0 * v, 0.5 * v]).collect();
+            for solver in [RbfSolver::Direct, RbfSolver::Cg] {
+                let settings = RbfSettings {
+                    solver,
+                    tolerance: 1e-10,
+                    filter,
+                    ..Default::default()
+                };
+                let (beta, rep) = solve(&lat, sigma, &omega, &settings).unwrap();
+                assert!(rep.residual <= 1e-10, "{solver:?}");
+                for (c, scale) in [1.0, -2.0, 0.5].into_iter().enumerate() {
+                    let got: Vec<f64> = beta.iter().map(|b| b[c] / scale).collect();
+                    let e = rel(&got, &expect);
+                    assert!(
+                        e < 1e-8,
+                        "{solver:?} {dims:?} {kv:?} component {c}: {e:.2e}"
+                    );
+                }
+            }
             // the filter took something off (the test can tell F from 1)
             assert!(gain * lambda < 0.99, "{dims:?} {kv:?}");
         }
