@@ -11,7 +11,10 @@ use vortex_method::{Config, Simulator};
 fn config(kind: &str) -> Config {
     let initial = match kind {
         "taylor-green" => "kind = \"taylor-green\"\nn = 24\noverlap = 1.0".to_string(),
-        _ => "kind = \"isotropic\"\nn = 24\noverlap = 0.8\nre_lambda = 20.0\nseed = 3".to_string(),
+        _ => {
+            "kind = \"isotropic\"\nn = 24\noverlap = 0.8\nk_peak = 3.0\nre_lambda = 20.0\nseed = 3"
+                .to_string()
+        }
     };
     let text = format!(
         r#"

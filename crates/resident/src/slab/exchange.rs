@@ -244,14 +244,22 @@ pub fn halo_rows(
         }
     }
     // rows travel as their bytes (bytemuck casts: one copy each way)
-    let bufs: Vec<Vec<u8>> = rows.iter().map(|r| bytemuck::cast_slice(r).to_vec()).collect();
+    let bufs: Vec<Vec<u8>> = rows
+        .iter()
+        .map(|r| bytemuck::cast_slice(r).to_vec())
+        .collect();
     drop(rows);
     let recv = comm.alltoallv(&bufs);
     let mut h = Halo {
         pos: Vec::new(),
         alpha: Vec::new(),
         sigma: Vec::new(),
-        bytes: bufs.iter().enumerate().filter(|(q, _)| *q != me).map(|(_, b)| b.len()).sum(),
+        bytes: bufs
+            .iter()
+            .enumerate()
+            .filter(|(q, _)| *q != me)
+            .map(|(_, b)| b.len())
+            .sum(),
     };
     for b in &recv {
         let v: Vec<f64> = bytemuck::pod_collect_to_vec(b);
