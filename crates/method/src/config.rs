@@ -32,6 +32,8 @@
 //! solver = "direct"    # direct (separable, exact) | cg (conjugate gradients)
 //! tolerance = 1e-8     # relative residual the solve must reach
 //! strain = 0.5         # ... or when (t - t_reset) max|alpha|/h^3 exceeds this (0: off)
+//! history = "carry"    # carry (the AB2 history through the lattice operator: one evaluation
+//!                      # per step) | restart (a Heun step after each re-interpolation: two)
 //!
 //! [output]             # optional
 //! diagnostics_every = 10   # steps between rows of diagnostics.csv; and/or
@@ -53,6 +55,7 @@
 
 use crate::energy_check::EnergyTolerance;
 use crate::error::{Error, Result};
+use crate::reinterpolation::history::History;
 use crate::reinterpolation::{LatticeSpec, RbfSettings, RbfSolver};
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
@@ -294,6 +297,10 @@ pub struct ReinterpolationConfig {
     pub n: Option<usize>,
     /// Free-space lattice spacing (default: `initial.spacing`).
     pub spacing: Option<f64>,
+    /// The Adams-Bashforth history through a re-interpolation: `"carry"` (default: through the
+    /// lattice operator, the next step is AB2 with one evaluation) or `"restart"` (the next step
+    /// is a Heun step, two evaluations). See [`crate::reinterpolation::history`].
+    pub history: History,
 }
 
 impl Default for ReinterpolationConfig {
@@ -312,6 +319,7 @@ impl Default for ReinterpolationConfig {
             drop: r.drop,
             n: None,
             spacing: None,
+            history: History::default(),
         }
     }
 }

@@ -236,6 +236,35 @@ pub fn biot_savart(omega: &[[f64; 3]], n: usize, l: f64) -> Vec<[f64; 3]> {
     })
 }
 
+/// `Reinterpolator::carry_history` on a periodic `lat`: the strength rates of `prev` through
+/// [`gaussian_sums`] with the cores `sqrt(sigma0_p^2 + 2 nu elapsed)` and [`solve_rbf`], the
+/// velocities the same with the cores `sigma0_p` (`inv_eig`, `c`: the lattice system's
+/// `1 / S(k)` and normalisation for the fresh core).
+#[allow(clippy::too_many_arguments)]
+pub fn carry_history(
+    pos: &[[f64; 3]],
+    prev: &vortex_method::rhs::Derivatives,
+    sigma0: &[f64],
+    nu: f64,
+    elapsed: f64,
+    lat: &Lattice,
+    cutoff: f64,
+    inv_eig: &[f64],
+    c: f64,
+) -> vortex_method::rhs::Derivatives {
+    let n = lat.dims[0];
+    let cores: Vec<f64> = sigma0
+        .iter()
+        .map(|&s0| vortex_method::core_spreading::sigma_at(s0, nu, elapsed))
+        .collect();
+    let rates = gaussian_sums(pos, &prev.stretching, &cores, lat, cutoff);
+    let vel = gaussian_sums(pos, &prev.velocity, sigma0, lat, cutoff);
+    vortex_method::rhs::Derivatives {
+        velocity: solve_rbf(&vel, n, inv_eig, c),
+        stretching: solve_rbf(&rates, n, inv_eig, c),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -373,5 +402,59 @@ mod tests {
         let u2 = biot_savart(&omega, n, l2);
         let scaled: Vec<[f64; 3]> = exact.iter().map(|v| v.map(|c| c * l2 / l)).collect();
         assert!(rel(&u2, &scaled) < 1e-13);
+    }
+
+    /// The device's carried history (emulated) equals the host's
+    /// `reinterpolate_with_history` on particles jittered off the lattice with smooth rates.
+    #[test]
+    fn carried_history_equals_the_host_transfer() {
+        use vortex_method::reinterpolation::history::{reinterpolate_with_history, PreviousRates};
+        use vortex_method::reinterpolation::{LatticeSpec, RbfSettings};
+        let mut rng = ChaCha8Rng::seed_from_u64(4);
+        let (n, l) = (12usize, 2.0 * std::f64::consts::PI);
+        let lat = Lattice::periodic_box(n, l);
+        let sigma0 = lat.h;
+        let (nu, elapsed, dt) = (0.05, 0.2, 0.1);
+        let (pos, alpha, _) = jittered(&lat, &mut rng);
+        let smooth = |x: &[f64; 3], a: f64| {
+            [
+                (x[0] + a).sin(),
+                (x[1] - x[2]).cos(),
+                (2.0 * x[2]).sin() * a,
+            ]
+        };
+        let prev = vortex_method::rhs::Derivatives {
+            velocity: pos.iter().map(|x| smooth(x, 0.3)).collect(),
+            stretching: pos.iter().map(|x| smooth(x, -1.1)).collect(),
+        };
+        let mut old = vortex_method::Particles::new(pos.clone(), alpha, sigma0);
+        vortex_method::core_spreading::apply(&mut old, nu, elapsed + dt);
+        let s = RbfSettings::default();
+        let spec = LatticeSpec::Periodic { n, box_length: l };
+        let p = PreviousRates {
+            rates: &prev,
+            nu,
+            elapsed,
+        };
+        let (_, host, _) = reinterpolate_with_history(&old, p, &spec, sigma0, &s).unwrap();
+        let inv = inverse_eigenvalues(n, lat.h, sigma0, s.cutoff).unwrap();
+        let c = (2.0 * std::f64::consts::PI * sigma0 * sigma0).powf(-1.5);
+        let dev = carry_history(
+            &pos,
+            &prev,
+            &old.sigma0,
+            nu,
+            elapsed,
+            &lat,
+            s.cutoff,
+            &inv,
+            c,
+        );
+        let (ev, es) = (
+            rel(&dev.velocity, &host.velocity),
+            rel(&dev.stretching, &host.stretching),
+        );
+        eprintln!("carried history, emulated device vs host: velocity {ev:.2e}, rates {es:.2e}");
+        assert!(ev < 1e-5 && es < 1e-5, "{ev:.2e} {es:.2e}");
     }
 }

@@ -5,7 +5,8 @@
 //!    and the surface correction, largest core), f32 packing on the device, the uniform-grid
 //!    FMM on the device buffers (`vortex_gpu::UniformFmm::evaluate_device`), the fields scaled to
 //!    f64 velocity and stretching;
-//! 2. AB2 (`y += dt (3/2 f_n - 1/2 f_{n-1})`) or, after a start or a re-interpolation, Heun
+//! 2. AB2 (`y += dt (3/2 f_n - 1/2 f_{n-1})`) or, after a start (or a re-interpolation with
+//!    `reinterpolation.history = "restart"`; "carry" takes the history through it), Heun
 //!    (predictor on a device copy, a second evaluation), core spreading (core paper Eq. 11),
 //!    wrapping and mean-strength removal;
 //! 3. the criteria of `vortex_method::stepping::Stepper::reinterpolation_due` from the moments, and
@@ -518,6 +519,18 @@ impl Simulator for ResidentSimulation<'_> {
                 .rbf
                 .reinterpolate(&self.k, &self.s, &self.p, m.sigma_max)
                 .map_err(|e| Error::Rbf(format!("step {}: {e}", self.step)))?;
+            let carried = crate::reinterpolation::carried_history(
+                &mut self.rbf,
+                &self.k,
+                &self.s,
+                &self.stepper,
+                &self.p,
+                self.previous.as_ref(),
+                self.step,
+                self.step_reset,
+                m.sigma_max,
+            )
+            .map_err(|e| Error::Rbf(format!("step {}: the AB2 history: {e}", self.step)))?;
             self.p = fresh;
             let mm = self.moments_of(&self.p)?;
             let mut p = std::mem::replace(
@@ -529,7 +542,7 @@ impl Simulator for ResidentSimulation<'_> {
             r.map_err(gpu_err("tidy"))?;
             self.s.synchronize().map_err(|e| gpu_err("rbf")(e.into()))?;
             self.step_reset = self.step;
-            self.previous = None;
+            self.previous = carried;
             self.current = None;
             self.reinterpolations += 1;
             report.seconds = t1.elapsed().as_secs_f64();
