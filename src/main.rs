@@ -5,7 +5,7 @@
 //! (a vortex-method simulation).
 //!
 //! Exit status: 0 success; 1 error (the message says why); 75 (`EX_TEMPFAIL`) `run` or
-//! `spectral` stopped by SIGINT, SIGTERM or SIGUSR1 after finishing its step and writing a
+//! `spectral` stopped by SIGINT, SIGTERM, SIGHUP, SIGUSR1 or SIGUSR2 after finishing its step and writing a
 //! checkpoint (continue with `--restart OUT/checkpoint.bin`); 130 a second signal before the
 //! checkpoint was written.
 
@@ -55,22 +55,23 @@ pub fn set_global_threads(threads: Option<usize>) -> Result<()> {
             anyhow::bail!("--threads must be at least 1");
         }
         rayon::ThreadPoolBuilder::new()
-            .num_threads(t)
+            .num_threads(vortex_spectral::durable::cap_threads(t))
             .build_global()
             .map_err(|e| anyhow::anyhow!("setting the thread count: {e}"))?;
     }
     Ok(())
 }
 
-/// Points SIGINT, SIGTERM and SIGUSR1 at the run loops' interrupt flag (`vortex_spectral::durable`):
+/// Points SIGINT, SIGTERM, SIGHUP (a closed terminal or ssh session), SIGUSR1 and SIGUSR2 (batch
+/// systems' warnings before a time limit) at the run loops' interrupt flag (`vortex_spectral::durable`):
 /// the run finishes its step, writes a checkpoint, flushes its outputs and the process exits
 /// with [`vortex_spectral::durable::EXIT_INTERRUPTED`]. A second signal while one is pending ends the
 /// process at once (status 130).
 fn install_signal_handlers() -> Result<()> {
-    use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
     let flag = vortex_spectral::durable::interrupt_flag();
     let pending = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    for sig in [SIGINT, SIGTERM, SIGUSR1] {
+    for sig in [SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2] {
         signal_hook::flag::register_conditional_shutdown(sig, 130, pending.clone())?;
         signal_hook::flag::register(sig, pending.clone())?;
         signal_hook::flag::register_usize(sig, flag.clone(), sig as usize)?;

@@ -94,61 +94,113 @@ pub fn config_json(path: &Path) -> Value {
         .unwrap_or(Value::Null)
 }
 
-/// When `out/config.toml` was last written (`None`: absent); taken before a run and after it,
-/// a change tells that the run began writing into `out`.
-pub fn config_stamp(out: &Path) -> Option<SystemTime> {
-    std::fs::metadata(out.join("config.toml"))
-        .and_then(|m| m.modified())
-        .ok()
+/// Who holds an output directory: process id, host, start time and command line (the line of
+/// the lock file, quoted to a second process).
+pub fn holder(start: SystemTime) -> String {
+    format!(
+        "pid {} on host {} since {} ({})",
+        std::process::id(),
+        host(),
+        iso8601(start),
+        std::env::args().collect::<Vec<_>>().join(" ")
+    )
 }
 
-/// Whether this invocation began writing into `out`: its `config.toml` was (re)written since
-/// `before` (a refused configuration or a refused directory leaves `out` alone).
-pub fn wrote_into(out: &Path, before: Option<SystemTime>) -> bool {
-    let now = config_stamp(out);
-    now.is_some() && now != before
+/// The start of an invocation that writes into `out`: the directory locked (held until the
+/// returned lock is dropped, after [`record`]), prepared for `mode` (a non-empty directory
+/// refused unless overwriting or restarting; a restart only into its checkpoint's directory),
+/// and an entry with `"status": "running"` appended to `run.json`, so that a killed run
+/// leaves a record. A refused directory is left untouched.
+pub fn begin(
+    out: &Path,
+    mode: vortex_spectral::durable::OutMode,
+    restart: Option<&Path>,
+    command: &'static str,
+    start: SystemTime,
+) -> Result<vortex_spectral::durable::OutLock> {
+    use vortex_spectral::durable;
+    let lock = durable::lock_out(out, &holder(start))?;
+    durable::prepare_out(out, mode)?;
+    if let Some(ck) = restart {
+        durable::check_restart_into(out, ck)?;
+    }
+    let mut doc = read_doc(out);
+    let mut entry = base_entry(command, start);
+    entry["status"] = json!("running");
+    entry["outcome"] = json!("running (or killed: no end was recorded)");
+    push(&mut doc, entry);
+    write_doc(out, &doc)?;
+    Ok(lock)
 }
 
-/// Appends `inv` to `out/run.json` (created when absent; rewritten atomically).
-pub fn record(out: &Path, inv: &Invocation) -> Result<()> {
-    let path = out.join("run.json");
-    let mut doc: Value = std::fs::read_to_string(&path)
+fn read_doc(out: &Path) -> Value {
+    std::fs::read_to_string(out.join("run.json"))
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_else(|| json!({ "invocations": [] }));
-    let (status, outcome, detail) = inv.outcome.json();
-    let mut entry = json!({
-        "command": inv.command,
+        .unwrap_or_else(|| json!({ "invocations": [] }))
+}
+
+fn write_doc(out: &Path, doc: &Value) -> Result<()> {
+    let path = out.join("run.json");
+    let text = serde_json::to_string_pretty(doc)?;
+    vortex_spectral::durable::write_atomic(&path, &[text.as_bytes()], 1)
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+fn push(doc: &mut Value, entry: Value) {
+    match doc.get_mut("invocations").and_then(Value::as_array_mut) {
+        Some(a) => a.push(entry),
+        None => *doc = json!({ "invocations": [entry] }),
+    }
+}
+
+/// What every entry of `run.json` holds.
+fn base_entry(command: &str, start: SystemTime) -> Value {
+    json!({
+        "command": command,
         "version": env!("CARGO_PKG_VERSION"),
         "commit": env!("VORTEX_GIT_COMMIT"),
         "dirty": env!("VORTEX_GIT_COMMIT").ends_with("-dirty"),
         "command_line": std::env::args().collect::<Vec<_>>(),
-        "configuration": inv.config,
-        "backend": inv.backend,
-        "ranks": inv.ranks,
-        "threads": inv.threads,
         "host": host(),
-        "start": iso8601(inv.start),
-        "end": iso8601(SystemTime::now()),
-        "status": status,
-        "outcome": outcome,
-    });
+        "pid": std::process::id(),
+        "start": iso8601(start),
+    })
+}
+
+/// Completes this invocation's entry of `out/run.json` (the `"running"` one of [`begin`],
+/// appended when absent; rewritten atomically).
+pub fn record(out: &Path, inv: &Invocation) -> Result<()> {
+    let mut doc = read_doc(out);
+    let (status, outcome, detail) = inv.outcome.json();
+    let mut entry = base_entry(inv.command, inv.start);
     if let Some(e) = entry.as_object_mut() {
+        e.insert("configuration".into(), inv.config.clone());
+        e.insert("backend".into(), json!(inv.backend));
+        e.insert("ranks".into(), json!(inv.ranks));
+        e.insert("threads".into(), json!(inv.threads));
+        e.insert("end".into(), json!(iso8601(SystemTime::now())));
+        e.insert("status".into(), json!(status));
+        e.insert("outcome".into(), json!(outcome));
         match &inv.outcome {
             Outcome::Interrupted(_) => e.insert("signal".into(), detail),
             Outcome::Failed(_) => e.insert("error".into(), detail),
             Outcome::Completed => None,
         };
     }
-    match doc.get_mut("invocations").and_then(Value::as_array_mut) {
-        Some(a) => a.push(entry),
-        None => doc = json!({ "invocations": [entry] }),
+    let mine = |x: &Value| {
+        x["status"] == "running" && x["pid"] == entry["pid"] && x["start"] == entry["start"]
+    };
+    match doc
+        .get_mut("invocations")
+        .and_then(Value::as_array_mut)
+        .and_then(|a| a.iter_mut().rev().find(|x| mine(x)))
+    {
+        Some(x) => *x = entry,
+        None => push(&mut doc, entry),
     }
-    let text = serde_json::to_string_pretty(&doc)?;
-    vortex_spectral::durable::write_atomic(&path, &[text.as_bytes()], 1)
-        .with_context(|| format!("writing {}", path.display()))
+    write_doc(out, &doc)
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;

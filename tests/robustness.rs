@@ -193,7 +193,8 @@ fn flipped_bits_in_a_checkpoint_are_refused() {
     assert!(o.status.success(), "{}", stderr(&o));
     let ck = out.join("checkpoint.bin");
     let good = std::fs::read(&ck).unwrap();
-    let bad = dir.path().join("bad.bin");
+    // a corrupt copy in the run's own directory (a restart appends to that run)
+    let bad = out.join("bad.bin");
     let mut state = 0x9e3779b97f4a7c15u64;
     for _ in 0..6 {
         state ^= state << 13;
@@ -208,7 +209,7 @@ fn flipped_bits_in_a_checkpoint_are_refused() {
         let e = stderr(&o);
         assert!(e.contains("checkpoint") && e.contains("bad.bin"), "{e}");
     }
-    assert!(!dir.path().join("bad.bin.tmp").exists());
+    assert!(!out.join("bad.bin.tmp").exists());
 }
 
 #[test]
@@ -532,4 +533,367 @@ fn readme_lists_every_command_and_flag() {
         "README's eval defaults differ from the binary's (order {p}, theta {theta})"
     );
     assert!(eval.contains("ppm"), "eval --help does not list ppm");
+}
+
+/// A spectral configuration of a few seconds at most (16^3 Taylor-Green on the CPU).
+fn tiny_spectral(extra: &str) -> String {
+    format!(
+        "n = 16\nnu = 0.01\nt_end = 0.2\ndt = 0.01\nthreads = 1\nbackend = \"cpu\"\n{extra}\n\
+         [initial]\nkind = \"taylor-green\"\n"
+    )
+}
+
+/// The `run.json` of `out` as JSON.
+fn run_json(out: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(out.join("run.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn concurrent_starts_into_one_directory_one_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let vcfg = write(dir.path(), "tg.toml", &tiny(0.1, 1.0, ""));
+    let scfg = write(dir.path(), "sp.toml", &tiny_spectral(""));
+    for round in 0..4 {
+        let (cmd, cfg) = if round % 2 == 0 {
+            ("run", &vcfg)
+        } else {
+            ("spectral", &scfg)
+        };
+        let out = dir.path().join(format!("o{round}"));
+        let children: Vec<Child> = (0..3)
+            .map(|_| spawn(&[cmd, s(cfg), "--out", s(&out)]))
+            .collect();
+        let outs: Vec<Output> = children
+            .into_iter()
+            .map(|c| c.wait_with_output().unwrap())
+            .collect();
+        let won = outs.iter().filter(|o| o.status.success()).count();
+        assert_eq!(won, 1, "round {round} ({cmd}): {won} of 3 proceeded");
+        for o in outs.iter().filter(|o| !o.status.success()) {
+            let e = stderr(o);
+            assert_eq!(o.status.code(), Some(1), "{e}");
+            // locked while the winner runs, or already holding its finished run
+            assert!(
+                e.contains("in use by another process: pid") || e.contains("not empty"),
+                "round {round}: {e}"
+            );
+        }
+        // one invocation recorded, completed
+        let inv = run_json(&out)["invocations"].as_array().unwrap().clone();
+        assert_eq!(inv.len(), 1, "{inv:?}");
+        assert_eq!(inv[0]["status"], "completed");
+    }
+}
+
+#[test]
+fn restarts_that_would_mislead_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(dir.path(), "tg.toml", &tiny(0.1, 0.3, ""));
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    assert!(run(&["run", s(&cfg), "--out", s(&a)]).status.success());
+    assert!(run(&["run", s(&cfg), "--out", s(&b)]).status.success());
+    let ck = a.join("checkpoint.bin");
+    let before = std::fs::read_to_string(b.join("diagnostics.csv")).unwrap();
+    // into another run's directory
+    let longer = write(dir.path(), "tg2.toml", &tiny(0.1, 0.5, ""));
+    let o = run(&["run", s(&longer), "--out", s(&b), "--restart", s(&ck)]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("not one of its checkpoints"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(b.join("diagnostics.csv")).unwrap(),
+        before
+    );
+    // t_end at the checkpoint's time: nothing to run, refused (not "completed")
+    let o = run(&["run", s(&cfg), "--out", s(&a), "--restart", s(&ck)]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("at or before the checkpoint's time"),
+        "{}",
+        stderr(&o)
+    );
+    let inv = run_json(&a)["invocations"].as_array().unwrap().clone();
+    assert_eq!(inv.last().unwrap()["status"], "failed", "{inv:?}");
+    // the same for the spectral solver
+    let sp = write(dir.path(), "sp.toml", &tiny_spectral(""));
+    let so = dir.path().join("s");
+    assert!(run(&["spectral", s(&sp), "--out", s(&so)]).status.success());
+    let o = run(&[
+        "spectral",
+        s(&sp),
+        "--out",
+        s(&so),
+        "--restart",
+        s(&so.join("checkpoint.bin")),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("at or before the checkpoint's time"),
+        "{}",
+        stderr(&o)
+    );
+    // a restart into a later t_end keeps the peak dissipation of the whole history
+    let sp2 = write(
+        dir.path(),
+        "sp2.toml",
+        &tiny_spectral("").replace("t_end = 0.2", "t_end = 0.3"),
+    );
+    let o = run(&[
+        "spectral",
+        s(&sp2),
+        "--out",
+        s(&so),
+        "--restart",
+        s(&so.join("checkpoint.bin")),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows = std::fs::read_to_string(so.join("energy.csv")).unwrap();
+    let peak = rows
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').nth(3).unwrap().parse::<f64>().unwrap())
+        .fold(0.0, f64::max);
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        stdout.contains(&format!("peak dissipation {peak:.6e}")),
+        "{peak:e}: {stdout}"
+    );
+}
+
+#[test]
+fn eval_refuses_to_overwrite_and_leaves_no_partial_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("p.npy");
+    assert!(run(&["particles", "--n", "200", "--out", s(&p)])
+        .status
+        .success());
+    let out = dir.path().join("e");
+    let ev = |extra: &[&str]| {
+        let mut a = vec![
+            "eval",
+            "--particles",
+            s(&p),
+            "--out",
+            s(&out),
+            "--backend",
+            "cpu",
+        ];
+        a.extend(extra);
+        run(&a)
+    };
+    assert!(ev(&[]).status.success());
+    let first = std::fs::read(out.join("velocity.npy")).unwrap();
+    let o = ev(&["--order", "4"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--overwrite"), "{}", stderr(&o));
+    assert_eq!(std::fs::read(out.join("velocity.npy")).unwrap(), first);
+    assert!(ev(&["--order", "4", "--overwrite"]).status.success());
+    let names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!names.iter().any(|n| n.ends_with(".tmp")), "{names:?}");
+    // a .npy whose header claims more data than the file holds: refused before allocating
+    let bytes = std::fs::read(&p).unwrap();
+    let trunc = dir.path().join("t.npy");
+    // the shape replaced in place, the header kept at its length (padding spaces removed)
+    let (from, to) = (&b"(200, 7)"[..], &b"(90000000000, 7)"[..]);
+    let at = bytes.windows(from.len()).position(|w| w == from).unwrap();
+    let mut t = bytes[..at].to_vec();
+    t.extend_from_slice(to);
+    t.extend_from_slice(&bytes[at + from.len()..at + from.len() + 40]);
+    t.extend_from_slice(&bytes[at + from.len() + 40 + to.len() - from.len()..]);
+    std::fs::write(&trunc, &t).unwrap();
+    let o = run(&[
+        "eval",
+        "--particles",
+        s(&trunc),
+        "--out",
+        s(&dir.path().join("e2")),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("header claims shape [90000000000, 7]"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn absurd_values_are_refused_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let ring = |core: &str, center: &str| {
+        format!(
+            "nu = 0.001\ndt = 0.01\nt_end = 0.02\n[domain]\nperiodic = false\n[initial]\n\
+             kind = \"ring\"\nradius = 1.0\ncirculation = 1.0\ncore = {core}\nspacing = 0.1\n\
+             center = {center}\n[output]\nprogress = false\n"
+        )
+    };
+    let cases: Vec<(&str, String, &str)> = vec![
+        ("run", ring("1e-300", "[0.0, 0.0, 0.0]"), "initial.core"),
+        ("run", ring("0.1", "[nan, 0.0, 0.0]"), "initial.center"),
+        ("run", ring("0.1", "[1e200, 0.0, 0.0]"), "initial.center"),
+        (
+            "spectral",
+            tiny_spectral("").replace("kind", "amplitude = nan\nkind"),
+            "initial.amplitude",
+        ),
+        (
+            "spectral",
+            tiny_spectral("").replace("kind", "amplitude = 1e200\nkind"),
+            "initial.amplitude",
+        ),
+        (
+            "spectral",
+            tiny_spectral("").replace("kind", "amplitude = 0.0\nkind"),
+            "initial.amplitude",
+        ),
+        (
+            "spectral",
+            tiny_spectral("spectrum_times = [-1.0]"),
+            "spectrum_times",
+        ),
+        (
+            "spectral",
+            tiny_spectral("field_times = [nan]"),
+            "field_times",
+        ),
+        (
+            "spectral",
+            tiny_spectral("diagnostics_interval = 1e-5"),
+            "diagnostics_interval",
+        ),
+    ];
+    for (i, (cmd, text, key)) in cases.iter().enumerate() {
+        let cfg = write(dir.path(), &format!("c{i}.toml"), text);
+        let out = dir.path().join(format!("o{i}"));
+        let o = run(&[cmd, s(&cfg), "--out", s(&out)]);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "case {i}: {e}");
+        assert!(
+            e.contains(key),
+            "case {i}: the error does not name {key}: {e}"
+        );
+    }
+}
+
+#[test]
+fn impossible_sizes_in_every_command_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Instant::now();
+    let sp = write(
+        dir.path(),
+        "big.toml",
+        &tiny_spectral("").replace("n = 16", "n = 4096"),
+    );
+    let big_out = dir.path().join("b");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["spectral", s(&sp), "--out", s(&big_out)], "GiB"),
+        (
+            vec!["bench", "spectral", "--n", "4096", "--backend", "cpu"],
+            "GiB",
+        ),
+        (
+            vec!["bench", "fmm", "--n", "1e11", "--backend", "cpu"],
+            "GiB",
+        ),
+        (vec!["bench", "m2l", "--orders", "0..3"], "outside 1..=20"),
+        (vec!["bench", "m2l", "--orders", "25..26"], "outside 1..=20"),
+    ];
+    for (args, want) in &cases {
+        let o = run(args);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {e}");
+        assert!(e.contains(want), "{args:?}: {e}");
+    }
+    // a run that would take forever is announced with a warning before it starts
+    let slow = write(dir.path(), "slow.toml", &tiny(1e-9, 1.0, ""));
+    let mut c = vortex()
+        .args(["run", s(&slow), "--out", s(&dir.path().join("slow"))])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut err = c.stderr.take().unwrap();
+    let mut line = String::new();
+    use std::io::Read;
+    let mut buf = [0u8; 4096];
+    while !line.contains("steps, estimated") {
+        let k = err.read(&mut buf).unwrap();
+        assert!(k > 0, "no announcement: {line}");
+        line.push_str(&String::from_utf8_lossy(&buf[..k]));
+    }
+    kill(&c, libc::SIGKILL);
+    let _ = c.wait();
+    assert!(
+        line.contains("1000000000 steps") && line.contains("long run"),
+        "{line}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(60), "{:?}", t.elapsed());
+}
+
+#[test]
+fn sighup_and_sigusr2_checkpoint_like_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(dir.path(), "tg.toml", &tiny(0.1, 1e4, ""));
+    for (i, sig) in [libc::SIGHUP, libc::SIGUSR2].into_iter().enumerate() {
+        let out = dir.path().join(format!("o{i}"));
+        let child = spawn(&["run", s(&cfg), "--out", s(&out)]);
+        wait_for(|| out.join("diagnostics.csv").exists(), "the first row");
+        // killed runs leave a record from the start
+        assert_eq!(run_json(&out)["invocations"][0]["status"], "running");
+        kill(&child, sig);
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(EXIT_INTERRUPTED),
+            "signal {sig}: {}",
+            stderr(&o)
+        );
+        assert!(out.join("checkpoint.bin").exists());
+        let inv = run_json(&out);
+        assert_eq!(inv["invocations"][0]["status"], "interrupted", "{inv}");
+        assert_eq!(inv["invocations"][0]["signal"], sig);
+        assert!(!out.join("checkpoint.bin.tmp").exists());
+    }
+}
+
+/// A full disk: set `VORTEX_SMALL_TMPFS` to a directory on a small tmpfs (e.g. `mount -t tmpfs
+/// -o size=64k tmpfs /mnt/small`, which needs root, so CI cannot mount it itself).
+#[test]
+#[ignore = "needs a small tmpfs mounted by root: set VORTEX_SMALL_TMPFS to its path"]
+fn a_full_disk_leaves_no_partial_files() {
+    let small = PathBuf::from(std::env::var("VORTEX_SMALL_TMPFS").expect("VORTEX_SMALL_TMPFS"));
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("p.npy");
+    assert!(run(&["particles", "--n", "20000", "--out", s(&p)])
+        .status
+        .success());
+    let out = small.join("eval");
+    let o = run(&[
+        "eval",
+        "--particles",
+        s(&p),
+        "--out",
+        s(&out),
+        "--backend",
+        "cpu",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "the disk was not full: {}",
+        stderr(&o)
+    );
+    for e in std::fs::read_dir(&out).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        assert!(
+            !name.ends_with(".tmp") && !name.ends_with(".npy"),
+            "left behind: {name}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&out);
 }

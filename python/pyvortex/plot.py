@@ -15,9 +15,9 @@ def _plt():
 
 
 def _runs(runs) -> list:
-    from .runs import Run
-
-    return [runs] if isinstance(runs, Run) else list(runs)
+    """One run (anything with ``diagnostics``, e.g. a :class:`pyvortex.Run`) or several, as a
+    list. Duck-typed so that this module does not import :mod:`pyvortex.runs` (which imports it)."""
+    return [runs] if hasattr(runs, "diagnostics") else list(runs)
 
 
 def plot_energy(runs, labels: Optional[Sequence[str]] = None, axes=None):

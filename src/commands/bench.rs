@@ -52,8 +52,8 @@ pub struct FmmBench {
     pub theta: f64,
     #[arg(long, default_value_t = 64)]
     pub leaf_size: usize,
-    /// Minimum gap of a far interaction, in source core radii (default 6 on the adaptive
-    /// octree, 4.4 on the uniform grid).
+    /// Minimum gap of a far interaction, in source core radii (default: that of
+    /// `EvalParams::default()`, 4, on the adaptive octree; 4.4 on the uniform grid).
     #[arg(long)]
     pub core_cutoff: Option<f64>,
     /// Targets sampled for the error against the direct sum.
@@ -83,6 +83,33 @@ pub struct FmmBench {
     /// compilation on the GPU, except on the uniform grid, whose kernels are compiled before).
     #[arg(long, default_value_t = 1)]
     pub repeat: usize,
+    /// M2L kernel of the uniform grid below the top level: auto (the rule of
+    /// `vortex_gpu::uniform::M2lKernel::resolve`), rotation or dense (per-offset matrices).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub m2l: M2lChoice,
+}
+
+/// `--m2l` of `vortex bench fmm` (`vortex_gpu::uniform::M2lKernel`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum M2lChoice {
+    Auto,
+    Rotation,
+    Dense,
+}
+
+/// Makes `choice` the M2L kernel of the uniform-grid evaluators built from now on.
+fn select_uniform_m2l(choice: M2lChoice) {
+    #[cfg(feature = "cuda")]
+    {
+        use vortex_gpu::uniform::{set_default_m2l, M2lKernel};
+        set_default_m2l(match choice {
+            M2lChoice::Auto => M2lKernel::Auto,
+            M2lChoice::Rotation => M2lKernel::Rotation,
+            M2lChoice::Dense => M2lKernel::Dense,
+        });
+    }
+    #[cfg(not(feature = "cuda"))]
+    let _ = choice;
 }
 
 #[derive(Args, Debug)]
@@ -94,18 +121,44 @@ pub struct M2lBench {
     pub count: usize,
 }
 
-/// Parses "4..14" (inclusive) or "4,6,8".
+/// Parses "4..14" (inclusive) or "4,6,8"; every order in `1..=MAX_ORDER`.
 pub fn parse_orders(s: &str) -> Result<Vec<usize>> {
-    if let Some((a, b)) = s.split_once("..") {
-        let (a, b): (usize, usize) = (a.trim().parse()?, b.trim().parse()?);
-        if a > b {
-            bail!("empty order range {s}");
+    let num = |x: &str| -> Result<usize> {
+        x.trim()
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--orders {s:?}: {x:?} is not an order ({e})"))
+    };
+    let orders: Vec<usize> = match s.split_once("..") {
+        Some((a, b)) => {
+            let (a, b) = (num(a)?, num(b)?);
+            if a > b {
+                bail!("--orders {s:?}: empty order range");
+            }
+            (a..=b).collect()
         }
-        return Ok((a..=b).collect());
+        None => s.split(',').map(num).collect::<Result<_>>()?,
+    };
+    let max = vortex_fmm::MAX_ORDER;
+    if let Some(p) = orders.iter().find(|p| !(1..=max).contains(*p)) {
+        bail!("--orders {s:?}: order {p} is outside 1..={max}");
     }
-    s.split(',')
-        .map(|x| x.trim().parse().map_err(Into::into))
-        .collect()
+    Ok(orders)
+}
+
+/// Refuses particle counts that are not whole, positive numbers or cannot fit in memory
+/// (the sources, their tree, fields and the sampled reference: about 400 B each).
+fn check_sizes(ns: &[f64]) -> Result<()> {
+    for &n in ns {
+        if !(n >= 1.0 && n.fract() == 0.0 && n <= 1e15) {
+            bail!("--n {n}: a particle count must be a whole number in 1..=1e15");
+        }
+        vortex_spectral::durable::check_memory(
+            &format!("--n {n:e} (about 400 B per particle)"),
+            n * 400.0,
+        )
+        .map_err(|e| anyhow::anyhow!(e))?;
+    }
+    Ok(())
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
@@ -118,12 +171,15 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 
 fn bench_fmm(b: &FmmBench) -> Result<()> {
     // the global pool: an evaluator (a GPU context, a communicator) stays on this thread
-    crate::set_global_threads(b.threads)?;
     let orders = parse_orders(&b.orders)?;
+    check_sizes(&b.n)?;
+    crate::set_global_threads(b.threads)?;
+    select_uniform_m2l(b.m2l);
     println!(
-        "# vortex bench fmm: backend {:?} grid {:?} method {} theta {} leaf {} dist {:?} threads {} commit {}",
+        "# vortex bench fmm: backend {:?} grid {:?} (M2L {:?}) method {} theta {} leaf {} dist {:?} threads {} commit {}",
         resolve(b.backend),
         b.grid,
+        b.m2l,
         b.method,
         b.theta,
         b.leaf_size,

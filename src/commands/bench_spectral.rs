@@ -122,6 +122,15 @@ fn time_steps(s: &mut dyn Stepper, steps: usize) -> Result<(f64, f64)> {
 }
 
 pub fn run(b: &SpectralBench) -> Result<()> {
+    // every size estimated before the first allocation
+    for &n in b.n.iter().chain([&b.check_n]) {
+        if n < 8 || n % 2 != 0 || n > 1 << 16 {
+            bail!("--n {n}: a grid size must be even and in 8..=65536");
+        }
+        let bytes = bytes_per_point(n, b.dealias, Backend::Cpu) * (n as f64).powi(3);
+        vortex_spectral::durable::check_memory(&format!("a spectral grid of n = {n}"), bytes)
+            .map_err(|e| anyhow::anyhow!(e))?;
+    }
     let pool = crate::thread_pool(b.threads)?;
     pool.install(|| run_in_pool(b))
 }

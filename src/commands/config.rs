@@ -75,6 +75,9 @@ cutoff = 6.0           # truncation of the Gaussian sums, in core radii
 drop = 1e-6            # free space: drop strengths below drop * max |alpha|
 # n = 16               # periodic lattice points (default: initial.n)
 # spacing = 0.05       # free-space lattice spacing (default: initial.spacing)
+filter = { kind = "exponential", strength = 36.0, order = 36.0 }  # periodic: the lattice solve
+#   interpolates the vorticity filtered by exp(-strength (|k|/k_N)^order) per axis
+#   (docs/CONVENTIONS.md); kind "none": exact interpolation
 
 [output]
 diagnostics_every = 10 # a row of diagnostics.csv every this many steps

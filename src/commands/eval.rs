@@ -13,11 +13,16 @@ pub struct EvalArgs {
     /// Output directory for velocity.npy, stretching.npy and timing.json.
     #[arg(long)]
     pub out: PathBuf,
+    /// Replace the results of an earlier evaluation in --out (velocity.npy, stretching.npy,
+    /// timing.json; refused otherwise).
+    #[arg(long)]
+    pub overwrite: bool,
     /// direct (O(N^2) reference), treecode, fmm or ppm (FMM tree with the pseudo-particle far
     /// field).
     #[arg(long, default_value = "fmm")]
     pub method: Method,
-    /// Expansion order p (1..=20).
+    /// Expansion order p (1..=20 on the CPU, `vortex_fmm::MAX_ORDER`; 1..=16 on the GPU,
+    /// `vortex_gpu::MAX_GPU_ORDER`).
     #[arg(long, default_value_t = vortex_engine::DEFAULT_ORDER)]
     pub order: usize,
     /// Opening angle of the multipole acceptance criterion, in (0, 1).
@@ -83,12 +88,13 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     crate::set_global_threads(args.threads)?;
     crate::ranks::with_comm(|comm, local_rank| {
         let root = comm.rank() == 0;
+        // rank 0 owns --out until the results are written
         let input = if root {
-            read_input(args).map(Some)
+            claim_out(args).and_then(|lock| read_input(args).map(|i| Some((i, lock))))
         } else {
             Ok(None)
         };
-        let input = crate::ranks::agree(comm, input)?.flatten();
+        let (input, _lock) = crate::ranks::agree(comm, input)?.flatten().unzip();
         let local_sources =
             vortex_domain::scatter_sources_from_root(comm, input.as_ref().map(|(s, _)| s));
         let local_targets =
@@ -136,7 +142,8 @@ pub fn run(args: &EvalArgs) -> Result<()> {
         timing.insert("bytes_p2pcomm".into(), serde_json::json!(ev.comm.bytes_p2p));
         timing.insert("bytes_m2lcomm".into(), serde_json::json!(ev.comm.bytes_m2l));
         let path = args.out.join("timing.json");
-        std::fs::write(&path, serde_json::to_string_pretty(&timing)? + "\n")
+        let text = serde_json::to_string_pretty(&timing)? + "\n";
+        vortex_spectral::durable::write_atomic(&path, &[text.as_bytes()], 1)
             .with_context(|| format!("writing {}", path.display()))?;
         let t = &ev.times;
         log::info!(
@@ -159,6 +166,36 @@ pub fn run(args: &EvalArgs) -> Result<()> {
         );
         Ok(())
     })
+}
+
+/// The files `vortex eval` writes into `--out`.
+const RESULTS: [&str; 3] = ["velocity.npy", "stretching.npy", "timing.json"];
+
+/// Locks `--out` and refuses to replace an earlier evaluation's results there unless
+/// `--overwrite` (then they are removed first, so no stale `stretching.npy` stays beside a
+/// new `velocity.npy`).
+fn claim_out(args: &EvalArgs) -> Result<vortex_spectral::durable::OutLock> {
+    let start = std::time::SystemTime::now();
+    let lock = vortex_spectral::durable::lock_out(&args.out, &crate::run_info::holder(start))?;
+    let present: Vec<&str> = RESULTS
+        .into_iter()
+        .filter(|f| args.out.join(f).exists())
+        .collect();
+    if !present.is_empty() {
+        if !args.overwrite {
+            anyhow::bail!(
+                "output directory {}: holds the results of an earlier evaluation ({}); pass \
+                 --overwrite to replace them or choose another --out",
+                args.out.display(),
+                present.join(", ")
+            );
+        }
+        for f in present {
+            let p = args.out.join(f);
+            std::fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
+        }
+    }
+    Ok(lock)
 }
 
 fn read_input(args: &EvalArgs) -> Result<(vortex_fmm::Sources, vortex_fmm::Targets)> {

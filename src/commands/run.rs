@@ -37,7 +37,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub backend: Option<BackendChoice>,
     /// Grid of the particles' FMM, overriding `evaluation.grid`: adaptive (octree built on the
-    /// host) or uniform (built and evaluated on the GPU; one rank).
+    /// host) or uniform (built and evaluated on the GPU; under MPI z slabs, one GPU per rank).
     #[arg(long)]
     pub grid: Option<GridChoice>,
     /// GPU index, overriding `evaluation.device` (one rank; under MPI the node-local rank
@@ -53,12 +53,21 @@ pub struct RunArgs {
 pub fn run(args: &RunArgs) -> Result<Option<usize>> {
     crate::set_global_threads(args.threads)?;
     let start = std::time::SystemTime::now();
-    let before = crate::run_info::config_stamp(&out_dir(args));
     let mut several = false;
     let r = crate::ranks::with_comm(|comm, local_rank| {
+        // rank 0 owns the output directory from here to the end (its lock, agreed)
+        let lock = if comm.rank() == 0 {
+            let out = out_dir(args);
+            let mode =
+                vortex_spectral::durable::OutMode::of(args.restart.is_some(), args.overwrite);
+            crate::run_info::begin(&out, mode, args.restart.as_deref(), "run", start).map(Some)
+        } else {
+            Ok(None)
+        };
+        let _lock = crate::ranks::agree(comm, lock)?;
         let r = run_ranks(args, comm, local_rank);
         if comm.rank() == 0 {
-            record(args, start, before, &r)?;
+            record(args, start, &r)?;
         }
         let r = r.map(|(s, _)| s.interrupted);
         if let Err(e) = &r {
@@ -87,21 +96,17 @@ fn out_dir(args: &RunArgs) -> PathBuf {
         .unwrap_or_else(|| vortex_method::run::default_out(&args.config))
 }
 
-/// Appends this invocation to `run.json` of its output directory (rank 0): completed,
-/// interrupted or failed with the error; a failure only once the run began writing there.
+/// Completes this invocation's entry of `run.json` in its output directory (rank 0):
+/// completed, interrupted or failed with the error.
 fn record(
     args: &RunArgs,
     start: std::time::SystemTime,
-    before: Option<std::time::SystemTime>,
     r: &Result<(vortex_method::run::RunSummary, serde_json::Value)>,
 ) -> Result<()> {
     let out = match r {
         Ok((s, _)) => s.out.clone(),
         Err(_) => out_dir(args),
     };
-    if r.is_err() && !crate::run_info::wrote_into(&out, before) {
-        return Ok(());
-    }
     let (config, backend, ranks) = match r {
         Ok((s, config)) => (config.clone(), s.backend.clone(), s.ranks),
         // the configuration as run, from the directory
@@ -166,13 +171,6 @@ fn run_ranks(
         config.evaluation.grid = g;
     }
     let e = &config.evaluation;
-    if e.grid == GridChoice::Uniform && comm.size() > 1 {
-        anyhow::bail!(
-            "{}: evaluation.grid = \"uniform\" runs on one rank (under MPI the adaptive octree is \
-             distributed)",
-            args.config.display()
-        );
-    }
     // the engine of the particles at themselves, chosen once for every rank
     let caps = crate::planner::capabilities(comm);
     let req = Request {
@@ -205,29 +203,19 @@ fn run_ranks(
                         args.config.display()
                     ))
                 };
-                if resident_state(&config, comm.size(), choice.engine, &args.config)? {
+                if resident_state(&config, choice.engine, &args.config)? {
                     return run_resident(comm, config, args, index, &opts)
                         .map(|s| (s, config_json));
                 }
-                let b = vortex_gpu::CudaBackend::new(index).map_err(|e| what(e.to_string()));
+                // the engines come from the engine crate: the backend of the adaptive plan and,
+                // when the planner chose it, the uniform grid of the particles at themselves
+                let b = crate::planner::cuda(index).map_err(|e| what(e.to_string()));
                 let b = vortex_method::parallel::agree(comm, b)?;
-                let at_sources = if choice.engine == Engine::UniformGrid {
-                    // the uniform grid, the adaptive octree where the grid refuses a set
-                    let params = config.eval_params();
-                    let grid = crate::planner::build(comm, Engine::UniformGrid, index, &params);
-                    let grid = grid.map_err(|e| what(e.to_string()));
-                    let grid = vortex_method::parallel::agree(comm, grid)?;
-                    let adaptive = vortex_fmm::PlanEvaluator::new(
-                        vortex_gpu::CudaBackend::new(index).map_err(|e| what(e.to_string()))?,
-                        params,
-                    )?;
-                    Some(
-                        Box::new(vortex_fmm::WithFallback::new(grid, Box::new(adaptive)))
-                            as Box<dyn vortex_fmm::Evaluator>,
-                    )
-                } else {
-                    None
-                };
+                let params = config.eval_params();
+                let at_sources =
+                    crate::planner::build_at_sources(comm, choice.engine, index, &params)
+                        .map_err(|e| what(e.to_string()));
+                let at_sources = vortex_method::parallel::agree(comm, at_sources)?;
                 let build = vortex_method::run::host_build(comm, b, at_sources);
                 let summary = run_and_report(comm, config, args, &opts, build)?;
                 Ok((summary, config_json))
@@ -254,18 +242,17 @@ fn run_ranks(
     }
 }
 
-/// Whether the run keeps its particles on the GPU (`evaluation.state`; `auto`: when the planner
-/// chose the uniform grid for a periodic box on one rank). Refuses `device` where the resident
-/// step does not apply, with the reason.
+/// Whether the run keeps its particles on the GPUs (`evaluation.state`; `auto`: when the
+/// planner chose the uniform grid for a periodic box, on one rank or in slabs over several).
+/// Refuses `device` where the resident step does not apply, with the reason.
 #[cfg(feature = "cuda")]
 fn resident_state(
     config: &vortex_method::Config,
-    ranks: usize,
     engine: Engine,
     path: &std::path::Path,
 ) -> Result<bool> {
     use vortex_method::config::{GridVelocity, StatePlace};
-    let why = vortex_resident::unsupported(config, ranks).or_else(|| {
+    let why = vortex_resident::unsupported(config).or_else(|| {
         (config.output.grid_velocity == Some(GridVelocity::Fmm)).then(|| {
             "output.grid_velocity = \"fmm\" needs the particles on the host (the resident \
              step computes the grid velocity from the vorticity)"
@@ -278,13 +265,14 @@ fn resident_state(
         (StatePlace::Device, Some(why)) => {
             anyhow::bail!("{}: evaluation.state = \"device\": {why}", path.display())
         }
-        (StatePlace::Auto, why) => Ok(engine == Engine::UniformGrid
+        (StatePlace::Auto, why) => Ok(matches!(engine, Engine::UniformGrid | Engine::UniformSlabs)
             && config.evaluation.grid == GridChoice::Uniform
             && why.is_none()),
     }
 }
 
-/// The run with its particle state on GPU `index` (`vortex_resident::ResidentSimulation`).
+/// The run with its particle state on GPU `index` (`vortex_resident::ResidentSimulation`; on
+/// several ranks each rank's slab on its own GPU).
 #[cfg(feature = "cuda")]
 fn run_resident(
     comm: &dyn Comm,
@@ -293,6 +281,7 @@ fn run_resident(
     index: usize,
     opts: &vortex_method::run::RunOptions,
 ) -> Result<vortex_method::run::RunSummary> {
+    vortex_resident::check_one_gpu_per_rank(comm, index)?;
     let build: vortex_method::run::Build<'_> = Box::new(move |config, start| {
         let sim = vortex_resident::ResidentSimulation::new(comm, config, index, start)?;
         Ok(vortex_method::run::Simulation::Gathered(Box::new(sim)))

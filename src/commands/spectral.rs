@@ -53,34 +53,36 @@ pub fn run(args: &SpectralArgs) -> anyhow::Result<Option<usize>> {
         cfg.backend = b;
     }
     let start = std::time::SystemTime::now();
-    let before = crate::run_info::config_stamp(&opts.out);
+    // the output directory is this process's from here to the end (its lock)
+    let mode = vortex_spectral::durable::OutMode::of(args.restart.is_some(), args.overwrite);
+    let _lock =
+        crate::run_info::begin(&opts.out, mode, args.restart.as_deref(), "spectral", start)?;
     let r = vortex_spectral::run::run_config(&cfg, &opts);
     let outcome = crate::run_info::Outcome::of(&r, |s| s.interrupted);
-    // a failed run is recorded too, once it began writing into its directory
-    if r.is_ok() || crate::run_info::wrote_into(&opts.out, before) {
-        let backend = match &r {
-            Ok(s) => s.backend.clone(),
-            Err(_) => format!("{:?}", cfg.backend).to_lowercase(),
-        };
-        let rec = crate::run_info::record(
-            &opts.out,
-            &crate::run_info::Invocation {
-                command: "spectral",
-                start,
-                config: serde_json::to_value(&cfg)?,
-                backend,
-                ranks: 1,
-                threads: if cfg.threads == 0 {
-                    rayon::current_num_threads()
-                } else {
-                    cfg.threads
-                },
-                outcome,
+    let backend = match &r {
+        Ok(s) => s.backend.clone(),
+        Err(_) => format!("{:?}", cfg.backend).to_lowercase(),
+    };
+    let rec = crate::run_info::record(
+        &opts.out,
+        &crate::run_info::Invocation {
+            command: "spectral",
+            start,
+            config: serde_json::to_value(&cfg)?,
+            backend,
+            ranks: 1,
+            threads: if cfg.threads == 0 {
+                rayon::current_num_threads()
+            } else {
+                cfg.threads
             },
-        );
-        if let (Err(e), Ok(_)) = (&rec, &r) {
-            anyhow::bail!("{e:#}");
-        }
+            outcome,
+        },
+    );
+    match (&rec, &r) {
+        (Err(e), Ok(_)) => anyhow::bail!("{e:#}"),
+        (Err(e), Err(_)) => log::warn!("{e:#}"),
+        _ => {}
     }
     let s = r?;
     println!("{}", s.report());

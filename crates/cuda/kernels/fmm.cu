@@ -15,7 +15,7 @@
 // column by column with their recurrences: no per-thread arrays).
 
 #ifndef ORDER
-#define ORDER 10
+#error "compile with -DORDER=p (the expansion order; vortex-gpu passes the evaluator's order)"
 #endif
 #define P ORDER
 #define NC ((P + 1) * (P + 2) / 2)
@@ -25,7 +25,7 @@
 #define TR_THREADS (((3 * NC) + 31) / 32 * 32)
 #define P2M_THREADS ((NC + 31) / 32 * 32)
 #ifndef EVAL_BLOCK
-#define EVAL_BLOCK 64
+#error "compile with -DEVAL_BLOCK=n (targets per L2P / M2P block, set by vortex-gpu)"
 #endif
 
 __device__ __forceinline__ int idx(int n, int m) { return n * (n + 1) / 2 + m; }

@@ -17,11 +17,8 @@
 // (source cell, t_centre - s_centre (periodic image applied) as float bits);
 // `srad` per source cell the sphere radius a; `unit` the K unit vectors s_k as float4.
 
-#ifndef PPM_K
-#define PPM_K 144
-#endif
-#ifndef PPM_P
-#define PPM_P 8
+#if !defined(PPM_K) || !defined(PPM_P)
+#error "compile with -DPPM_K=K -DPPM_P=p (pseudo-particles and order, set by vortex-gpu)"
 #endif
 #define PPM_THREADS ((PPM_K + 31) / 32 * 32)
 // monomials z^a of degree <= p, <= p-1, <= p-2 (ordered by degree: the first NM1 are those of

@@ -242,9 +242,9 @@ extern "C" __global__ void r_bin_count(const double* __restrict__ pos, int n, do
                                        int* __restrict__ cell, int* __restrict__ counts) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    int cx = cell_axis(pos[3 * i], ox, h, nx, periodic);
-    int cy = cell_axis(pos[3 * i + 1], oy, h, ny, periodic);
-    int cz = cell_axis(pos[3 * i + 2], oz, h, nz, periodic);
+    int cx = cell_axis(pos[3 * i], ox, h, nx, periodic & 1);
+    int cy = cell_axis(pos[3 * i + 1], oy, h, ny, periodic & 2);
+    int cz = cell_axis(pos[3 * i + 2], oz, h, nz, periodic & 4);
     int c = (cx * ny + cy) * nz + cz;
     cell[i] = c;
     atomicAdd(&counts[c], 1);
@@ -340,37 +340,49 @@ extern "C" __global__ void r_bin_gather(const int* __restrict__ order, int n,
 }
 
 // omega(y) = sum_j a_j zeta_{sigma_j}(y - x_j), truncated at |y - x_j| < cutoff sigma_j, at the
-// lattice points y = o + h (i, j, k) (one thread each, output [3] per point in lattice order),
-// from the particles binned into the cells of the same lattice: the cells within `reach`
-// cells of the point's own along each axis, row by row along z (one or two contiguous runs),
-// rows and z ranges beyond the largest truncation radius sqrt(rmax2) skipped.
-// Periodic: minimum-image differences (the caller ensures 2 reach + 1 <= n per axis).
+// lattice points y = o + h (i, j, k) of the planes k in [z_first, z_first + z_count) (one thread
+// each, output [3] per point: k fastest, or with `xfast` i fastest, `((k - z_first) ny + j) nx
+// + i`, the layout of the slab transforms), from the particles binned into the cells of the same
+// lattice: the cells within `reach` cells of the point's own along each axis, row by row along z
+// (one or two contiguous runs), rows and z ranges beyond the largest truncation radius
+// sqrt(rmax2) skipped. `periodic`: bit 0, 1, 2 for x, y, z; a periodic axis takes
+// minimum-image differences (the caller ensures 2 reach + 1 <= n along it); along an open axis
+// the cells beyond the lattice are absent (a slab's lattice carries its halo planes as cells).
 extern "C" __global__ void r_gauss_lattice(const double4* __restrict__ sp,
                                            const double4* __restrict__ sa,
                                            const int* __restrict__ starts, double ox, double oy,
                                            double oz, double h, int nx, int ny, int nz,
                                            int periodic, int reach, double cutoff,
-                                           double box_length, double rmax2,
+                                           double box_length, double rmax2, int z_first,
+                                           int z_count, int xfast,
                                            double* __restrict__ omega) {
     long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    long long npts = (long long)nx * ny * nz;
+    long long npts = (long long)nx * ny * z_count;
     if (t >= npts) return;
-    int k = (int)(t % nz);
-    int j = (int)((t / nz) % ny);
-    int i = (int)(t / ((long long)ny * nz));
+    int i, j, k;
+    if (xfast) {
+        i = (int)(t % nx);
+        j = (int)((t / nx) % ny);
+        k = z_first + (int)(t / ((long long)nx * ny));
+    } else {
+        k = z_first + (int)(t % z_count);
+        j = (int)((t / z_count) % ny);
+        i = (int)(t / ((long long)ny * z_count));
+    }
+    const int px = periodic & 1, py = periodic & 2, pz = periodic & 4;
     double y0 = ox + h * i, y1 = oy + h * j, y2 = oz + h * k;
     const double cut2 = cutoff * cutoff;
     double w0 = 0.0, w1 = 0.0, w2 = 0.0;
     for (int dx = -reach; dx <= reach; ++dx) {
         int cx = i + dx;
-        if (periodic) cx = (cx + nx) % nx;
+        if (px) cx = (cx + nx) % nx;
         else if (cx < 0 || cx >= nx) continue;
         // a particle of cell offset d lies at least (|d| - 1) h away along that axis
         double ex = (abs(dx) - 1 > 0 ? abs(dx) - 1 : 0) * h;
         if (ex * ex > rmax2) continue;
         for (int dy = -reach; dy <= reach; ++dy) {
             int cy = j + dy;
-            if (periodic) cy = (cy + ny) % ny;
+            if (py) cy = (cy + ny) % ny;
             else if (cy < 0 || cy >= ny) continue;
             double ey = (abs(dy) - 1 > 0 ? abs(dy) - 1 : 0) * h;
             double rest = rmax2 - ex * ex - ey * ey;
@@ -381,7 +393,7 @@ extern "C" __global__ void r_gauss_lattice(const double4* __restrict__ sp,
             int za = k - zr, zb = k + zr;  // inclusive cell range along z
             int runs[4];
             int nr = 0;
-            if (periodic) {
+            if (pz) {
                 if (za < 0) {
                     runs[nr++] = za + nz; runs[nr++] = nz - 1; za = 0;
                 }
@@ -398,11 +410,9 @@ extern "C" __global__ void r_gauss_lattice(const double4* __restrict__ sp,
                 for (int p = pa; p < pb; ++p) {
                     double4 x = sp[p];
                     double d0 = y0 - x.x, d1 = y1 - x.y, d2 = y2 - x.z;
-                    if (periodic) {
-                        d0 -= box_length * rint(d0 / box_length);
-                        d1 -= box_length * rint(d1 / box_length);
-                        d2 -= box_length * rint(d2 / box_length);
-                    }
+                    if (px) d0 -= box_length * rint(d0 / box_length);
+                    if (py) d1 -= box_length * rint(d1 / box_length);
+                    if (pz) d2 -= box_length * rint(d2 / box_length);
                     // the exponent in f64, the exponential in f32 (relative error ~1e-7, the
                     // level of the f32 FMM), the sums in f64
                     double q = (d0 * d0 + d1 * d1 + d2 * d2) * x.w;
@@ -480,18 +490,28 @@ extern "C" __global__ void r_biot_savart_fourier(double2* __restrict__ spec, int
     spec[2 * clen + t] = u2;
 }
 
-// The fresh particles of a periodic re-interpolation: positions the lattice points, strengths
-// beta - mean, cores sigma0 (the mean is subtracted by r_tidy afterwards).
+// The fresh particles of a periodic re-interpolation at the lattice points of the planes k in
+// [z_first, z_first + z_count) of an n^3 lattice (the order of r_gauss_lattice's output: k
+// fastest, or i fastest with `xfast`): positions and cores sigma0 (the strengths are the solved
+// field; the mean is subtracted by r_tidy afterwards).
 extern "C" __global__ void r_lattice_particles(int n, double o, double h, double sigma0,
+                                               int z_first, int z_count, int xfast,
                                                double* __restrict__ pos,
                                                double* __restrict__ sigma,
                                                double* __restrict__ s0) {
     long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    long long n3 = (long long)n * n * n;
-    if (t >= n3) return;
-    int k = (int)(t % n);
-    int j = (int)((t / n) % n);
-    int i = (int)(t / ((long long)n * n));
+    long long m = (long long)n * n * z_count;
+    if (t >= m) return;
+    int i, j, k;
+    if (xfast) {
+        i = (int)(t % n);
+        j = (int)((t / n) % n);
+        k = z_first + (int)(t / ((long long)n * n));
+    } else {
+        k = z_first + (int)(t % z_count);
+        j = (int)((t / z_count) % n);
+        i = (int)(t / ((long long)n * z_count));
+    }
     pos[3 * t] = o + h * i;
     pos[3 * t + 1] = o + h * j;
     pos[3 * t + 2] = o + h * k;
@@ -557,4 +577,31 @@ extern "C" __global__ void r_sum_partials(const double* __restrict__ partial, in
     double acc = 0.0;
     for (int b = 0; b < nblocks; ++b) acc += partial[(long long)b * width + i];
     out[i] = acc;
+}
+
+// ---- z slabs over ranks (crates/resident/src/slab)
+
+// The rank owning each particle: its leaf plane computed from the packed f32 position exactly
+// as the uniform grid's sort does (`floor((z - lo) inv_w)` clamped to the grid), looked up in
+// `plane_owner` (nleaf entries).
+extern "C" __global__ void r_slab_owner(const float4* __restrict__ packed, int n, float lo,
+                                        float inv_w, int nleaf,
+                                        const int* __restrict__ plane_owner,
+                                        int* __restrict__ owner) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float v = floorf((packed[i].z - lo) * inv_w);
+    int z = v < 0.0f ? 0 : (int)v;
+    z = z < nleaf ? z : nleaf - 1;
+    owner[i] = plane_owner[z];
+}
+
+// dst[r][c] = src[idx[r]][c] for rows of `width` doubles, r < m.
+extern "C" __global__ void r_gather_rows(const double* __restrict__ src, int width,
+                                         const int* __restrict__ idx, int m,
+                                         double* __restrict__ dst) {
+    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (long long)m * width) return;
+    int r = (int)(t / width), c = (int)(t % width);
+    dst[t] = src[(long long)idx[r] * width + c];
 }

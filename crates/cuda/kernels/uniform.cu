@@ -392,3 +392,145 @@ extern "C" __global__ void __launch_bounds__(TR_THREADS) u_l2l(
         *out = cadd(*out, acc);
     }
 }
+
+// ---- M2L as dense per-offset matrices (crates/gpu/src/uniform/dense_m2l.rs) -----------------
+// Below the top every target cell t of level l >= 1 (nl even) has the sources t - v with
+// v_d in [-3 + pi_d, 2 + pi_d] (pi = t mod 2 per axis, the parity class), |v|_inf >= 2: 189
+// offsets, the same for every cell of a class. The M2L of one offset at unit cell width is a
+// fixed real DP x DP matrix A_v acting on the DD = (P+1)^2 real degrees of freedom of one
+// component (compact order: per degree n, Re c(n,0), then Re c(n,m), Im c(n,m) for m = 1..n;
+// dmap[j] = its float index in the 2 NC floats of the component, -1 for padding), stored
+// transposed, column-major: mats[(o DP + j) DP + r] = A_v[r][j], o = rot_index(v, 3). At width
+// w: L_r += w^{-(deg r + 1)} sum_j A_v[r][j] w^{-deg j} M_j (I_n(w v) = w^{-(n+1)} I_n(v)).
+// One block: DT_TARGETS targets of one class (blockIdx.y) x 3 components = 96 columns, the
+// DP x 96 product of every offset accumulated in registers (thread tile DTM rows x 8 columns,
+// 16 x 12 threads), A and the gathered, scaled source columns staged through shared memory in
+// chunks of DKC rows of A^T. f32 throughout; accumulation order fixed (repeatable).
+#define DD ((P + 1) * (P + 1))
+#define DP ((DD + 63) / 64 * 64)
+#define DTM (DP / 16)
+#define DT_TARGETS 32
+#define DCOLS (3 * DT_TARGETS)
+#define DXS (DCOLS + 4)
+#define DKC (DP > 256 ? 16 : 32)
+#define DTHREADS 192
+
+// Targets: class sublattice index q = qx + h (qy + h qz), h = nl / 2, cell (2 qx + px, ...);
+// this launch covers q0 .. q0 + qcount - 1 (whole z planes of the sublattice) and stores only
+// into cells with z in [zlo, zhi). Sources outside the grid (free space) are zero columns;
+// periodic sources wrap (the offset stays the unwrapped one).
+extern "C" __global__ void __launch_bounds__(DTHREADS) u_m2l_dense(
+    const float* __restrict__ mult, float* __restrict__ loc, const float* __restrict__ mats,
+    const int* __restrict__ dmap, int level_off, int nl, int periodic, float w, int zlo, int zhi,
+    int q0, int qcount)
+{
+    __shared__ __align__(16) float s_a[DKC * DP];
+    __shared__ __align__(16) float s_x[DKC * DXS];
+    __shared__ int s_map[DP];
+    __shared__ float s_scale[DP];
+    __shared__ int s_tgt[DT_TARGETS];
+    __shared__ int s_src[DT_TARGETS];
+    const int tid = threadIdx.x;
+    const int ty = tid / 12, tx = tid % 12;
+    const int cls = blockIdx.y;
+    const int px = cls & 1, py = (cls >> 1) & 1, pz = cls >> 2;
+    const int h = nl / 2;
+    const float inv_w = 1.0f / w;
+    for (int r = tid; r < DP; r += DTHREADS) {
+        const int f = dmap[r];
+        int n = 0;
+        while ((n + 1) * (n + 1) <= r) ++n;
+        float sc = 1.f;
+        for (int q = 0; q < n; ++q) sc *= inv_w;
+        s_map[r] = f;
+        s_scale[r] = f >= 0 ? sc : 0.f;
+    }
+    if (tid < DT_TARGETS) {
+        const int q = q0 + (int)blockIdx.x * DT_TARGETS + tid;
+        int c = -1;
+        if (q < q0 + qcount) {
+            const int x = 2 * (q % h) + px, y = 2 * ((q / h) % h) + py, z = 2 * (q / (h * h)) + pz;
+            if (z >= zlo && z < zhi) c = x + nl * (y + nl * z);
+        }
+        s_tgt[tid] = c;
+    }
+    __syncthreads();
+    bool any = false;
+    for (int j = 0; j < DT_TARGETS; ++j) any = any || s_tgt[j] >= 0;
+    if (!any) return;
+    float acc[DTM][8];
+#pragma unroll
+    for (int i = 0; i < DTM; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
+    for (int vz = -3 + pz; vz <= 2 + pz; ++vz)
+        for (int vy = -3 + py; vy <= 2 + py; ++vy)
+            for (int vx = -3 + px; vx <= 2 + px; ++vx) {
+                if (abs(vx) <= 1 && abs(vy) <= 1 && abs(vz) <= 1) continue;
+                // s_src was last read before the previous chunk's second barrier
+                if (tid < DT_TARGETS) {
+                    const int c = s_tgt[tid];
+                    int s = -1;
+                    if (c >= 0) {
+                        int sx = c % nl - vx, sy = (c / nl) % nl - vy, sz = c / (nl * nl) - vz;
+                        if (periodic) {
+                            sx = wrap_cell(sx, nl);
+                            sy = wrap_cell(sy, nl);
+                            sz = wrap_cell(sz, nl);
+                            s = sx + nl * (sy + nl * sz);
+                        } else if (sx >= 0 && sy >= 0 && sz >= 0 && sx < nl && sy < nl && sz < nl) {
+                            s = sx + nl * (sy + nl * sz);
+                        }
+                    }
+                    s_src[tid] = s;
+                }
+                const float* a = mats + (size_t)rot_index(vx, vy, vz, 3) * DP * DP;
+                for (int k0 = 0; k0 < DP; k0 += DKC) {
+                    __syncthreads();  // the previous chunk is consumed; s_src written
+                    const float4* ag = (const float4*)(a + (size_t)k0 * DP);
+                    float4* as = (float4*)s_a;
+                    for (int i = tid; i < DKC * DP / 4; i += DTHREADS) as[i] = ag[i];
+                    for (int i = tid; i < DKC * DCOLS; i += DTHREADS) {
+                        const int k = i % DKC, col = i / DKC;
+                        const int comp = col / DT_TARGETS, j = col % DT_TARGETS;
+                        const int s = s_src[j], f = s_map[k0 + k];
+                        float x = 0.f;
+                        if (s >= 0 && f >= 0)
+                            x = mult[((size_t)(level_off + s) * 3 + comp) * (2 * NC) + f] * s_scale[k0 + k];
+                        s_x[k * DXS + col] = x;
+                    }
+                    __syncthreads();
+#pragma unroll 4
+                    for (int k = 0; k < DKC; ++k) {
+                        float av[DTM], xv[8];
+#pragma unroll
+                        for (int q = 0; q < DTM / 4; ++q) {
+                            const float4 t4 = *(const float4*)&s_a[k * DP + q * 64 + ty * 4];
+                            av[4 * q] = t4.x; av[4 * q + 1] = t4.y; av[4 * q + 2] = t4.z; av[4 * q + 3] = t4.w;
+                        }
+#pragma unroll
+                        for (int q = 0; q < 2; ++q) {
+                            const float4 t4 = *(const float4*)&s_x[k * DXS + q * 48 + tx * 4];
+                            xv[4 * q] = t4.x; xv[4 * q + 1] = t4.y; xv[4 * q + 2] = t4.z; xv[4 * q + 3] = t4.w;
+                        }
+#pragma unroll
+                        for (int i = 0; i < DTM; ++i)
+#pragma unroll
+                            for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[i], xv[j], acc[i][j]);
+                    }
+                }
+            }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int col = (j / 4) * 48 + tx * 4 + (j % 4);
+        const int comp = col / DT_TARGETS, c = s_tgt[col % DT_TARGETS];
+        if (c < 0) continue;
+        float* out = loc + ((size_t)(level_off + c) * 3 + comp) * (2 * NC);
+#pragma unroll
+        for (int i = 0; i < DTM; ++i) {
+            const int r = (i / 4) * 64 + ty * 4 + (i % 4);
+            const int f = s_map[r];
+            if (f >= 0) out[f] += acc[i][j] * s_scale[r] * inv_w;
+        }
+    }
+}

@@ -12,62 +12,16 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
-use thiserror::Error;
 
+pub use crate::error::{GpuError, GpuResult};
 use crate::kernels::KernelSource;
 use crate::nvrtc::compile;
-
-/// Errors of the CUDA device layer and of the engines on it.
-#[derive(Debug, Error, Clone, PartialEq)]
-pub enum GpuError {
-    #[error("CUDA driver library (libcuda) not found: no NVIDIA driver on this machine")]
-    NoDriver,
-    #[error("NVRTC library (libnvrtc) not found: install the CUDA runtime compiler (CUDA 13)")]
-    NoNvrtc,
-    #[error("no CUDA device visible (CUDA_VISIBLE_DEVICES = {0})")]
-    NoDevice(String),
-    #[error(
-        "CUDA device {index} requested but only {count} visible (CUDA_VISIBLE_DEVICES = {visible})"
-    )]
-    BadIndex {
-        index: usize,
-        count: usize,
-        visible: String,
-    },
-    #[error("CUDA driver error: {0}")]
-    Driver(String),
-    #[error("NVRTC compilation of kernels/{name}.cu failed: {log}")]
-    Compile { name: &'static str, log: String },
-    #[error("{0}")]
-    Unsupported(String),
-}
-
-#[cfg(feature = "fmm")]
-impl From<GpuError> for vortex_fmm::FmmError {
-    fn from(e: GpuError) -> Self {
-        vortex_fmm::FmmError::Backend(e.to_string())
-    }
-}
-
-impl From<cudarc::driver::DriverError> for GpuError {
-    fn from(e: cudarc::driver::DriverError) -> Self {
-        GpuError::Driver(format!("{e:?}"))
-    }
-}
-
-/// `Result` of the CUDA device layer.
-pub type GpuResult<T> = Result<T, GpuError>;
+pub use crate::nvrtc::nvrtc_present;
 
 /// Whether the CUDA driver library can be loaded (never panics).
 pub fn driver_present() -> bool {
     // SAFETY: only tries to dlopen the library under its candidate names.
     unsafe { cudarc::driver::sys::is_culib_present() }
-}
-
-/// Whether the NVRTC library can be loaded (never panics).
-pub fn nvrtc_present() -> bool {
-    // SAFETY: as above.
-    unsafe { cudarc::nvrtc::sys::is_culib_present() }
 }
 
 fn visible_devices() -> String {

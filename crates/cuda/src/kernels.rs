@@ -22,6 +22,10 @@ pub struct KernelSource {
     pub name: &'static str,
     pub source: &'static str,
     pub headers: &'static [Header],
+    /// The preprocessor defines the source has no default for (`-DNAME=value`): its
+    /// parameters (the expansion order, block sizes) are set once, on the Rust side, and
+    /// [`crate::compile`] refuses a call that leaves one out.
+    pub required: &'static [&'static str],
 }
 
 /// Block-wide Hillis-Steele scan and shared-memory tree reduction (`kernels/common.cuh`).
@@ -35,13 +39,16 @@ pub const P2P: KernelSource = KernelSource {
     name: "p2p",
     source: include_str!("../kernels/p2p.cu"),
     headers: &[],
+    required: &[],
 };
 
-/// Expansion kernels (P2M, M2M, M2L, L2L, L2P, M2P; compiled with `-DORDER=p`).
+/// Expansion kernels (P2M, M2M, M2L, L2L, L2P, M2P; compiled with `-DORDER=p` and
+/// `-DEVAL_BLOCK=` the targets per L2P / M2P block).
 pub const FMM: KernelSource = KernelSource {
     name: "fmm",
     source: include_str!("../kernels/fmm.cu"),
     headers: &[],
+    required: &["ORDER", "EVAL_BLOCK"],
 };
 
 /// Pseudo-particle operators (compiled with `-DPPM_K=K -DPPM_P=p`).
@@ -49,6 +56,7 @@ pub const PPM: KernelSource = KernelSource {
     name: "ppm",
     source: include_str!("../kernels/ppm.cu"),
     headers: &[],
+    required: &["PPM_K", "PPM_P"],
 };
 
 /// Uniform-grid FMM built on the device (`kernels/uniform.cu`, compiled with `-DORDER=p
@@ -67,6 +75,7 @@ pub const UNIFORM: KernelSource = KernelSource {
             source: FMM.source,
         },
     ],
+    required: FMM.required,
 };
 
 /// Element-wise steps of the pseudo-spectral solver (`crates/spectral`, cuFFT path).
@@ -74,6 +83,7 @@ pub const SPECTRAL: KernelSource = KernelSource {
     name: "spectral",
     source: include_str!("../kernels/spectral.cu"),
     headers: &[],
+    required: &[],
 };
 
 /// The vortex-method step resident on the device (`crates/resident`).
@@ -81,7 +91,18 @@ pub const RESIDENT: KernelSource = KernelSource {
     name: "resident",
     source: include_str!("../kernels/resident.cu"),
     headers: &[COMMON_H],
+    required: &[],
+};
+
+/// The pointwise steps of the slab-decomposed Fourier transform (`crates/resident`,
+/// `slab_fourier`).
+pub const SLAB_FOURIER: KernelSource = KernelSource {
+    name: "slab_fourier",
+    source: include_str!("../kernels/slab_fourier.cu"),
+    headers: &[COMMON_H],
+    required: &[],
 };
 
 /// Every kernel source of the workspace.
-pub const ALL_SOURCES: [KernelSource; 6] = [P2P, FMM, PPM, UNIFORM, SPECTRAL, RESIDENT];
+pub const ALL_SOURCES: [KernelSource; 7] =
+    [P2P, FMM, PPM, UNIFORM, SPECTRAL, RESIDENT, SLAB_FOURIER];

@@ -5,10 +5,16 @@
 //! embedded header sources and their include names, then compiled and read back with
 //! cudarc's `nvrtc::result` wrappers.
 
-use crate::device::{nvrtc_present, GpuError, GpuResult};
+use crate::error::{GpuError, GpuResult};
 use crate::kernels::KernelSource;
 use cudarc::nvrtc::{result, sys, Ptx};
 use std::ffi::{c_char, c_int, CStr, CString};
+
+/// Whether the NVRTC library can be loaded (never panics).
+pub fn nvrtc_present() -> bool {
+    // SAFETY: only tries to dlopen the library under its candidate names.
+    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+}
 
 /// NVRTC options for a device of compute capability `cc`.
 pub fn compile_options(cc: (i32, i32)) -> Vec<String> {
@@ -46,8 +52,19 @@ fn text(buf: &[c_char]) -> String {
 
 /// Compiles one source to PTX for compute capability `cc` with preprocessor `defines`
 /// (`("ORDER", 10)` becomes `-DORDER=10`); its `#include "name"` directives resolve to
-/// [`KernelSource::headers`]. Needs only NVRTC, no device.
+/// [`KernelSource::headers`]. Needs only NVRTC, no device. Every name of
+/// [`KernelSource::required`] must be among `defines`.
 pub fn compile(src: &KernelSource, cc: (i32, i32), defines: &[(&str, usize)]) -> GpuResult<Ptx> {
+    if let Some(missing) = src
+        .required
+        .iter()
+        .find(|r| !defines.iter().any(|(k, _)| k == *r))
+    {
+        return Err(GpuError::Compile {
+            name: src.name,
+            log: format!("the define {missing} is required (-D{missing}=value), not given"),
+        });
+    }
     if !nvrtc_present() {
         return Err(GpuError::NoNvrtc);
     }

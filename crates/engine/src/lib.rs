@@ -40,9 +40,9 @@ pub enum EngineError {
 /// Result of this crate.
 pub type Result<T> = std::result::Result<T, EngineError>;
 
-/// Default expansion order p of `vortex eval` and of the Python `evaluate` (that of
-/// `vortex_fmm::EvalParams::default()`: velocity error ~5e-7 on the standard set at theta 0.55).
-pub const DEFAULT_ORDER: usize = 8;
+/// Default expansion order p of `vortex eval` and of the Python `evaluate`: set in one place,
+/// [`vortex_fmm::DEFAULT_ORDER`].
+pub use vortex_fmm::DEFAULT_ORDER;
 /// Default largest number of particles in a leaf cell.
 pub const DEFAULT_LEAF_SIZE: usize = 64;
 /// Default levels of periodic images above the root (9 * 3^(K-1) boxes per dimension).
@@ -92,7 +92,15 @@ pub fn thread_pool(threads: Option<usize>) -> Result<rayon::ThreadPool> {
                 "threads must be at least 1 (got 0)".into(),
             ));
         }
-        b = b.num_threads(t);
+        // more than 4 threads per core only add contention (a warning says so)
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        if t > 4 * cores {
+            log::warn!(
+                "{t} threads requested on {cores} cores: capped at {}",
+                4 * cores
+            );
+        }
+        b = b.num_threads(t.min(4 * cores));
     }
     b.build()
         .map_err(|e| EngineError::Backend(format!("building a thread pool: {e}")))

@@ -125,10 +125,72 @@ pub fn build<'c>(
     })
 }
 
+/// The CUDA backend of the adaptive plan on GPU `device`: the one place a program opens it
+/// (a run's right-hand side drives it through `vortex_method::parallel::DistRhs`).
 #[cfg(feature = "cuda")]
-fn cuda(device: usize) -> Result<vortex_gpu::CudaBackend> {
+pub fn cuda(device: usize) -> Result<vortex_gpu::CudaBackend> {
     vortex_gpu::CudaBackend::new(device)
         .map_err(|e| EngineError::Backend(format!("backend cuda (device {device}): {e}")))
+}
+
+/// The engine of a run's particles at themselves on one rank, from the planner's `engine`:
+/// the GPU uniform grid, with the adaptive plan on the same GPU where the grid refuses a set
+/// (a box too small for the cores, a grid too large for the device: `WithFallback`); `None`
+/// for every other engine (the run's right-hand side then evaluates the adaptive plan on its
+/// backend, or the distributed forms over the ranks).
+pub fn build_at_sources<'c>(
+    comm: &'c dyn Comm,
+    engine: Engine,
+    device: usize,
+    params: &EvalParams,
+) -> Result<Option<Box<dyn Evaluator + 'c>>> {
+    if engine != Engine::UniformGrid {
+        return Ok(None);
+    }
+    let grid = build(comm, Engine::UniformGrid, device, params)?;
+    let adaptive = build(comm, Engine::Adaptive(Device::Cuda), device, params)?;
+    Ok(Some(Box::new(vortex_fmm::WithFallback::new(
+        grid, adaptive,
+    ))))
+}
+
+/// The engine of particles kept on the device between evaluations (the resident time step) on
+/// this rank, GPU `device`: the device twin of [`build`] for the planner's uniform-grid
+/// engines ([`Engine::UniformGrid`] on one GPU, [`Engine::UniformSlabs`] over the ranks of
+/// `comm`, periodic boxes); every other engine is refused with the reason.
+#[cfg(feature = "cuda")]
+pub fn build_device<'c>(
+    comm: &'c dyn Comm,
+    engine: Engine,
+    device: usize,
+    params: &EvalParams,
+    periodic: Option<vortex_fmm::periodic::Periodic>,
+) -> Result<Box<dyn vortex_gpu::uniform::DeviceEvaluator + 'c>> {
+    use vortex_gpu::uniform::{evaluator::grid_params, UniformDevice, UniformSlabDevice};
+    let backend = |e: vortex_gpu::GpuError| EngineError::Backend(format!("uniform grid: {e}"));
+    let fmm = vortex_gpu::UniformFmm::on_device(device).map_err(backend)?;
+    let params = grid_params(params);
+    fmm.warm_up(params.order).map_err(backend)?;
+    Ok(match engine {
+        Engine::UniformGrid => Box::new(UniformDevice {
+            fmm,
+            params,
+            periodic,
+        }),
+        Engine::UniformSlabs => Box::new(UniformSlabDevice {
+            comm,
+            fmm,
+            params,
+            periodic: vortex_gpu::uniform::device_evaluator::check_slab_box(periodic.as_ref())
+                .map_err(backend)?,
+        }),
+        other => {
+            return Err(EngineError::Backend(format!(
+                "{other:?} does not evaluate device buffers: particles kept on the GPU need the \
+                 uniform grid (evaluation.grid = \"uniform\")"
+            )))
+        }
+    })
 }
 
 /// Default gap of a far interaction for `--grid uniform`, in core radii (leaf width >= this

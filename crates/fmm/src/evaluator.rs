@@ -14,6 +14,7 @@
 //! device buffers that the same planner hands out; nothing here assumes host-side trees.
 
 use crate::backend::{Backend, PhaseTimes};
+pub use crate::evaluators::CommStats;
 use crate::evaluators::{direct, evaluate, EvalParams, Evaluation, Method, PlanStats};
 use crate::{periodic, FmmError, Sources, Targets};
 use std::borrow::Cow;
@@ -206,53 +207,6 @@ impl<B: Backend> Evaluator for PlanEvaluator<B> {
     }
     fn params(&self) -> &EvalParams {
         &self.params
-    }
-}
-
-/// Bytes and seconds of the communication of one distributed evaluation (all zero on one
-/// rank). Bytes are those this rank sent.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct CommStats {
-    /// Partition counts and cell summaries (allreduce).
-    pub bytes_summary: u64,
-    /// Particles moved to their owners (and fields returned).
-    pub bytes_redistribute: u64,
-    /// P2Pcomm: pruned subtrees and halo particles.
-    pub bytes_p2p: u64,
-    /// M2Lcomm: requests (cell keys), branch multipoles (all-gather) and the requested
-    /// multipoles (those the receiver's far lists use).
-    pub bytes_m2l: u64,
-    /// Halo particles received.
-    pub halo_particles: u64,
-    /// Remote cells received (below branch cells).
-    pub remote_cells: u64,
-    /// Multipoles of cells below branch cells sent to other ranks in M2Lcomm.
-    pub m2l_cells_sent: u64,
-    /// Remote cells below branch cells that this rank's far lists use (each needs the
-    /// multipole received for it: a lower bound of what M2Lcomm must bring).
-    pub m2l_cells_used: u64,
-    /// Seconds of the partition (s).
-    pub t_partition: f64,
-    /// Seconds of the redistribution (s).
-    pub t_redistribute: f64,
-    /// Seconds of P2Pcomm (s).
-    pub t_p2pcomm: f64,
-    /// Seconds of M2Lcomm (s).
-    pub t_m2lcomm: f64,
-    /// Wall-clock seconds of the steps of the evaluation on this rank, in pipeline order
-    /// (bookkeeping, exchanges and the backend phases), for profiling.
-    pub profile: Vec<(&'static str, f64)>,
-}
-
-impl CommStats {
-    /// Bytes sent in all (summary, redistribution, P2Pcomm, M2Lcomm).
-    pub fn bytes_total(&self) -> u64 {
-        self.bytes_summary + self.bytes_redistribute + self.bytes_p2p + self.bytes_m2l
-    }
-
-    /// Seconds spent communicating (partition, redistribution, P2Pcomm, M2Lcomm).
-    pub fn seconds(&self) -> f64 {
-        self.t_partition + self.t_redistribute + self.t_p2pcomm + self.t_m2lcomm
     }
 }
 

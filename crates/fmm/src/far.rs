@@ -7,12 +7,11 @@
 //! Callers (the periodic far images, the MPI exchange of multipoles, backends) ask a
 //! [`FarMethod`] for what depends on the method instead of matching on it by hand.
 
-use crate::backend::{FarField, Plan};
-use crate::evaluators::Method;
 use crate::expansions::{expansion_len, Complex64};
 use crate::lists::SourceRef;
 use crate::operators::potential::local_potential;
 use crate::operators::{Operators, Scratch};
+use crate::plan::{FarField, Plan};
 use crate::ppm::PseudoParticles;
 use crate::tree::{Cell, Tree};
 use crate::FmmError;
@@ -102,18 +101,6 @@ impl Expansions {
             )));
         }
         Ok(())
-    }
-}
-
-impl FarField {
-    /// The far field of an evaluation method (`None` for the direct sum: no plan).
-    pub fn of_method(method: Method) -> Option<Self> {
-        match method {
-            Method::Fmm => Some(Self::Fmm),
-            Method::Treecode => Some(Self::Treecode),
-            Method::Ppm => Some(Self::Ppm),
-            Method::Direct => None,
-        }
     }
 }
 

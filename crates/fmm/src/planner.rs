@@ -121,7 +121,7 @@ pub enum Engine {
     Distributed(Device),
     /// The GPU uniform grid, one rank (free space or periodic).
     UniformGrid,
-    /// The GPU uniform grid split into z slabs, one GPU per rank (free space).
+    /// The GPU uniform grid split into z slabs, one GPU per rank (free space or periodic).
     UniformSlabs,
 }
 
@@ -251,16 +251,15 @@ fn uniform(req: &Request, device: Device, reasons: &mut Vec<String>) -> Result<E
                 .into(),
         );
     }
-    if req.ranks > 1 && req.periodic {
-        return Err(
-            "the uniform grid's slab decomposition is free-space: a periodic box runs on one rank"
-                .into(),
-        );
-    }
     if req.ranks > 1 {
         reasons.push(format!(
-            "uniform grid asked for, {} ranks: z slabs, one GPU per rank",
-            req.ranks
+            "uniform grid asked for, {} ranks: z slabs, one GPU per rank ({})",
+            req.ranks,
+            if req.periodic {
+                "periodic box: halo and multipole windows wrap around the seam"
+            } else {
+                "free space"
+            }
         ));
         Ok(Engine::UniformSlabs)
     } else {

@@ -50,6 +50,8 @@ fn the_planner_chooses_by_the_table() {
         (M::Fmm, B::Auto, G::Uniform, false, 1, T::Sources, GPU, Engine::UniformGrid),
         (M::Fmm, B::Cuda, G::Uniform, true, 1, T::Sources, GPU, Engine::UniformGrid),
         (M::Fmm, B::Cuda, G::Uniform, false, 2, T::Sources, GPU, Engine::UniformSlabs),
+        (M::Fmm, B::Cuda, G::Uniform, true, 2, T::Sources, GPU, Engine::UniformSlabs),
+        (M::Fmm, B::Auto, G::Uniform, true, 4, T::Sources, GPU, Engine::UniformSlabs),
     ];
     for (i, (m, b, g, per, r, t, caps, want)) in table.into_iter().enumerate() {
         let rq = req(m, b, g, per, r, t);
@@ -72,7 +74,6 @@ fn the_planner_refuses_with_reasons() {
         (req(M::Ppm, B::Cuda, G::Uniform, false, 1, T::Sources), GPU, "FMM only"),
         (req(M::Fmm, B::Cuda, G::Uniform, false, 1, T::Points), GPU, "separate targets"),
         (req(M::Fmm, B::Cuda, G::Uniform, false, 1, T::SourcesWith), GPU, "other strengths"),
-        (req(M::Fmm, B::Cuda, G::Uniform, true, 2, T::Sources), GPU, "periodic box runs on one rank"),
         (req(M::Fmm, B::Cpu, G::Adaptive, false, 0, T::Sources), GPU, "no ranks"),
         (req(M::Treecode, B::Cuda, G::Adaptive, true, 1, T::Sources), GPU, "periodic treecode"),
     ];

@@ -247,6 +247,7 @@ fn main() {
         core_cutoff: args.cutoff,
         leaf_target: args.leaf_target,
         grid: args.grid,
+        ..Default::default()
     };
     let t = Instant::now();
     let s = generate(n_local, n_global, rank, ranks, args.seed);

@@ -32,8 +32,13 @@
 //! solver = "direct"    # direct (separable, exact) | cg (conjugate gradients)
 //! tolerance = 1e-8     # relative residual the solve must reach
 //! strain = 0.5         # ... or when (t - t_reset) max|alpha|/h^3 exceeds this (0: off)
-//! history = "carry"    # carry (the AB2 history through the lattice operator: one evaluation
-//!                      # per step) | restart (a Heun step after each re-interpolation: two)
+//! history = "restart"  # restart (default: a Heun step after each re-interpolation, two
+//!                      # evaluations) | carry (the AB2 history through the lattice operator:
+//!                      # one evaluation per step; an option, not yet measured on a GPU)
+//! # periodic box: the lattice solve interpolates the vorticity filtered by
+//! # f(kx) f(ky) f(kz), f(k) = exp(-strength (|k|/k_N)^order) (default: Hou & Li's 36, 36);
+//! # { kind = "none" }: exact interpolation
+//! filter = { kind = "exponential", strength = 36.0, order = 36.0 }
 //!
 //! [output]             # optional
 //! diagnostics_every = 10   # steps between rows of diagnostics.csv; and/or
@@ -56,7 +61,7 @@
 use crate::energy_check::EnergyTolerance;
 use crate::error::{Error, Result};
 use crate::reinterpolation::history::History;
-use crate::reinterpolation::{LatticeSpec, RbfSettings, RbfSolver};
+use crate::reinterpolation::{LatticeFilter, LatticeSpec, RbfSettings, RbfSolver};
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
 use std::path::Path;
@@ -297,10 +302,15 @@ pub struct ReinterpolationConfig {
     pub n: Option<usize>,
     /// Free-space lattice spacing (default: `initial.spacing`).
     pub spacing: Option<f64>,
-    /// The Adams-Bashforth history through a re-interpolation: `"carry"` (default: through the
-    /// lattice operator, the next step is AB2 with one evaluation) or `"restart"` (the next step
-    /// is a Heun step, two evaluations). See [`crate::reinterpolation::history`].
+    /// The Adams-Bashforth history through a re-interpolation: `"restart"` (default: the next
+    /// step is a Heun step, two evaluations) or `"carry"` (through the lattice operator, the next
+    /// step is AB2 with one evaluation; an option, not yet measured on a GPU). See
+    /// [`crate::reinterpolation::history`].
     pub history: History,
+    /// Transfer function of the periodic lattice solve
+    /// ([`crate::reinterpolation::filter`]; default: `exp(-36 (|k|/k_N)^36)` per axis; ignored
+    /// in free space and for the initial condition).
+    pub filter: LatticeFilter,
 }
 
 impl Default for ReinterpolationConfig {
@@ -320,6 +330,7 @@ impl Default for ReinterpolationConfig {
             n: None,
             spacing: None,
             history: History::default(),
+            filter: LatticeFilter::default(),
         }
     }
 }
@@ -416,6 +427,43 @@ fn positive(file: &str, key: &str, v: f64) -> Result<()> {
     Ok(())
 }
 
+/// The smallest length (core radius, lattice spacing, ring radius) a configuration may give,
+/// in the units of the box: below it the kernel's powers of `1/sigma` and the lattice counts
+/// leave the range of the arithmetic long before any physics is resolved.
+pub const MIN_LENGTH: f64 = 1e-8;
+
+/// The largest magnitude of a coordinate, length, circulation, strength or energy a
+/// configuration may give: far beyond any run, small enough that products stay finite.
+pub const MAX_MAGNITUDE: f64 = 1e12;
+
+/// A length in `[MIN_LENGTH, MAX_MAGNITUDE]`, or the error naming `key` and the value.
+fn length(file: &str, key: &str, v: f64) -> Result<()> {
+    positive(file, key, v)?;
+    if !(MIN_LENGTH..=MAX_MAGNITUDE).contains(&v) {
+        return Err(bad(
+            file,
+            key,
+            format!("{v:e} is outside the physical range [{MIN_LENGTH:e}, {MAX_MAGNITUDE:e}]"),
+        ));
+    }
+    Ok(())
+}
+
+/// Every component finite and at most [`MAX_MAGNITUDE`] in magnitude, or the error naming
+/// `key` and the value.
+fn bounded_vector(file: &str, key: &str, v: &[f64]) -> Result<()> {
+    if v.iter().any(|x| !(x.abs() <= MAX_MAGNITUDE)) {
+        return Err(bad(
+            file,
+            key,
+            format!(
+                "{v:?}: every component must be finite and at most {MAX_MAGNITUDE:e} in magnitude"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn bad(file: &str, key: &str, msg: impl Into<String>) -> Error {
     Error::Config {
         file: file.to_string(),
@@ -485,6 +533,7 @@ impl Config {
             } else {
                 self.reinterpolation.drop
             },
+            filter: self.reinterpolation.filter,
         }
     }
 
@@ -692,6 +741,9 @@ impl Config {
                 format!("must be >= 0 (0: off), got {}", r.strain),
             ));
         }
+        r.filter
+            .check()
+            .map_err(|e| bad(file, "reinterpolation.filter", e))?;
         Ok(())
     }
 
@@ -710,8 +762,33 @@ impl Config {
                 )
             })?;
             pos(&format!("initial.{key}"), v)?;
+            bounded_vector(file, &format!("initial.{key}"), &[v])?;
+            if ["core", "sigma", "spacing", "radius", "separation"].contains(&key) {
+                length(file, &format!("initial.{key}"), v)?;
+            }
             Ok(v)
         };
+        for (key, v) in [
+            ("initial.center", i.center),
+            ("initial.strength", i.strength),
+        ] {
+            if let Some(v) = v {
+                bounded_vector(file, key, &v)?;
+            }
+        }
+        for (key, v) in [
+            ("initial.energy", i.energy),
+            ("initial.re_lambda", i.re_lambda),
+            ("initial.k_peak", i.k_peak),
+            ("initial.circulation", i.circulation),
+        ] {
+            if let Some(v) = v {
+                bounded_vector(file, key, &[v])?;
+            }
+        }
+        if let Some(h) = r.spacing {
+            length(file, "reinterpolation.spacing", h)?;
+        }
         match i.kind {
             InitialKind::TaylorGreen | InitialKind::TaylorGreen2d | InitialKind::Isotropic => {
                 if !self.domain.periodic {
@@ -812,11 +889,11 @@ impl Config {
                 }
             }
             if let Some(g) = self.output.grid {
-                if g < 4 || g % 2 != 0 {
+                if g < 4 || g % 2 != 0 || g > 1 << 14 {
                     return Err(bad(
                         file,
                         "output.grid",
-                        format!("must be even and >= 4, got {g}"),
+                        format!("must be even, >= 4 and at most 16384, got {g}"),
                     ));
                 }
             }

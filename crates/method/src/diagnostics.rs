@@ -15,16 +15,12 @@
 //! `grid_STEP.vtk` (STRUCTURED_POINTS: velocity, vorticity, |omega|, Q).
 
 use crate::cells::gaussian_sum;
-use crate::config::GridVelocity;
 use crate::error::{Error, Result};
-use crate::parallel::DistSimulation;
 use crate::particles::{chunked_sum, norm, Particles};
-use crate::rhs::Derivatives;
 use std::io::Write;
 use std::path::Path;
 use vortex_domain::{Comm, ReduceOp};
 use vortex_fmm::kernel::{cross, dot};
-use vortex_fmm::{Backend, Targets};
 use vortex_spectral::field::{wavevector, SpectralField};
 use vortex_spectral::VelocityField;
 
@@ -229,7 +225,7 @@ pub fn set_spectral_statistics(
 
 /// The moments of all particles (total strength, impulse, centroid, count, largest core) from
 /// this rank's particles and sums over the ranks.
-fn global_moments(comm: &dyn Comm, p: &Particles, d: &mut Diagnostics) {
+pub(crate) fn global_moments(comm: &dyn Comm, p: &Particles, d: &mut Diagnostics) {
     // exact sums: the same bits for every number of ranks
     let mut parts = crate::exact::sums(p.len(), |i| {
         let (x, a) = (p.position[i], p.strength[i]);
@@ -265,86 +261,28 @@ fn global_moments(comm: &dyn Comm, p: &Particles, d: &mut Diagnostics) {
     d.max_sigma = smax[0];
 }
 
-/// The diagnostics of a simulation over ranks; `Some` on rank 0, `None` elsewhere. `f` are the
-/// derivatives at this rank's particles. Periodic: the totals by sums over the ranks and the
-/// velocity on the grid by the distributed evaluation with the grid points as targets (each rank
-/// a contiguous piece), gathered on rank 0 for the spectral routines. Free space: the particles
-/// and their velocities gathered on rank 0 in global-id order (the enstrophy needs the Gaussian
-/// sums over all particles). Collective.
-pub fn compute<B: Backend>(
-    sim: &mut DistSimulation<'_, B>,
-    f: &Derivatives,
-    grid: Option<usize>,
-) -> Result<Option<Diagnostics>> {
-    let t0 = std::time::Instant::now();
-    let comm = sim.comm;
-    let mut d = Diagnostics {
-        step: sim.state.step,
-        t: sim.t(),
-        re_lambda: f64::NAN,
-        ..Default::default()
-    };
-    match (sim.config.periodic(), grid) {
-        (Some(per), Some(n)) => {
-            global_moments(comm, &sim.state.particles, &mut d);
-            let l = per.box_length;
-            if sim.config.output.grid_velocity == Some(GridVelocity::Vorticity) {
-                let cutoff = sim.config.reinterpolation.cutoff;
-                let Some((all, _)) = sim.gather(&[]) else {
-                    return Ok(None);
-                };
-                let n = vorticity_grid(&sim.config, n);
-                let velocity = vorticity_grid_velocity(&all, n, l, cutoff);
-                grid_diagnostics(&mut d, &velocity, n, l, sim.config.nu);
-                d.seconds = t0.elapsed().as_secs_f64();
-                return Ok(Some(d));
-            }
-            let n3 = n * n * n;
-            let (r, size) = (comm.rank(), comm.size());
-            let (lo, hi) = (n3 * r / size, n3 * (r + 1) / size);
-            let c = |i: usize| -0.5 * l + l * i as f64 / n as f64;
-            let pts: Vec<[f64; 3]> = (lo..hi)
-                .map(|g| [c(g / (n * n)), c((g / n) % n), c(g % n)])
-                .collect();
-            let p = &sim.state.particles;
-            let fields = sim.rhs.evaluate_at(&p.to_sources(), &Targets::points(pts));
-            let fields = crate::parallel::agree(comm, fields)?;
-            let Some(all) = vortex_domain::gather_to_root(comm, &fields) else {
-                return Ok(None);
-            };
-            grid_diagnostics(&mut d, &all.velocity, n, l, sim.config.nu);
-        }
-        _ => {
-            let Some((p, v)) = sim.gather(&[&f.velocity]) else {
-                return Ok(None);
-            };
-            d.total_strength = p.total_strength();
-            d.impulse = p.linear_impulse();
-            d.centroid = p.centroid();
-            d.n_particles = p.len();
-            d.max_sigma = p.sigma.iter().copied().fold(0.0, f64::max);
-            d.energy = free_space_energy(&p, &v[0]);
-            d.enstrophy = free_space_enstrophy(&p, sim.config.reinterpolation.cutoff);
-        }
-    }
-    d.seconds = t0.elapsed().as_secs_f64();
-    Ok(Some(d))
-}
-
-fn io_err(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
-    move |source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
 /// Writes a spectrum as CSV `k,E`.
 pub fn write_spectrum(path: &Path, spec: &[(f64, f64)]) -> Result<()> {
     let mut s = String::from("k,E\n");
     for (k, e) in spec {
         s.push_str(&format!("{k},{e:.16e}\n"));
     }
-    std::fs::write(path, s).map_err(io_err(path))
+    vortex_spectral::durable::write_atomic(path, &[s.as_bytes()], 1).map_err(durable_err)
+}
+
+fn durable_err(e: vortex_spectral::durable::DurableError) -> Error {
+    match e {
+        vortex_spectral::durable::DurableError::Os { path, source } => Error::Io { path, source },
+        e => Error::Other(e.to_string()),
+    }
+}
+
+/// [`vortex_spectral::durable::write_via_tmp`] with this crate's error.
+fn write_via_tmp(
+    path: &Path,
+    body: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
+) -> Result<()> {
+    vortex_spectral::durable::write_via_tmp(path, body).map_err(durable_err)
 }
 
 /// Particle snapshot as legacy VTK POLYDATA (ASCII, one vertex per particle) with point data
@@ -356,12 +294,9 @@ pub fn write_vtk_particles(
     velocity: Option<&[[f64; 3]]>,
     title: &str,
 ) -> Result<()> {
-    let tmp = path.with_extension("vtk.tmp");
-    let file = std::fs::File::create(&tmp).map_err(io_err(&tmp))?;
-    let mut w = std::io::BufWriter::new(file);
     let n = p.len();
     let title: String = title.chars().filter(|c| *c != '\n').take(200).collect();
-    let mut body = || -> std::io::Result<()> {
+    let body = |w: &mut std::io::BufWriter<std::fs::File>| -> std::io::Result<()> {
         writeln!(
             w,
             "# vtk DataFile Version 3.0\n{title}\nASCII\nDATASET POLYDATA"
@@ -393,10 +328,9 @@ pub fn write_vtk_particles(
                 writeln!(w, "{:.10e} {:.10e} {:.10e}", u[0], u[1], u[2])?;
             }
         }
-        w.flush()
+        Ok(())
     };
-    body().map_err(io_err(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io_err(path))
+    write_via_tmp(path, body)
 }
 
 /// Vorticity, `|omega|` and the second invariant `Q = -(1/2) u_{i,j} u_{j,i}` of a periodic grid
@@ -449,12 +383,9 @@ fn num_complex_i(k: f64) -> num_complex::Complex64 {
 pub fn write_vtk_grid(path: &Path, v: &VelocityField, l: f64, title: &str) -> Result<()> {
     let n = v.n;
     let (w, wm, q) = vorticity_and_q(v, l);
-    let tmp = path.with_extension("vtk.tmp");
-    let file = std::fs::File::create(&tmp).map_err(io_err(&tmp))?;
-    let mut f = std::io::BufWriter::new(file);
     let title: String = title.chars().filter(|c| *c != '\n').take(200).collect();
     let h = l / n as f64;
-    let mut body = || -> std::io::Result<()> {
+    let body = |f: &mut std::io::BufWriter<std::fs::File>| -> std::io::Result<()> {
         write!(
             f,
             "# vtk DataFile Version 3.0\n{title}\nBINARY\nDATASET STRUCTURED_POINTS\nDIMENSIONS {n} {n} {n}\nORIGIN {o} {o} {o}\nSPACING {h} {h} {h}\nPOINT_DATA {np}\n",
@@ -487,8 +418,7 @@ pub fn write_vtk_grid(path: &Path, v: &VelocityField, l: f64, title: &str) -> Re
             order(Box::new(|idx| f.write_all(&fld[idx].to_be_bytes())))?;
             writeln!(f)?;
         }
-        f.flush()
+        Ok(())
     };
-    body().map_err(io_err(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io_err(path))
+    write_via_tmp(path, body)
 }

@@ -91,6 +91,21 @@ impl Error {
         )
     }
 
+    /// The error with `name` as the last good checkpoint where it names one (a blow-up or a
+    /// refused step): the checkpoint whose write finished after the error was raised.
+    pub(crate) fn with_last_checkpoint(mut self, name: String) -> Error {
+        if let Error::BlowUp {
+            last_checkpoint, ..
+        }
+        | Error::Unstable {
+            last_checkpoint, ..
+        } = &mut self
+        {
+            *last_checkpoint = name;
+        }
+        self
+    }
+
     pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
         let path = path.into();
         move |source| Error::Io { path, source }

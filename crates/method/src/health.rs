@@ -146,37 +146,8 @@ pub fn first_non_finite(f: &Derivatives) -> Option<(&'static str, usize)> {
         .or_else(|| bad(&f.stretching).map(|i| ("stretching", i)))
 }
 
-/// `MemAvailable` of `/proc/meminfo` in bytes (`None` where there is no such file).
-pub fn available_memory() -> Option<f64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024.0)
-}
-
-/// Refuses `needed` bytes (what `what` describes) when they exceed the available memory;
-/// an error message gives both in GiB.
-pub fn check_memory(what: &str, needed: f64) -> std::result::Result<(), String> {
-    check_memory_against(what, needed, available_memory())
-}
-
-/// [`check_memory`] against a given amount (`None`: unknown, nothing refused).
-pub fn check_memory_against(
-    what: &str,
-    needed: f64,
-    available: Option<f64>,
-) -> std::result::Result<(), String> {
-    const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
-    match available {
-        Some(avail) if !(needed <= avail) => Err(format!(
-            "{what} needs about {:.3} GiB of memory, {:.3} GiB are available (MemAvailable of \
-             /proc/meminfo); nothing was allocated",
-            needed / GIB,
-            avail / GIB
-        )),
-        _ => Ok(()),
-    }
-}
+/// The memory estimates are shared with the spectral solver and the binary.
+pub use vortex_spectral::durable::{available_memory, check_memory, check_memory_against};
 
 #[cfg(test)]
 mod tests {

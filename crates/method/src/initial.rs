@@ -142,7 +142,11 @@ pub fn rings_of(config: &Config) -> Vec<Ring> {
 /// The initial particles of a configuration (and the report of the RBF solve, if any).
 pub fn build(config: &Config) -> Result<(Particles, Option<RbfReport>)> {
     let i = &config.initial;
-    let s = config.rbf_settings();
+    // the initial vorticity is interpolated exactly: the filter is for re-interpolations
+    let s = RbfSettings {
+        filter: crate::reinterpolation::LatticeFilter::None,
+        ..config.rbf_settings()
+    };
     let from_field = |f: VelocityField| -> Result<(Particles, Option<RbfReport>)> {
         let (p, r) = from_velocity_field(&f, i.overlap, &s)?;
         Ok((p, Some(r)))

@@ -17,6 +17,8 @@
 //! * [`checkpoint`]: atomic, versioned, checksummed bincode checkpoints (through
 //!   `vortex_spectral::durable`, shared with the spectral solver);
 //! * [`health`]: the per-step verdict (stability, non-finite fields, memory) that the run obeys;
+//! * [`collective`]: what the ranks do together outside the evaluation (agreeing on a failure,
+//!   broadcasts, gathers and scatters of particle rows);
 //! * [`parallel`]: the same step over ranks (MPI, simulated ranks, or one process): owned
 //!   particles with global ids, the distributed FMM, redistribution, gathers on rank 0 for the
 //!   rare global operations ([`parallel::DistSimulation`], the one simulation driver: on one
@@ -32,10 +34,11 @@
 
 pub mod cells;
 pub mod checkpoint;
+pub mod collective;
 pub mod config;
 pub mod core_spreading;
 pub mod diagnostics;
-pub mod energy_check;
+pub use vortex_spectral::energy_check;
 pub mod error;
 pub mod exact;
 pub mod health;

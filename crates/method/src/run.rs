@@ -196,6 +196,14 @@ fn check_run_memory(cfg: &Config) -> Result<()> {
             _ => None,
         }
     };
+    // the diagnostics grid of a periodic run: velocity, vorticity and the transforms' copies
+    if let (true, Some(g)) = (cfg.domain.periodic, cfg.output.grid) {
+        health::check_memory(
+            &format!("output.grid = {g} (about 200 B per point)"),
+            (g as f64).powi(3) * 200.0,
+        )
+        .map_err(Error::Memory)?;
+    }
     match n_particles {
         Some(n) => health::check_memory(
             &format!("a run of about {n:.3e} particles ({BYTES_PER_PARTICLE} B each)"),
@@ -342,11 +350,15 @@ fn open_outputs(out: &Path, restart: bool, start_step: u64) -> Result<Outputs> {
     })
 }
 
-fn setup_out(out: &Path, config: &Config, mode: OutMode) -> Result<()> {
+fn setup_out(out: &Path, config: &Config, mode: OutMode, restart: Option<&Path>) -> Result<()> {
     durable::prepare_out(out, mode).map_err(|e| Error::OutDir(e.to_string()))?;
+    if let Some(ck) = restart {
+        durable::check_restart_into(out, ck).map_err(|e| Error::OutDir(e.to_string()))?;
+    }
     let cfg_path = out.join("config.toml");
     let cfg_text = toml::to_string(config).map_err(|e| Error::Other(format!("config: {e}")))?;
-    std::fs::write(&cfg_path, cfg_text).map_err(Error::io(&cfg_path))
+    durable::write_atomic(&cfg_path, &[cfg_text.as_bytes()], 1)
+        .map_err(|e| Error::OutDir(e.to_string()))
 }
 
 /// How a run's simulation is made on every rank: from the configuration (a fresh start,
@@ -438,45 +450,62 @@ fn drive<'c>(
     let wall0 = Instant::now();
     let dest = Destination { out, restart, opts };
     let mut run = RunLoop::start(comm, config, &dest, build)?;
-    loop {
-        let it0 = Instant::now();
-        // f_n may be evaluated for the diagnostics before the step: counted in this step's FMM
-        let phases0 = run.sim.phases();
-        let step = run.sim.step_index();
-        run.check_health(step)?;
-        let due = run.due(step);
-        let mut io = PhaseIo::default();
-        if due.diagnostics {
-            run.diagnostics(step, due.snapshot, &mut io)?;
-        }
-        if due.snapshot {
-            let t = Instant::now();
-            write_snapshot(&mut run.sim, comm, &run.out, &run.cfg, &mut run.pvd)?;
-            io.io += t.elapsed().as_secs_f64();
-        }
-        if due.checkpoint {
-            run.checkpoint(step, due.last, &mut io)?;
-        }
-        run.interrupted = due.signal;
-        if let (Some(sig), 0) = (due.signal, comm.rank()) {
-            log::warn!(
+    if let Err(e) = run.steps() {
+        // a checkpoint still being written holds a state that passed the checks: once it is
+        // on disk it is the last good one the error must name
+        return Err(match run.writer.finish(comm) {
+            Ok(Some(done)) => e.with_last_checkpoint(done),
+            _ => e,
+        });
+    }
+    Ok(run.finish(wall0))
+}
+
+impl RunLoop<'_> {
+    /// The steps of [`run`] until the end, the `--steps` limit or a signal.
+    fn steps(&mut self) -> Result<()> {
+        let comm = self.comm;
+        let run = self;
+        loop {
+            let it0 = Instant::now();
+            // f_n may be evaluated for the diagnostics before the step: counted in this step's FMM
+            let phases0 = run.sim.phases();
+            let step = run.sim.step_index();
+            run.check_health(step)?;
+            let due = run.due(step);
+            let mut io = PhaseIo::default();
+            if due.diagnostics {
+                run.diagnostics(step, due.snapshot, &mut io)?;
+            }
+            if due.snapshot {
+                let t = Instant::now();
+                write_snapshot(&mut run.sim, comm, &run.out, &run.cfg, &mut run.pvd)?;
+                io.io += t.elapsed().as_secs_f64();
+            }
+            if due.checkpoint {
+                run.checkpoint(step, due.last, &mut io)?;
+            }
+            run.interrupted = due.signal;
+            if let (Some(sig), 0) = (due.signal, comm.rank()) {
+                log::warn!(
                 "signal {sig}: stopped at step {step} (t = {}) after writing {}; continue with \
                  --restart {}",
                 run.sim.t(),
                 run.last_ck,
                 run.ck_path.display()
             );
+            }
+            if due.last {
+                let mut v = [io.diagnostics, io.io];
+                comm.allreduce_f64(&mut v, ReduceOp::Max);
+                run.totals.diagnostics += v[0];
+                run.totals.io += v[1];
+                break;
+            }
+            run.advance(it0, phases0, io)?;
         }
-        if due.last {
-            let mut v = [io.diagnostics, io.io];
-            comm.allreduce_f64(&mut v, ReduceOp::Max);
-            run.totals.diagnostics += v[0];
-            run.totals.io += v[1];
-            break;
-        }
-        run.advance(it0, phases0, io)?;
+        Ok(())
     }
-    Ok(run.finish(wall0))
 }
 
 /// Seconds of a step's diagnostics and output (files, checkpoints, snapshots) on this rank.
@@ -561,18 +590,16 @@ impl<'c> RunLoop<'c> {
                 restart
             ),
         )?;
-        let mode = match (restart.is_some(), opts.overwrite) {
-            (true, _) => OutMode::Restart,
-            (false, true) => OutMode::Overwrite,
-            (false, false) => OutMode::Fresh,
-        };
+        // the checkpoint is read and checked before anything is written
+        let ck = read_restart(comm, &config, restart)?;
+        let mode = OutMode::of(restart.is_some(), opts.overwrite);
         let r = if root {
-            setup_out(out, &config, mode).and_then(|_| check_run_memory(&config))
+            setup_out(out, &config, mode, restart).and_then(|_| check_run_memory(&config))
         } else {
             Ok(())
         };
         agree(comm, r)?;
-        let (mut sim, e0) = open_simulation(comm, config, restart, build)?;
+        let (mut sim, e0) = open_simulation(config, ck, build)?;
         if let Some(r) = sim.take_initial_report() {
             log::info!("initial RBF solve: {}", r.summary());
         }
@@ -582,6 +609,11 @@ impl<'c> RunLoop<'c> {
             .max_steps
             .map_or(cfg.steps(), |k| cfg.steps().min(start_step + k))
             .max(start_step);
+        if root {
+            // the whole run to t_end (also under --steps: a mistyped dt shows at once)
+            let steps = cfg.steps().saturating_sub(start_step);
+            announce(&cfg, steps, sim.n_global(), &sim.describe());
+        }
         let outputs = if root {
             open_outputs(out, restart.is_some(), start_step).map(Some)
         } else {
@@ -852,30 +884,74 @@ impl<'c> RunLoop<'c> {
     }
 }
 
-/// The simulation of a run on every rank, fresh or from the checkpoint `restart` (read on
-/// rank 0), with the initial energy the checkpoint carries. Collective.
-fn open_simulation<'c>(
-    comm: &'c dyn Comm,
-    config: Config,
+/// Logs the step count of the run and its estimated duration before the first step (a warning
+/// for a long one, `vortex_spectral::durable::announce_steps`): a rough model of the step,
+/// about 2e-8 s per particle on a GPU and 3e-6 s per particle and thread on the CPU (FMM,
+/// two evaluations per AB2/Heun step, re-interpolation), plus 1 ms.
+fn announce(cfg: &Config, steps: u64, n: usize, backend: &str) {
+    let per_particle = if backend.contains("cuda") || backend.contains("GPU") {
+        2e-8
+    } else {
+        3e-6 / rayon::current_num_threads() as f64
+    };
+    let s_per_step = 1e-3 + n as f64 * per_particle;
+    durable::announce_steps(
+        &format!("the run to t_end = {} with dt = {}", cfg.t_end, cfg.dt),
+        steps as f64,
+        s_per_step,
+    );
+}
+
+/// The checkpoint `restart` (read on rank 0: `Some(Some(ck))` there, `Some(None)` elsewhere;
+/// `None` for a fresh start), refused when the configuration changed or when `t_end` is at or
+/// before its time (nothing would be run). Collective.
+fn read_restart(
+    comm: &dyn Comm,
+    config: &Config,
     restart: Option<&Path>,
-    build: Build<'c>,
-) -> Result<(Simulation<'c>, Option<f64>)> {
+) -> Result<Option<Option<Checkpoint>>> {
     let Some(p) = restart else {
-        return Ok((build(config, None)?, None));
+        return Ok(None);
     };
     let ck = if comm.rank() == 0 {
-        checkpoint::read_for(p, &config).map(Some)
+        checkpoint::read_for(p, config).and_then(|ck| {
+            if ck.state.step >= config.steps() {
+                return Err(Error::Checkpoint {
+                    path: p.to_path_buf(),
+                    msg: format!(
+                        "t_end = {} (step {}) is at or before the checkpoint's time t = {} (step \
+                         {}): nothing to run; raise t_end to continue",
+                        config.t_end,
+                        config.steps(),
+                        ck.state.step as f64 * config.dt,
+                        ck.state.step
+                    ),
+                });
+            }
+            log::info!("restart from {} at step {}", p.display(), ck.state.step);
+            Ok(Some(ck))
+        })
     } else {
         Ok(None)
     };
-    let (state, e0) = match agree(comm, ck)? {
-        Some(ck) => {
-            log::info!("restart from {} at step {}", p.display(), ck.state.step);
-            (Some(ck.state), Some(ck.initial_energy))
-        }
-        None => (None, None),
-    };
-    Ok((build(config, Some(state))?, e0))
+    agree(comm, ck).map(Some)
+}
+
+/// The simulation of a run on every rank, fresh or from the checkpoint of [`read_restart`],
+/// with the initial energy the checkpoint carries. Collective.
+fn open_simulation<'c>(
+    config: Config,
+    ck: Option<Option<Checkpoint>>,
+    build: Build<'c>,
+) -> Result<(Simulation<'c>, Option<f64>)> {
+    match ck {
+        None => Ok((build(config, None)?, None)),
+        Some(Some(ck)) => Ok((
+            build(config, Some(Some(ck.state)))?,
+            Some(ck.initial_energy),
+        )),
+        Some(None) => Ok((build(config, Some(None))?, None)),
+    }
 }
 
 /// The progress bar of rank 0 (hidden elsewhere and when `show` is false).

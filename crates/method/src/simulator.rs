@@ -7,7 +7,6 @@
 use crate::config::Config;
 use crate::diagnostics::Diagnostics;
 use crate::error::Result;
-use crate::parallel::Phases;
 use crate::particles::Particles;
 use crate::reinterpolation::RbfReport;
 use crate::stepping::{State, StepReport};
@@ -47,4 +46,21 @@ pub trait Simulator {
     fn phases(&self) -> Phases;
     /// What computes the steps, for the logs (e.g. the backend's name).
     fn describe(&self) -> String;
+}
+
+/// Wall-clock seconds of the phases of the steps (this rank's).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Phases {
+    /// Evaluations of the right-hand side, their communication included.
+    pub fmm: f64,
+    /// Of which the communication inside the distributed evaluation (partition, moving the
+    /// particles, P2Pcomm, M2Lcomm).
+    pub fmm_comm: f64,
+    /// Moving the particles to the owners of their branch cells before each step.
+    pub redistribute: f64,
+    /// AB2/Heun arithmetic, core spreading, reductions.
+    pub update: f64,
+    /// RBF re-interpolation: gather, solve on rank 0, scatter.
+    pub rbf: f64,
+    pub steps: u64,
 }

@@ -1,9 +1,10 @@
 //! Time stepping: second-order Adams-Bashforth for positions and strengths (core paper Sec. 2),
 //! started by one Heun (explicit trapezoidal RK2) step, so the scheme is second order
 //! throughout. A re-interpolation replaces the particles; with `reinterpolation.history =
-//! "carry"` (the default) the AB2 history goes through the lattice operator with them
-//! ([`crate::reinterpolation::history`], second order, one evaluation per step), with
-//! `"restart"` the step after it is a Heun step again (two evaluations). Diffusion is the
+//! "restart"` (the default) the step after it is a Heun step again (two evaluations), with
+//! `"carry"` (an option, not yet measured on a GPU) the AB2 history goes through the lattice
+//! operator with them ([`crate::reinterpolation::history`], second order, one evaluation per
+//! step). Diffusion is the
 //! core spreading of [`crate::core_spreading`], evaluated exactly at each stage time; the cores
 //! are reset by RBF re-interpolation when they have grown past a ratio or every `M` steps.
 //!

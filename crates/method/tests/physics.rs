@@ -223,14 +223,14 @@ fn taylor_green_2d_decays_exactly() {
     let mut sim =
         DistSimulation::new(&vortex_domain::SelfComm, cfg, vortex_fmm::CpuBackend).unwrap();
     let f = sim.derivatives().unwrap().clone();
-    let d0 = vortex_method::diagnostics::compute(&mut sim, &f, Some(8))
+    let d0 = vortex_method::parallel::diagnostics(&mut sim, &f, Some(8))
         .unwrap()
         .expect("one rank");
     for _ in 0..36 {
         sim.step().unwrap();
     }
     let f = sim.derivatives().unwrap().clone();
-    let d1 = vortex_method::diagnostics::compute(&mut sim, &f, Some(8))
+    let d1 = vortex_method::parallel::diagnostics(&mut sim, &f, Some(8))
         .unwrap()
         .expect("one rank");
     let exact = d0.energy * (-4.0 * nu * sim.t()).exp();

@@ -5,6 +5,7 @@ use common::run_cpu;
 use std::path::Path;
 use vortex_method::checkpoint;
 use vortex_method::config::Config;
+use vortex_method::reinterpolation::LatticeFilter;
 use vortex_method::run::RunOptions;
 
 /// The run in one process on the CPU backend.
@@ -169,6 +170,39 @@ fn configuration_errors_name_the_file_and_the_key() {
     assert!(Config::from_str_named(tg, "ok.toml").is_ok());
     let e = err(&format!("{tg}[reinterpolation]\nspacing = 0.3\n"));
     assert!(e.contains("does not fit the box"), "{e}");
+    let c = Config::from_str_named(tg, "ok.toml").unwrap();
+    assert_eq!(c.rbf_settings().filter, LatticeFilter::default());
+    let c = Config::from_str_named(
+        &format!("{tg}[reinterpolation]\nfilter = {{ kind = \"none\" }}\n"),
+        "ok.toml",
+    )
+    .unwrap();
+    assert_eq!(c.rbf_settings().filter, LatticeFilter::None);
+    let c = Config::from_str_named(
+        &format!(
+            "{tg}[reinterpolation.filter]\nkind = \"exponential\"\nstrength = 36.0\norder = 8.0\n"
+        ),
+        "ok.toml",
+    )
+    .unwrap();
+    assert_eq!(
+        c.reinterpolation.filter,
+        LatticeFilter::Exponential {
+            strength: 36.0,
+            order: 8.0
+        }
+    );
+    let e = err(&format!(
+        "{tg}[reinterpolation]\nfilter = {{ kind = \"exponential\", strength = 36.0, order = 0.5 }}\n"
+    ));
+    assert!(
+        e.contains("reinterpolation.filter") && e.contains("order"),
+        "{e}"
+    );
+    let e = err(&format!(
+        "{tg}[reinterpolation]\nfilter = {{ kind = \"gaussian\" }}\n"
+    ));
+    assert!(e.contains("gaussian"), "{e}");
     let e = err(&tg.replace("t_end = 1.0", "t_end = 1.05"));
     assert!(e.contains("whole number of steps"), "{e}");
     let e = err(&format!("{RING}[evaluation]\nbackend = \"opencl\"\n"));

@@ -6,6 +6,7 @@
 //! (the half-spectrum factors of `r_solve_fourier` and `r_biot_savart_fourier` on unnormalised
 //! transforms, as cuFFT's).
 
+use crate::lattice::Planes;
 use num_complex::Complex64;
 use vortex_method::core_spreading::zeta;
 use vortex_method::reinterpolation::Lattice;
@@ -21,13 +22,23 @@ pub fn cell_axis(x: f64, o: f64, h: f64, nc: usize, periodic: bool) -> usize {
     }
 }
 
+/// The axes `lat` wraps (the kernels' `periodic` bits, [`crate::lattice::periodic_axes`]).
+pub fn axes_of(lat: &Lattice) -> [bool; 3] {
+    [lat.periodic; 3]
+}
+
 /// The cell index of each particle in `lat`.
 pub fn cells(pos: &[[f64; 3]], lat: &Lattice) -> Vec<usize> {
+    cells_along(pos, lat, axes_of(lat))
+}
+
+/// [`cells`] wrapping the axes `axes` (the others clamp).
+pub fn cells_along(pos: &[[f64; 3]], lat: &Lattice, axes: [bool; 3]) -> Vec<usize> {
     let [nx, ny, nz] = lat.dims;
     pos.iter()
         .map(|x| {
             let c: [usize; 3] = std::array::from_fn(|a| {
-                cell_axis(x[a], lat.origin[a], lat.h, lat.dims[a], lat.periodic)
+                cell_axis(x[a], lat.origin[a], lat.h, lat.dims[a], axes[a])
             });
             debug_assert!(c[0] < nx && c[1] < ny);
             (c[0] * ny + c[1]) * nz + c[2]
@@ -38,7 +49,12 @@ pub fn cells(pos: &[[f64; 3]], lat: &Lattice) -> Vec<usize> {
 /// The device binning: histogram, exclusive scan, scatter, then each cell's particles in
 /// increasing index. Returns `starts` (`ncell + 1`) and the particle order.
 pub fn bin(pos: &[[f64; 3]], lat: &Lattice) -> (Vec<usize>, Vec<usize>) {
-    let cell = cells(pos, lat);
+    bin_along(pos, lat, axes_of(lat))
+}
+
+/// [`bin`] wrapping the axes `axes`.
+pub fn bin_along(pos: &[[f64; 3]], lat: &Lattice, axes: [bool; 3]) -> (Vec<usize>, Vec<usize>) {
+    let cell = cells_along(pos, lat, axes);
     let mut counts = vec![0usize; lat.len()];
     for &c in &cell {
         counts[c] += 1;
@@ -70,21 +86,44 @@ pub fn gaussian_sums(
     lat: &Lattice,
     cutoff: f64,
 ) -> Vec<[f64; 3]> {
+    let l = lat.dims[0] as f64 * lat.h;
+    let planes = Planes::all(lat);
+    gaussian_sums_at(pos, alpha, sigma, lat, axes_of(lat), l, planes, cutoff)
+}
+
+/// `r_gauss_lattice` at the points of `planes` along the wrapped `axes` (minimum images of
+/// period `box_length`), in the output order of `planes`.
+#[allow(clippy::too_many_arguments)]
+pub fn gaussian_sums_at(
+    pos: &[[f64; 3]],
+    alpha: &[[f64; 3]],
+    sigma: &[f64],
+    lat: &Lattice,
+    axes: [bool; 3],
+    box_length: f64,
+    planes: Planes,
+    cutoff: f64,
+) -> Vec<[f64; 3]> {
     let sigma_max = sigma.iter().copied().fold(0.0, f64::max);
     let reach = crate::lattice::reach(cutoff, sigma_max, lat.h);
     let rmax2 = (cutoff * sigma_max).powi(2);
-    let (starts, order) = bin(pos, lat);
+    let (starts, order) = bin_along(pos, lat, axes);
     let [nx, ny, nz] = lat.dims.map(|d| d as i64);
     let r = reach as i64;
-    let l = lat.dims[0] as f64 * lat.h;
+    let l = box_length;
     let gap = |d: i64| ((d.abs() - 1).max(0)) as f64 * lat.h;
-    (0..lat.len())
+    let (zf, zc) = (planes.z_first as i64, planes.z_count as i64);
+    (0..(nx * ny * zc))
         .map(|t| {
-            let y = lat.point(t);
-            let (i, j, k) = (t as i64 / (ny * nz), (t as i64 / nz) % ny, t as i64 % nz);
+            let (i, j, k) = if planes.xfast {
+                (t % nx, (t / nx) % ny, zf + t / (nx * ny))
+            } else {
+                (t / (ny * zc), (t / zc) % ny, zf + t % zc)
+            };
+            let y: [f64; 3] = std::array::from_fn(|c| lat.origin[c] + lat.h * [i, j, k][c] as f64);
             let mut w = [0.0; 3];
             for dx in -r..=r {
-                let Some(cx) = axis_cell(i + dx, nx, lat.periodic) else {
+                let Some(cx) = axis_cell(i + dx, nx, axes[0]) else {
                     continue;
                 };
                 let ex = gap(dx);
@@ -92,7 +131,7 @@ pub fn gaussian_sums(
                     continue;
                 }
                 for dy in -r..=r {
-                    let Some(cy) = axis_cell(j + dy, ny, lat.periodic) else {
+                    let Some(cy) = axis_cell(j + dy, ny, axes[1]) else {
                         continue;
                     };
                     let ey = gap(dy);
@@ -102,11 +141,13 @@ pub fn gaussian_sums(
                     }
                     let zr = ((rest.sqrt() / lat.h).floor() as i64 + 1).min(r);
                     let row = ((cx * ny + cy) * nz) as usize;
-                    for (za, zb) in z_runs(k - zr, k + zr, nz, lat.periodic) {
+                    for (za, zb) in z_runs(k - zr, k + zr, nz, axes[2]) {
                         for &p in &order[starts[row + za]..starts[row + zb + 1]] {
                             let mut d: [f64; 3] = std::array::from_fn(|c| y[c] - pos[p][c]);
-                            if lat.periodic {
-                                d = d.map(|v| v - l * (v / l).round_ties_even());
+                            for c in 0..3 {
+                                if axes[c] {
+                                    d[c] -= l * (d[c] / l).round_ties_even();
+                                }
                             }
                             let s = sigma[p];
                             let q = (d[0] * d[0] + d[1] * d[1] + d[2] * d[2]) / (s * s);
@@ -285,6 +326,7 @@ mod tests {
     use rand_chacha::ChaCha8Rng;
     use vortex_method::cells::gaussian_sum;
     use vortex_method::reinterpolation::separable::SeparableSolver;
+    use vortex_method::reinterpolation::LatticeFilter;
 
     use super::relative_l2 as rel;
 
@@ -356,30 +398,43 @@ mod tests {
     }
 
     /// The one-pass Fourier solve equals the host's three axis solves (even sizes: the host
-    /// transform of the emulation needs them; cuFFT takes any).
+    /// transform of the emulation needs them; cuFFT takes any), with and without the filter
+    /// (the device's filtered inverse eigenvalues against the host's `F` then exact solve).
     #[test]
     fn fourier_solve_equals_the_separable_solve() {
         let mut rng = ChaCha8Rng::seed_from_u64(3);
-        for (n, overlap) in [(12usize, 0.8), (16, 1.0), (10, 0.9)] {
+        let hou_li = LatticeFilter::default();
+        let wide = LatticeFilter::Exponential {
+            strength: 36.0,
+            order: 8.0,
+        };
+        for (n, overlap, filter) in [
+            (12usize, 0.8, LatticeFilter::None),
+            (16, 1.0, LatticeFilter::None),
+            (10, 0.9, LatticeFilter::None),
+            (12, 0.8, hou_li),
+            (16, 0.8, wide),
+        ] {
             let lat = Lattice::periodic_box(n, 2.0);
             let sigma = overlap * lat.h;
             let omega: Vec<[f64; 3]> = (0..lat.len())
                 .map(|_| std::array::from_fn(|_| rng.gen_range(-1.0..1.0)))
                 .collect();
-            let inv = inverse_eigenvalues(n, lat.h, sigma, 6.0).unwrap();
+            let inv = inverse_eigenvalues(n, lat.h, sigma, 6.0, &filter).unwrap();
             let c = (2.0 * std::f64::consts::PI * sigma * sigma).powf(-1.5);
             let dev = solve_rbf(&omega, n, &inv, c);
             let s = SeparableSolver::new(lat.dims, lat.h, sigma, 6.0, true).unwrap();
+            let f = SeparableSolver::transfer(lat.dims, &filter);
             let host: Vec<[f64; 3]> = {
                 let cols: Vec<Vec<f64>> = (0..3)
-                    .map(|c| s.solve(&omega.iter().map(|w| w[c]).collect::<Vec<_>>()))
+                    .map(|c| s.solve(&f.solve(&omega.iter().map(|w| w[c]).collect::<Vec<_>>())))
                     .collect();
                 (0..lat.len())
                     .map(|i| [cols[0][i], cols[1][i], cols[2][i]])
                     .collect()
             };
             let e = rel(&dev, &host);
-            assert!(e < 1e-10, "n {n} overlap {overlap}: {e:.2e}");
+            assert!(e < 1e-10, "n {n} overlap {overlap} {filter:?}: {e:.2e}");
         }
     }
 
@@ -409,7 +464,8 @@ mod tests {
     }
 
     /// The device's carried history (emulated) equals the host's
-    /// `reinterpolate_with_history` on particles displaced off the lattice with smooth rates.
+    /// `reinterpolate_with_history` on particles displaced off the lattice with smooth rates,
+    /// both through the lattice operator with the runs' default filter.
     #[test]
     fn carried_history_equals_the_host_transfer() {
         use vortex_method::reinterpolation::history::{reinterpolate_with_history, PreviousRates};
@@ -443,7 +499,11 @@ mod tests {
         };
         let mut old = vortex_method::Particles::new(pos.clone(), alpha, sigma0);
         vortex_method::core_spreading::apply(&mut old, nu, elapsed + dt);
-        let s = RbfSettings::default();
+        // the runs' filter: the history goes through the same filtered operator on both sides
+        let s = RbfSettings {
+            filter: vortex_method::reinterpolation::LatticeFilter::default(),
+            ..RbfSettings::default()
+        };
         let spec = LatticeSpec::Periodic { n, box_length: l };
         let p = PreviousRates {
             rates: &prev,
@@ -451,7 +511,7 @@ mod tests {
             elapsed,
         };
         let (_, host, _) = reinterpolate_with_history(&old, p, &spec, sigma0, &s).unwrap();
-        let inv = inverse_eigenvalues(n, lat.h, sigma0, s.cutoff).unwrap();
+        let inv = inverse_eigenvalues(n, lat.h, sigma0, s.cutoff, &s.filter).unwrap();
         let c = (2.0 * std::f64::consts::PI * sigma0 * sigma0).powf(-1.5);
         let dev = carry_history(
             &pos,

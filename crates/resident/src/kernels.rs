@@ -59,6 +59,8 @@ kernel_set!(
     lattice_particles,
     spectrum_partial,
     sum_partials,
+    slab_owner,
+    gather_rows,
 );
 
 /// One thread per element of `n`.

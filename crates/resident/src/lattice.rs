@@ -83,6 +83,57 @@ pub fn scan(
     Ok(())
 }
 
+/// Which axes of a lattice wrap (bits 0, 1, 2 for x, y, z: the `periodic` argument of the
+/// kernels): a periodic box wraps all three; a slab of a periodic box (`crate::slab`) wraps x
+/// and y and carries its neighbours' planes as halo cells along z.
+pub fn periodic_axes(lat: &Lattice) -> i32 {
+    if lat.periodic {
+        7
+    } else {
+        0
+    }
+}
+
+/// The planes `k in z_first..z_first + z_count` of a lattice at which Gaussian sums are
+/// wanted, and the order of the output (`xfast`: `((k - z_first) ny + j) nx + i`, the layout of
+/// the slab transforms; otherwise k fastest, the lattice order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Planes {
+    pub z_first: usize,
+    pub z_count: usize,
+    pub xfast: bool,
+}
+
+impl Planes {
+    /// Every plane of `lat`, in lattice order.
+    pub fn all(lat: &Lattice) -> Self {
+        Self {
+            z_first: 0,
+            z_count: lat.dims[2],
+            xfast: false,
+        }
+    }
+}
+
+/// The particle rows the binning reads: `3 n` positions and strengths, `n` core radii.
+pub struct Rows<'a> {
+    pub n: usize,
+    pub pos: &'a CudaSlice<f64>,
+    pub alpha: &'a CudaSlice<f64>,
+    pub sigma: &'a CudaSlice<f64>,
+}
+
+impl<'a> From<&'a DeviceParticles> for Rows<'a> {
+    fn from(p: &'a DeviceParticles) -> Self {
+        Rows {
+            n: p.n,
+            pos: &p.pos,
+            alpha: &p.alpha,
+            sigma: &p.sigma,
+        }
+    }
+}
+
 /// Bins the particles into the cells of `lat` (periodic: positions wrapped; free space: the
 /// cells at the lattice's faces take what lies beyond them).
 pub fn bin(
@@ -90,6 +141,17 @@ pub fn bin(
     s: &Arc<CudaStream>,
     p: &DeviceParticles,
     lat: &Lattice,
+) -> GpuResult<Binned> {
+    bin_rows(k, s, p.into(), lat, periodic_axes(lat))
+}
+
+/// [`bin`] of particle rows along the axes `periodic` wraps (the others clamp at the faces).
+pub fn bin_rows(
+    k: &Kernels,
+    s: &Arc<CudaStream>,
+    p: Rows<'_>,
+    lat: &Lattice,
+    periodic: i32,
 ) -> GpuResult<Binned> {
     let n = p.n;
     let ncell = lat.len();
@@ -102,10 +164,10 @@ pub fn bin(
     let mut counts = s.alloc_zeros::<i32>(ncell)?;
     let mut starts = s.alloc_zeros::<i32>(ncell + 1)?;
     let [nx, ny, nz] = lat.dims.map(|d| d as i32);
-    let (n_i, per) = (n as i32, lat.periodic as i32);
+    let (n_i, per) = (n as i32, periodic);
     let o = lat.origin;
     let mut b = s.launch_builder(&k.bin_count);
-    b.arg(&p.pos)
+    b.arg(p.pos)
         .arg(&n_i)
         .arg(&o[0])
         .arg(&o[1])
@@ -118,7 +180,8 @@ pub fn bin(
         .arg(&mut cell)
         .arg(&mut counts);
     // SAFETY: r_bin_count(const double* pos, int n, double ox, oy, oz, double h, int nx, ny, nz,
-    // int periodic, int* cell, int* counts): the arguments in this order and of these types; pos
+    // int periodic (axis bits), int* cell, int* counts): the arguments in this order and of these
+    // types; pos
     // holds 3 n doubles, cell n ints, counts nx ny nz = ncell (the kernel's cell indices stay below
     // it: clamped or wrapped); threads i >= n return.
     unsafe { b.launch(per_element(n)) }?;
@@ -147,11 +210,7 @@ pub fn bin(
     let mut sp = s.alloc_zeros::<f64>(4 * n.max(1))?;
     let mut sa = s.alloc_zeros::<f64>(4 * n.max(1))?;
     let mut b = s.launch_builder(&k.bin_gather);
-    b.arg(&order)
-        .arg(&n_i)
-        .arg(&p.pos)
-        .arg(&p.alpha)
-        .arg(&p.sigma);
+    b.arg(&order).arg(&n_i).arg(p.pos).arg(p.alpha).arg(p.sigma);
     b.arg(&mut sp).arg(&mut sa);
     // SAFETY: r_bin_gather(const int* order, int n, const double* pos, a, sigma, double4* sp,
     // double4* sa): the arguments in this order and of these types; order holds n ints (indices
@@ -174,17 +233,60 @@ pub fn gaussian_sums(
 ) -> GpuResult<CudaSlice<f64>> {
     let reach = reach(cutoff, sigma_max, lat.h);
     check_reach(lat, reach)?;
-    let npts = lat.len();
-    let mut omega = s.alloc_zeros::<f64>(3 * npts)?;
-    let [nx, ny, nz] = lat.dims.map(|d| d as i32);
-    let per = lat.periodic as i32;
-    let reach_i = reach as i32;
     let box_length = if lat.periodic {
         lat.dims[0] as f64 * lat.h
     } else {
         0.0
     };
+    let axes = periodic_axes(lat);
+    gaussian_sums_at(
+        k,
+        s,
+        b,
+        lat,
+        axes,
+        box_length,
+        Planes::all(lat),
+        cutoff,
+        sigma_max,
+    )
+}
+
+/// [`gaussian_sums`] at the points of `planes` of `lat`, along the axes `periodic` wraps
+/// (minimum images of period `box_length`). The caller checks the reach along the wrapped
+/// axes ([`check_reach`]); along an open axis the lattice must hold every cell within reach
+/// of `planes`.
+#[allow(clippy::too_many_arguments)]
+pub fn gaussian_sums_at(
+    k: &Kernels,
+    s: &Arc<CudaStream>,
+    b: &Binned,
+    lat: &Lattice,
+    periodic: i32,
+    box_length: f64,
+    planes: Planes,
+    cutoff: f64,
+    sigma_max: f64,
+) -> GpuResult<CudaSlice<f64>> {
+    let reach = reach(cutoff, sigma_max, lat.h);
+    if planes.z_first + planes.z_count > lat.dims[2] {
+        return Err(GpuError::Unsupported(format!(
+            "planes {}..{} of a lattice of {} planes",
+            planes.z_first,
+            planes.z_first + planes.z_count,
+            lat.dims[2]
+        )));
+    }
+    let npts = lat.dims[0] * lat.dims[1] * planes.z_count;
+    let mut omega = s.alloc_zeros::<f64>(3 * npts.max(1))?;
+    let [nx, ny, nz] = lat.dims.map(|d| d as i32);
+    let reach_i = reach as i32;
     let rmax2 = (cutoff * sigma_max).powi(2);
+    let (zf, zc, xf) = (
+        planes.z_first as i32,
+        planes.z_count as i32,
+        planes.xfast as i32,
+    );
     let o = lat.origin;
     let mut l = s.launch_builder(&k.gauss_lattice);
     l.arg(&b.sp).arg(&b.sa).arg(&b.starts);
@@ -192,16 +294,67 @@ pub fn gaussian_sums(
     l.arg(&nx)
         .arg(&ny)
         .arg(&nz)
-        .arg(&per)
+        .arg(&periodic)
         .arg(&reach_i)
         .arg(&cutoff)
         .arg(&box_length);
-    l.arg(&rmax2).arg(&mut omega);
+    l.arg(&rmax2).arg(&zf).arg(&zc).arg(&xf).arg(&mut omega);
     // SAFETY: r_gauss_lattice(const double4* sp, sa, const int* starts, double ox, oy, oz, double
     // h, int nx, ny, nz, int periodic, int reach, double cutoff, double box_length, double rmax2,
-    // double* omega): the arguments in this order and of these types; sp and sa hold the binned
-    // particles, starts ncell + 1 ints of the same lattice, omega 3 npts doubles; check_reach keeps
-    // the visited cells inside the lattice; one thread per point, threads t >= npts return.
+    // int z_first, int z_count, int xfast, double* omega): the arguments in this order and of
+    // these types; sp and sa hold the binned particles, starts ncell + 1 ints of the same
+    // lattice, omega 3 npts doubles for the npts = nx ny z_count points of the planes (checked
+    // inside the lattice above); along wrapped axes check_reach keeps the visited cells inside
+    // the lattice, along open axes the kernel skips cells beyond it; one thread per point,
+    // threads t >= npts return.
     unsafe { l.launch(cfg(npts.div_ceil(128), 128)) }?;
     Ok(omega)
+}
+
+/// Fresh particles at the points of `planes` of the periodic `n^3` lattice of origin `o`
+/// (every axis) and spacing `h`, in the order of [`gaussian_sums_at`]'s output for the same
+/// planes, with strengths `alpha` (`3` doubles per point: the solved field) and core `sigma0`.
+#[allow(clippy::too_many_arguments)]
+pub fn lattice_particles(
+    k: &Kernels,
+    s: &Arc<CudaStream>,
+    n: usize,
+    o: f64,
+    h: f64,
+    sigma0: f64,
+    planes: Planes,
+    alpha: CudaSlice<f64>,
+) -> GpuResult<DeviceParticles> {
+    let m = n * n * planes.z_count;
+    if alpha.len() < 3 * m {
+        return Err(GpuError::Unsupported(format!(
+            "{} strengths for {m} lattice points",
+            alpha.len() / 3
+        )));
+    }
+    let mut fresh = DeviceParticles {
+        n: m,
+        pos: s.alloc_zeros(3 * m.max(1))?,
+        alpha,
+        sigma: s.alloc_zeros(m.max(1))?,
+        sigma0: s.alloc_zeros(m.max(1))?,
+    };
+    let n_i = n as i32;
+    let (zf, zc, xf) = (
+        planes.z_first as i32,
+        planes.z_count as i32,
+        planes.xfast as i32,
+    );
+    let mut b = s.launch_builder(&k.lattice_particles);
+    b.arg(&n_i).arg(&o).arg(&h).arg(&sigma0);
+    b.arg(&zf).arg(&zc).arg(&xf);
+    b.arg(&mut fresh.pos)
+        .arg(&mut fresh.sigma)
+        .arg(&mut fresh.sigma0);
+    // SAFETY: r_lattice_particles(int n, double o, double h, double sigma0, int z_first, int
+    // z_count, int xfast, double* pos, double* sigma, double* s0): the arguments in this order
+    // and of these types; pos holds 3 m doubles, sigma and sigma0 m (allocated above) for the m =
+    // n^2 z_count points; one thread per point, threads t >= m return.
+    unsafe { b.launch(per_element(m)) }?;
+    Ok(fresh)
 }

@@ -1,7 +1,9 @@
 //! The RBF re-interpolation of `vortex_method::reinterpolation` on the device, periodic box: the
 //! vorticity of the blobs at the lattice points by the Gaussian sums of [`crate::lattice`],
 //! the lattice system solved in Fourier space ([`crate::fourier::Fourier::solve_rbf`]: the
-//! eigenvalues of the host's circulant axis factors, `vortex_method::reinterpolation::separable`),
+//! eigenvalues of the host's circulant axis factors, `vortex_method::reinterpolation::separable`,
+//! times the transfer function of `[reinterpolation] filter`,
+//! `vortex_method::reinterpolation::filter`),
 //! and the fresh particles on the lattice with the initial core (the caller removes the mean
 //! strength); [`Reinterpolator::carry_history`] takes the AB2 history through the same lattice
 //! operator. The same lattice operations give the diagnostics' grid velocity
@@ -9,16 +11,16 @@
 //! Fourier space).
 
 use crate::fourier::{Fourier, GridSpectrum};
-use crate::kernels::{per_element, Kernels};
-use crate::lattice::{bin, gaussian_sums};
+use crate::kernels::Kernels;
+use crate::lattice::{bin, gaussian_sums, lattice_particles, Planes};
 use crate::state::{DeviceFields, DeviceParticles};
-use cudarc::driver::{CudaSlice, CudaStream, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream};
 use std::collections::HashMap;
 use std::sync::Arc;
 use vortex_cuda::{GpuError, GpuResult};
 use vortex_method::reinterpolation::history::History;
 use vortex_method::reinterpolation::separable::{axis_weights, AxisSolver};
-use vortex_method::reinterpolation::{Lattice, RbfReport};
+use vortex_method::reinterpolation::{Lattice, LatticeFilter, RbfReport};
 use vortex_method::stepping::Stepper;
 use vortex_method::Config;
 
@@ -28,14 +30,21 @@ pub struct Reinterpolator {
     box_length: f64,
     sigma0: f64,
     cutoff: f64,
+    filter: LatticeFilter,
     ffts: HashMap<usize, Fourier>,
     inv_eig: Option<CudaSlice<f64>>,
 }
 
-/// `1 / S(k)`, `k = 0..n`, of the circulant axis factor (the host's `AxisSolver`), or the
-/// reason the system is not safely positive definite.
-pub fn inverse_eigenvalues(n: usize, h: f64, sigma: f64, cutoff: f64) -> Result<Vec<f64>, String> {
-    match AxisSolver::new(n, &axis_weights(h, sigma, cutoff), true)? {
+/// `f(k) / S(k)`, `k = 0..n`, of the circulant axis factor (the host's `AxisSolver`) and the
+/// transfer function `filter`, or the reason the system is not safely positive definite.
+pub fn inverse_eigenvalues(
+    n: usize,
+    h: f64,
+    sigma: f64,
+    cutoff: f64,
+    filter: &LatticeFilter,
+) -> Result<Vec<f64>, String> {
+    match AxisSolver::new(n, &axis_weights(h, sigma, cutoff), true)?.filtered(filter) {
         AxisSolver::Circulant { inv_eig, .. } => Ok(inv_eig),
         AxisSolver::Banded { .. } => Err("a periodic axis gave a banded factor".into()),
     }
@@ -48,6 +57,7 @@ impl Reinterpolator {
             box_length: config.domain.box_length,
             sigma0: config.sigma0(),
             cutoff: config.reinterpolation.cutoff,
+            filter: config.reinterpolation.filter,
             ffts: HashMap::new(),
             inv_eig: None,
         }
@@ -89,7 +99,7 @@ impl Reinterpolator {
         let lat = Lattice::periodic_box(n, self.box_length);
         let mut field = self.lattice_vorticity(k, s, p, &lat, sigma_max)?;
         if self.inv_eig.is_none() {
-            let e = inverse_eigenvalues(n, lat.h, self.sigma0, self.cutoff)
+            let e = inverse_eigenvalues(n, lat.h, self.sigma0, self.cutoff, &self.filter)
                 .map_err(|e| GpuError::Unsupported(format!("{e}; lower initial.overlap")))?;
             self.inv_eig = Some(s.clone_htod(&e)?);
         }
@@ -148,24 +158,8 @@ impl Reinterpolator {
         let lat = Lattice::periodic_box(n, l);
         let field = self.lattice_operator(k, s, p, sigma_max)?;
         let n3 = n * n * n;
-        let mut fresh = DeviceParticles {
-            n: n3,
-            pos: s.alloc_zeros(3 * n3)?,
-            alpha: field,
-            sigma: s.alloc_zeros(n3)?,
-            sigma0: s.alloc_zeros(n3)?,
-        };
-        let (n_i, o, h, s0) = (n as i32, lat.origin[0], lat.h, self.sigma0);
-        let mut b = s.launch_builder(&k.lattice_particles);
-        b.arg(&n_i).arg(&o).arg(&h).arg(&s0);
-        b.arg(&mut fresh.pos)
-            .arg(&mut fresh.sigma)
-            .arg(&mut fresh.sigma0);
-        // SAFETY: r_lattice_particles(int n, double o, double h, double sigma0, double* pos,
-        // double* sigma, double* s0): the arguments in this order and of these types; pos holds 3
-        // n^3 doubles, sigma and sigma0 n^3 (allocated above); one thread per lattice point,
-        // threads t >= n^3 return.
-        unsafe { b.launch(per_element(n3)) }?;
+        let planes = Planes::all(&lat);
+        let fresh = lattice_particles(k, s, n, lat.origin[0], lat.h, self.sigma0, planes, field)?;
         let report = RbfReport {
             iterations: [0; 3],
             residual: 0.0,

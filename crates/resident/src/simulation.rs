@@ -13,41 +13,50 @@
 //!    when due the re-interpolation of [`crate::reinterpolation`];
 //! 4. at output times the diagnostics of [`crate::diagnostics`]; the host sees the state only
 //!    for checkpoints and snapshots.
+//!
+//! On several ranks each rank holds the particles of its slab ([`crate::slab`]): the moments
+//! are reduced over the ranks, the particles settled on their owners before each evaluation,
+//! the FMM, the re-interpolation and the grid velocity run over the slabs; checkpoints and
+//! snapshots gather the state on rank 0 in global-id order (restartable on any number of
+//! ranks).
 
 use crate::diagnostics::{spectrum_diagnostics, velocity_field};
 use crate::kernels::{per_element, Kernels, THREADS};
 use crate::reinterpolation::Reinterpolator;
+use crate::slab::step::reduce_moments;
+use crate::slab::SlabStep;
 use crate::state::{first_non_finite, DeviceFields, DeviceParticles, Moments};
-use cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
-use std::sync::Arc;
+use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use std::sync::{Arc, Once};
 use std::time::Instant;
 use vortex_cuda::{GpuDevice, GpuError};
-use vortex_domain::Comm;
+use vortex_domain::{Comm, ReduceOp};
 use vortex_fmm::kernel::INV_4PI;
 use vortex_fmm::periodic::Periodic;
-use vortex_gpu::uniform::{UniformFmm, UniformParams};
+use vortex_gpu::uniform::{DeviceEvaluator, DeviceSources};
 use vortex_method::diagnostics::Diagnostics;
-use vortex_method::parallel::Phases;
+use vortex_method::parallel::{agree, gather_particles, gather_state, scatter_state, Phases};
+use vortex_method::reinterpolation::history::History;
 use vortex_method::reinterpolation::RbfReport;
 use vortex_method::stepping::{Scheme, State, StepReport, Stepper};
 use vortex_method::{Config, Error, Particles, Result, Simulator};
+
+/// The note that the AB2 history is not yet carried over slabs, logged once per process.
+static CARRY_OVER_SLABS: Once = Once::new();
 
 /// Device bytes per particle at the peak of a step (state 160, Heun copy and its fields 104,
 /// FMM buffers ~150), measured against `cudaMemGetInfo` on an H100 (BENCHMARKS.md).
 pub const DEVICE_BYTES_PER_PARTICLE: f64 = 440.0;
 
-fn gpu_err(what: &'static str) -> impl Fn(GpuError) -> Error {
+pub(crate) fn gpu_err(what: &'static str) -> impl Fn(GpuError) -> Error {
     move |e| Error::Other(format!("GPU ({what}): {e}"))
 }
 
 /// Why the resident step cannot run a configuration (the caller falls back to the host path
 /// or refuses).
-pub fn unsupported(config: &Config, ranks: usize) -> Option<String> {
+pub fn unsupported(config: &Config) -> Option<String> {
     if config.periodic().is_none() {
         return Some("the device-resident step covers periodic boxes only".into());
-    }
-    if ranks > 1 {
-        return Some("the device-resident step runs on one rank".into());
     }
     if config.lattice_n().is_none() {
         return Some("the device-resident step needs the lattice of a periodic box".into());
@@ -55,26 +64,34 @@ pub fn unsupported(config: &Config, ranks: usize) -> Option<String> {
     None
 }
 
-/// A vortex-method simulation whose particle state lives on one GPU.
+/// A vortex-method simulation whose particle state lives on the GPUs: the whole state on one
+/// GPU, or on several ranks each rank's slab on its own GPU ([`crate::slab`]).
 pub struct ResidentSimulation<'c> {
-    comm: &'c dyn Comm,
-    config: Config,
-    stepper: Stepper,
-    periodic: Periodic,
-    s: Arc<CudaStream>,
-    k: Kernels,
-    fmm: UniformFmm,
-    params: UniformParams,
-    p: DeviceParticles,
-    current: Option<DeviceFields>,
-    previous: Option<DeviceFields>,
-    step: u64,
-    step_reset: u64,
-    reinterpolations: u64,
-    rbf: Reinterpolator,
-    phases: Phases,
-    initial_report: Option<RbfReport>,
-    name: String,
+    pub(crate) comm: &'c dyn Comm,
+    pub(crate) config: Config,
+    pub(crate) stepper: Stepper,
+    pub(crate) periodic: Periodic,
+    pub(crate) dev: Arc<GpuDevice>,
+    pub(crate) s: Arc<CudaStream>,
+    pub(crate) k: Kernels,
+    /// The evaluation of the particles on the device (the planner's uniform-grid engine).
+    pub(crate) fmm: Box<dyn DeviceEvaluator + 'c>,
+    /// This rank's particles and their global ids.
+    pub(crate) p: DeviceParticles,
+    pub(crate) ids: Vec<u64>,
+    /// Particles over all ranks.
+    pub(crate) n_global: usize,
+    pub(crate) current: Option<DeviceFields>,
+    pub(crate) previous: Option<DeviceFields>,
+    pub(crate) step: u64,
+    pub(crate) step_reset: u64,
+    pub(crate) reinterpolations: u64,
+    pub(crate) rbf: Reinterpolator,
+    /// The distributed step's state (several ranks).
+    pub(crate) slab: Option<SlabStep>,
+    pub(crate) phases: Phases,
+    pub(crate) initial_report: Option<RbfReport>,
+    pub(crate) name: String,
 }
 
 impl<'c> ResidentSimulation<'c> {
@@ -86,33 +103,24 @@ impl<'c> ResidentSimulation<'c> {
         index: usize,
         start: Option<Option<State>>,
     ) -> Result<Self> {
-        if let Some(why) = unsupported(&config, comm.size()) {
+        if let Some(why) = unsupported(&config) {
             return Err(Error::Other(why));
         }
         let periodic = config.periodic().expect("checked above");
-        let dev = GpuDevice::get(index).map_err(gpu_err("device"))?;
+        let ranks = comm.size();
+        let lattice = config.lattice_n().unwrap_or(0);
+        if ranks > lattice {
+            return Err(Error::Other(format!(
+                "{ranks} ranks for a lattice of {lattice} planes per side: the slabs of the \
+                 device-resident step need at most one rank per lattice plane"
+            )));
+        }
+        let dev = agree(comm, GpuDevice::get(index).map_err(gpu_err("device")))?;
         let s = dev.stream().clone();
-        let (state, initial_report) = match start {
-            Some(Some(st)) => (st, None),
-            Some(None) => return Err(Error::Other("restart without a state".into())),
-            None => {
-                let (particles, report) = vortex_method::initial::build(&config)?;
-                let st = State {
-                    step: 0,
-                    step_reset: 0,
-                    particles,
-                    previous: None,
-                    reinterpolations: 0,
-                };
-                (st, report)
-            }
-        };
-        let n = state
-            .particles
-            .len()
-            .max(config.lattice_n().map_or(0, |l| l.pow(3)));
-        check_device_memory(&dev, n)?;
-        let k = Kernels::load(&dev).map_err(gpu_err("kernels"))?;
+        let (state, ids, n_global, initial_report) = start_state(comm, &config, start)?;
+        let n_max = per_rank(n_global.max(lattice.pow(3)), ranks);
+        agree(comm, check_device_memory(&dev, n_max, ranks))?;
+        let k = agree(comm, Kernels::load(&dev).map_err(gpu_err("kernels")))?;
         let p = DeviceParticles::upload(&s, &state.particles).map_err(gpu_err("upload"))?;
         let previous = match &state.previous {
             Some(d) if d.velocity.len() == p.n => {
@@ -120,63 +128,55 @@ impl<'c> ResidentSimulation<'c> {
             }
             _ => None,
         };
-        let eval = config.eval_params();
-        let params = vortex_gpu::uniform::evaluator::grid_params(&eval);
-        let fmm = UniformFmm::new(dev.clone());
-        fmm.warm_up(params.order).map_err(gpu_err("FMM kernels"))?;
-        let name = format!(
-            "{} (state resident on the device, uniform grid p = {})",
-            dev.name(),
-            params.order
-        );
+        let fmm = agree(comm, device_engine(comm, &config, index))?;
+        let name = format!("{}, state resident on the device", fmm.describe());
         Ok(Self {
             comm,
             stepper: Stepper::from_config(&config),
             rbf: Reinterpolator::new(&config),
             config,
             periodic,
+            dev,
             s,
             k,
             fmm,
-            params,
             p,
+            ids,
+            n_global,
             current: None,
             previous,
             step: state.step,
             step_reset: state.step_reset,
             reinterpolations: state.reinterpolations,
+            slab: (ranks > 1).then(SlabStep::default),
             phases: Phases::default(),
             initial_report,
             name,
         })
     }
 
-    fn box_length(&self) -> f64 {
+    /// Whether the particles are split over several ranks.
+    pub(crate) fn several(&self) -> bool {
+        self.slab.is_some()
+    }
+
+    pub(crate) fn box_length(&self) -> f64 {
         self.periodic.box_length
     }
 
-    fn moments_of(&self, p: &DeviceParticles) -> Result<Moments> {
-        p.moments(&self.k, &self.s, self.box_length())
-            .map_err(gpu_err("moments"))
+    /// The moments of `p` over every rank's part of it. Collective.
+    pub(crate) fn moments_of(&self, p: &DeviceParticles) -> Result<Moments> {
+        let m = p
+            .moments(&self.k, &self.s, self.box_length())
+            .map_err(gpu_err("moments"));
+        Ok(reduce_moments(self.comm, agree(self.comm, m)?))
     }
 
-    /// Velocity and stretching of `p` at itself: the FMM on the device buffers.
-    fn evaluate(&mut self, which: Which) -> Result<DeviceFields> {
-        let t0 = Instant::now();
-        let l = self.box_length();
-        let p = match which {
-            Which::State => &self.p,
-            Which::Other(q) => q,
-        };
-        let m = p.moments(&self.k, &self.s, l).map_err(gpu_err("moments"))?;
-        let sums = m.periodic_sums();
-        sums.check(&self.periodic)
-            .map_err(|e| Error::Other(format!("step {}: {e}", self.step)))?;
-        let u0 = sums.surface_correction(l);
-        let n = p.n;
-        let s = &self.s;
+    /// The f32 rows of `p` that the uniform grid reads (`8 n` floats, positions wrapped).
+    pub(crate) fn pack(&self, p: &DeviceParticles) -> Result<CudaSlice<f32>> {
+        let (n, s, l) = (p.n, &self.s, self.box_length());
         let mut input = s
-            .alloc_zeros::<f32>(8 * n)
+            .alloc_zeros::<f32>((8 * n).max(1))
             .map_err(|e| gpu_err("alloc")(e.into()))?;
         let n_i = n as i32;
         let mut b = s.launch_builder(&self.k.pack);
@@ -191,17 +191,51 @@ impl<'c> ResidentSimulation<'c> {
         // hold 3 n doubles, sigma n, input 8 n floats (two float4 rows per particle); one thread
         // per particle, threads i >= n return.
         unsafe { b.launch(per_element(n)) }.map_err(|e| gpu_err("pack")(e.into()))?;
+        Ok(input)
+    }
+
+    /// Velocity and stretching of `p` at itself: the FMM on the device buffers.
+    fn evaluate(&mut self, which: Which) -> Result<DeviceFields> {
+        let t0 = Instant::now();
+        let l = self.box_length();
+        let p = match which {
+            Which::State => &self.p,
+            Which::Other(q) => q,
+        };
+        let m = self.moments_of(p)?;
+        let sums = m.periodic_sums();
+        sums.check(&self.periodic)
+            .map_err(|e| Error::Other(format!("step {}: {e}", self.step)))?;
+        let u0 = sums.surface_correction(l);
+        let n = p.n;
+        let s = &self.s;
+        let input = self.pack(p)?;
+        let src = DeviceSources {
+            packed: &input,
+            n,
+            n_global: self.n_global,
+            sigma_max: m.sigma_max,
+            bounds: (m.lo, m.hi),
+        };
         let (out6, tm) = self
             .fmm
-            .evaluate_device(
-                &input,
-                n,
-                (m.lo, m.hi),
-                m.sigma_max,
-                &self.params,
-                Some(&self.periodic),
-            )
+            .evaluate(&src)
             .map_err(|e| Error::Other(format!("step {}: uniform grid: {e}", self.step)))?;
+        log::debug!(
+            "step {}: uniform grid {}^3 leaves, planes {:?}: {} owned + {} halo particles, \
+             {:.2} MB sent; {}",
+            self.step,
+            tm.device.n,
+            tm.planes,
+            tm.owned,
+            tm.halo_particles,
+            tm.bytes() as f64 * 1e-6,
+            tm.device.kernel_report()
+        );
+        if let Some(slab) = self.slab.as_mut() {
+            slab.bytes += tm.bytes() as u64;
+        }
+        let n_i = n as i32;
         drop(input);
         let mut f = DeviceFields::zeros(s, n).map_err(gpu_err("alloc"))?;
         let mut b = s.launch_builder(&self.k.fields);
@@ -218,18 +252,15 @@ impl<'c> ResidentSimulation<'c> {
         // particle, threads i >= n return.
         unsafe { b.launch(per_element(n)) }.map_err(|e| gpu_err("fields")(e.into()))?;
         s.synchronize().map_err(|e| gpu_err("fields")(e.into()))?;
-        log::debug!(
-            "step {}: uniform grid {}^3 leaves: {}",
-            self.step,
-            tm.n,
-            tm.kernel_report()
-        );
         self.phases.fmm += t0.elapsed().as_secs_f64();
         Ok(f)
     }
 
     fn current(&mut self) -> Result<&DeviceFields> {
         if self.current.is_none() {
+            if self.several() {
+                self.settle_state()?;
+            }
             self.current = Some(self.evaluate(Which::State)?);
         }
         Ok(self.current.as_ref().expect("evaluated above"))
@@ -279,7 +310,7 @@ impl<'c> ResidentSimulation<'c> {
     }
 
     /// The update of one step (`vortex_method::stepping::Stepper::update` on the device).
-    fn update(&mut self, f_n: DeviceFields) -> Result<Scheme> {
+    fn update(&mut self, mut f_n: DeviceFields) -> Result<Scheme> {
         let dt = self.stepper.dt;
         let elapsed = self.stepper.time(self.step + 1) - self.stepper.time(self.step_reset);
         let scheme = match self.previous.take() {
@@ -298,6 +329,9 @@ impl<'c> ResidentSimulation<'c> {
                 self.axpy(&mut star.pos, dt, &f_n.vel)?;
                 self.axpy(&mut star.alpha, dt, &f_n.str)?;
                 self.spread_and_tidy(&mut star, elapsed)?;
+                if self.several() {
+                    self.settle_predictor(&mut star, &mut f_n)?;
+                }
                 let f_star = self.evaluate(Which::Other(&star))?;
                 drop(star);
                 let mut p = std::mem::replace(
@@ -332,12 +366,17 @@ enum Which<'a> {
 }
 
 /// Refuses a run that cannot fit on the device, with the estimate and the free memory.
-fn check_device_memory(dev: &GpuDevice, n: usize) -> Result<()> {
+fn check_device_memory(dev: &GpuDevice, n: usize, ranks: usize) -> Result<()> {
     let (free, total) = dev.mem_info().map_err(gpu_err("memory"))?;
     let need = n as f64 * DEVICE_BYTES_PER_PARTICLE;
     if need > free as f64 {
+        let per = if ranks > 1 {
+            format!(" (this rank's share of the particles over {ranks} ranks)")
+        } else {
+            String::new()
+        };
         return Err(Error::Memory(format!(
-            "{n} particles need about {:.1} GiB on {} ({DEVICE_BYTES_PER_PARTICLE} B each), \
+            "{n} particles{per} need about {:.1} GiB on {} ({DEVICE_BYTES_PER_PARTICLE} B each), \
              {:.1} of {:.1} GiB are free",
             need / (1u64 << 30) as f64,
             dev.name(),
@@ -346,6 +385,81 @@ fn check_device_memory(dev: &GpuDevice, n: usize) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// The planner's engine of the particles at themselves on device buffers: the uniform grid on
+/// one GPU, its z slabs over several ranks (`vortex_engine::planner::build_device`).
+fn device_engine<'c>(
+    comm: &'c dyn Comm,
+    config: &Config,
+    index: usize,
+) -> Result<Box<dyn DeviceEvaluator + 'c>> {
+    use vortex_fmm::planner::{choose, Request};
+    use vortex_fmm::{GridChoice, TargetKind};
+    let e = &config.evaluation;
+    let req = Request {
+        method: e.method,
+        backend: vortex_fmm::BackendChoice::Cuda,
+        grid: GridChoice::Uniform,
+        periodic: true,
+        ranks: comm.size(),
+        targets: TargetKind::Sources,
+        n: 0,
+    };
+    let choice = choose(&req, &vortex_engine::planner::capabilities(comm))
+        .map_err(|r| Error::Other(format!("the device-resident step: {r}")))?;
+    let params = config.eval_params();
+    vortex_engine::planner::build_device(comm, choice.engine, index, &params, config.periodic())
+        .map_err(|e| Error::Other(e.to_string()))
+}
+
+/// The most particles a rank holds at once: its even share, 25 % more on several ranks for
+/// the imbalance of the slabs and the halo of the lattice sums.
+fn per_rank(n: usize, ranks: usize) -> usize {
+    if ranks == 1 {
+        n
+    } else {
+        n.div_ceil(ranks) * 5 / 4
+    }
+}
+
+/// The state a run starts from on this rank, its global ids, the particles over all ranks and
+/// the report of the initial solve. `start`: `None` a fresh start (the initial particles built
+/// on rank 0), `Some(state)` a restart (the checkpoint's state on rank 0, `None` elsewhere).
+/// On several ranks the state is split by global id; the first evaluation hands each particle
+/// to the owner of its slab. Collective.
+fn start_state(
+    comm: &dyn Comm,
+    config: &Config,
+    start: Option<Option<State>>,
+) -> Result<(State, Vec<u64>, usize, Option<RbfReport>)> {
+    let root = comm.rank() == 0;
+    let (global, report) = match start {
+        Some(st) => (st, None),
+        None if root => {
+            let built = agree(comm, vortex_method::initial::build(config))?;
+            let (particles, report) = built;
+            let st = State {
+                step: 0,
+                step_reset: 0,
+                particles,
+                previous: None,
+                reinterpolations: 0,
+            };
+            (Some(st), report)
+        }
+        None => {
+            agree(comm, Ok(()))?;
+            (None, None)
+        }
+    };
+    if comm.size() == 1 {
+        let st = global.ok_or_else(|| Error::Other("restart without a state".into()))?;
+        let n = st.particles.len();
+        return Ok((st, (0..n as u64).collect(), n, report));
+    }
+    let (st, ids, n) = scatter_state(comm, global);
+    Ok((st, ids, n, report))
 }
 
 impl Simulator for ResidentSimulation<'_> {
@@ -362,7 +476,7 @@ impl Simulator for ResidentSimulation<'_> {
         self.stepper.time(self.step)
     }
     fn n_global(&self) -> usize {
-        self.p.n
+        self.n_global
     }
     fn reinterpolations(&self) -> u64 {
         self.reinterpolations
@@ -375,20 +489,28 @@ impl Simulator for ResidentSimulation<'_> {
     }
 
     fn step_measures(&mut self) -> Result<[f64; 2]> {
+        self.current()?; // may hand particles to other ranks first: n after it
         let n = self.p.n;
-        self.current()?;
         let (k, s) = (&self.k, &self.s);
         let f = self.current.as_ref().expect("evaluated");
-        if let Some(i) = f.first_non_finite(k, s, n).map_err(gpu_err("check"))? {
-            let x = s
-                .clone_dtoh(&self.p.pos.slice(3 * i..3 * i + 3))
-                .map_err(|e| gpu_err("check")(e.into()))?;
+        let bad = f.first_non_finite(k, s, n).map_err(gpu_err("check"));
+        let bad = agree(self.comm, bad)?;
+        let local = match bad {
+            Some(i) => {
+                let x = s
+                    .clone_dtoh(&self.p.pos.slice(3 * i..3 * i + 3))
+                    .map_err(|e| gpu_err("check")(e.into()))?;
+                Some((self.ids[i], [x[0], x[1], x[2]]))
+            }
+            None => None,
+        };
+        if let Some((rank, id, x)) = first_bad_over_ranks(self.comm, local) {
             return Err(Error::NonFiniteField {
                 step: self.step,
                 what: "velocity or stretching".into(),
-                particle: i as u64,
-                position: [x[0], x[1], x[2]],
-                cause: "the uniform-grid FMM on the device gave NaN or Inf".into(),
+                particle: id,
+                position: x,
+                cause: format!("the uniform-grid FMM on the device gave NaN or Inf (rank {rank})"),
             });
         }
         let nb = n.div_ceil(THREADS as usize).max(1);
@@ -421,6 +543,7 @@ impl Simulator for ResidentSimulation<'_> {
             m[0] = m[0].max(c[0]);
             m[1] = m[1].max(c[1]);
         }
+        self.comm.allreduce_f64(&mut m, ReduceOp::Max);
         Ok(m)
     }
 
@@ -450,19 +573,22 @@ impl Simulator for ResidentSimulation<'_> {
             let n = vortex_method::diagnostics::vorticity_grid(&self.config, n);
             let cutoff = self.config.reinterpolation.cutoff;
             let l = self.box_length();
-            let (spec, u) = self
-                .rbf
-                .grid_velocity(
-                    &self.k,
-                    &self.s,
-                    &self.p,
-                    n,
-                    l,
-                    cutoff,
-                    m.sigma_max,
-                    with_field,
-                )
-                .map_err(gpu_err("grid velocity"))?;
+            let (spec, u) = if self.several() {
+                self.grid_velocity_slab(n, m.sigma_max, with_field)?
+            } else {
+                self.rbf
+                    .grid_velocity(
+                        &self.k,
+                        &self.s,
+                        &self.p,
+                        n,
+                        l,
+                        cutoff,
+                        m.sigma_max,
+                        with_field,
+                    )
+                    .map_err(gpu_err("grid velocity"))?
+            };
             spectrum_diagnostics(&mut d, &spec, n, l, self.config.nu);
             d.grid_velocity = u.map(|u| velocity_field(&u, n));
         }
@@ -479,7 +605,8 @@ impl Simulator for ResidentSimulation<'_> {
             .expect("evaluated")
             .download(&self.s)
             .map_err(gpu_err("download"))?;
-        Ok(Some((p, f.velocity)))
+        let g = gather_particles(self.comm, &self.ids, self.n_global, &p, &[&f.velocity]);
+        Ok(g.map(|(p, mut ex)| (p, ex.pop().expect("one field"))))
     }
 
     fn gather_state(&mut self) -> Result<Option<State>> {
@@ -488,13 +615,17 @@ impl Simulator for ResidentSimulation<'_> {
             Some(f) => Some(f.download(&self.s).map_err(gpu_err("download"))?),
             None => None,
         };
-        Ok(Some(State {
+        let local = State {
             step: self.step,
             step_reset: self.step_reset,
             particles,
             previous,
             reinterpolations: self.reinterpolations,
-        }))
+        };
+        if !self.several() {
+            return Ok(Some(local));
+        }
+        Ok(gather_state(self.comm, &self.ids, self.n_global, &local))
     }
 
     fn step(&mut self) -> Result<StepReport> {
@@ -515,22 +646,43 @@ impl Simulator for ResidentSimulation<'_> {
         let mut reinterpolation = None;
         if self.stepper.reinterpolation_due(since, m.ratio_max, strain) {
             let t1 = Instant::now();
-            let (fresh, mut report) = self
-                .rbf
-                .reinterpolate(&self.k, &self.s, &self.p, m.sigma_max)
-                .map_err(|e| Error::Rbf(format!("step {}: {e}", self.step)))?;
-            let carried = crate::reinterpolation::carried_history(
-                &mut self.rbf,
-                &self.k,
-                &self.s,
-                &self.stepper,
-                &self.p,
-                self.previous.as_ref(),
-                self.step,
-                self.step_reset,
-                m.sigma_max,
-            )
-            .map_err(|e| Error::Rbf(format!("step {}: the AB2 history: {e}", self.step)))?;
+            let carried = if self.several() {
+                if self.stepper.history == History::Carry {
+                    CARRY_OVER_SLABS.call_once(|| {
+                        log::info!(
+                            "reinterpolation.history = \"carry\" is not implemented over slabs \
+                             (several ranks): the step after each re-interpolation is a Heun step"
+                        )
+                    });
+                }
+                None
+            } else {
+                crate::reinterpolation::carried_history(
+                    &mut self.rbf,
+                    &self.k,
+                    &self.s,
+                    &self.stepper,
+                    &self.p,
+                    self.previous.as_ref(),
+                    self.step,
+                    self.step_reset,
+                    m.sigma_max,
+                )
+                .map_err(|e| Error::Rbf(format!("step {}: the AB2 history: {e}", self.step)))?
+            };
+            let (fresh, mut report) = if self.several() {
+                let (fresh, ids, report) = self.reinterpolate_slab(m.sigma_max)?;
+                self.ids = ids;
+                (fresh, report)
+            } else {
+                self.rbf
+                    .reinterpolate(&self.k, &self.s, &self.p, m.sigma_max)
+                    .map_err(|e| Error::Rbf(format!("step {}: {e}", self.step)))?
+            };
+            self.n_global = report.lattice_points;
+            if !self.several() {
+                self.ids = (0..fresh.n as u64).collect();
+            }
             self.p = fresh;
             let mm = self.moments_of(&self.p)?;
             let mut p = std::mem::replace(
@@ -558,12 +710,13 @@ impl Simulator for ResidentSimulation<'_> {
 
     fn check_finite(&mut self, last_checkpoint: &str) -> Result<()> {
         let bad = first_non_finite(&self.k, &self.s, &self.p.pos, &self.p.alpha, self.p.n)
-            .map_err(gpu_err("check"))?;
-        match bad {
-            Some(i) => Err(Error::BlowUp {
+            .map_err(gpu_err("check"));
+        let bad = agree(self.comm, bad)?.map(|i| (self.ids[i], [f64::NAN; 3]));
+        match first_bad_over_ranks(self.comm, bad) {
+            Some((_, id, _)) => Err(Error::BlowUp {
                 step: self.step,
                 t: self.t(),
-                what: format!("position or strength of particle {i} is not finite"),
+                what: format!("position or strength of particle {id} is not finite"),
                 last_checkpoint: last_checkpoint.to_string(),
             }),
             None => Ok(()),
@@ -577,4 +730,56 @@ impl Simulator for ResidentSimulation<'_> {
     fn describe(&self) -> String {
         self.name.clone()
     }
+}
+
+/// The first rank's (lowest rank) bad particle: its rank, global id and position. Collective.
+fn first_bad_over_ranks(
+    comm: &dyn Comm,
+    local: Option<(u64, [f64; 3])>,
+) -> Option<(usize, u64, [f64; 3])> {
+    let mine: Vec<u8> = match local {
+        Some((id, x)) => std::iter::once(id.to_le_bytes())
+            .chain(x.iter().map(|v| v.to_le_bytes()))
+            .flatten()
+            .collect(),
+        None => Vec::new(),
+    };
+    let all = comm.allgatherv(&mine);
+    all.iter()
+        .enumerate()
+        .find(|(_, b)| b.len() == 32)
+        .map(|(r, b)| {
+            let f = |j: usize| b[8 * j..8 * j + 8].try_into().expect("8 bytes");
+            let x = [1, 2, 3].map(|j| f64::from_le_bytes(f(j)));
+            (r, u64::from_le_bytes(f(0)), x)
+        })
+}
+
+/// Refuses two ranks on one GPU (the device-resident step keeps each rank's slab on its own
+/// device: ranks sharing one would run out of memory or time without saying why): the GPUs'
+/// UUIDs gathered over the ranks. Collective.
+pub fn check_one_gpu_per_rank(comm: &dyn Comm, index: usize) -> Result<()> {
+    if comm.size() == 1 {
+        return Ok(());
+    }
+    let uuid = GpuDevice::get(index)
+        .map_err(gpu_err("device"))
+        .and_then(|d| {
+            d.context()
+                .uuid()
+                .map(|u| u.bytes.iter().map(|&b| b as u8).collect::<Vec<u8>>())
+                .map_err(|e| gpu_err("device UUID")(e.into()))
+        });
+    let uuid = agree(comm, uuid)?;
+    let all = comm.allgatherv(&uuid);
+    for (r, u) in all.iter().enumerate() {
+        if let Some(q) = all[..r].iter().position(|v| v == u) {
+            return Err(Error::Other(format!(
+                "ranks {q} and {r} share one GPU: the device-resident step needs one GPU per \
+                 rank (as many ranks per node as GPUs; device index = node-local rank % GPUs \
+                 visible)"
+            )));
+        }
+    }
+    Ok(())
 }

@@ -324,10 +324,13 @@ impl Config {
     /// Grid, viscosity, end time and time step.
     fn validate_run(&self, file: &str) -> Result<(), ConfigError> {
         let bad = invalid(file);
-        if self.n < 8 || self.n % 2 != 0 {
+        if self.n < 8 || self.n % 2 != 0 || self.n > 1 << 16 {
             return Err(bad(
                 "n",
-                format!("grid size must be even and at least 8, got {}", self.n),
+                format!(
+                    "grid size must be even, at least 8 and at most 65536, got {}",
+                    self.n
+                ),
             ));
         }
         if !self.nu.is_finite() || self.nu < 0.0 {
@@ -409,6 +412,44 @@ impl Config {
                 format!("must be > 1, got {}", self.energy_growth_limit),
             ));
         }
+        for (key, times) in [
+            ("spectrum_times", &self.spectrum_times),
+            ("field_times", &self.field_times),
+        ] {
+            if let Some(&x) = times.iter().find(|&&x| !(x.is_finite() && x >= 0.0)) {
+                return Err(bad(
+                    key,
+                    format!("time {x} is not a time of the run (finite, >= 0): it would never be written"),
+                ));
+            }
+            // a later leg (a restart with a larger t_end) writes them: said, not refused
+            if let Some(&x) = times.iter().find(|&&x| x > self.t_end * (1.0 + 1e-9)) {
+                log::warn!(
+                    "{file}: {key}: time {x} is after t_end = {}: not written by this run (a \
+                     restart with a later t_end writes it)",
+                    self.t_end
+                );
+            }
+        }
+        // the steps land on every output time: an interval below the step would shorten every
+        // step to it (and multiply the run time) instead of writing at each step
+        if let Some(dt) = self.dt.or(self.dt_max) {
+            for (key, v) in [
+                ("diagnostics_interval", self.diagnostics_interval),
+                ("checkpoint_interval", self.checkpoint_interval),
+            ] {
+                if let Some(x) = v.filter(|&x| x < dt * (1.0 - 1e-9)) {
+                    return Err(bad(
+                        key,
+                        format!(
+                            "{x} is shorter than the time step {dt}: every step would be \
+                             shortened to it; give an interval of at least dt (or leave \
+                             diagnostics_interval out for a row every step)"
+                        ),
+                    ));
+                }
+            }
+        }
         for f in &self.field_formats {
             if f != "npy" && f != "vtk" {
                 return Err(bad(
@@ -426,6 +467,17 @@ impl Config {
         let ini = &self.initial;
         match ini.kind {
             InitialKind::TaylorGreen | InitialKind::TaylorGreen2d => {
+                if let Some(a) = ini.amplitude {
+                    if !(a.is_finite() && a != 0.0 && a.abs() <= MAX_VELOCITY) {
+                        return Err(bad(
+                            "initial.amplitude",
+                            format!(
+                                "must be finite, non-zero and at most {MAX_VELOCITY:e} in \
+                                 magnitude (a field of zero energy has no scales), got {a}"
+                            ),
+                        ));
+                    }
+                }
                 for (key, present) in [
                     ("initial.k_peak", ini.k_peak.is_some()),
                     ("initial.energy", ini.energy.is_some()),
@@ -445,7 +497,16 @@ impl Config {
                     ));
                 }
                 match ini.k_peak {
-                    Some(k) if k > 0.0 => {}
+                    Some(k) if k > 0.0 && k < self.n as f64 / 2.0 => {}
+                    Some(k) if k > 0.0 => {
+                        return Err(bad(
+                            "initial.k_peak",
+                            format!(
+                                "{k} is not below the grid's largest wavenumber n/2 = {}",
+                                self.n / 2
+                            ),
+                        ))
+                    }
                     Some(k) => return Err(bad("initial.k_peak", format!("must be > 0, got {k}"))),
                     None => {
                         return Err(bad(
@@ -473,10 +534,16 @@ impl Config {
                             "missing: give energy or re_lambda".into(),
                         ))
                     }
-                    (Some(e), None) if e.is_nan() || e <= 0.0 => {
-                        return Err(bad("initial.energy", format!("must be > 0, got {e}")))
+                    (Some(e), None) if !(e > 0.0 && e <= MAX_VELOCITY.powi(2)) => {
+                        return Err(bad(
+                            "initial.energy",
+                            format!(
+                                "must be > 0 and at most {:e}, got {e}",
+                                MAX_VELOCITY.powi(2)
+                            ),
+                        ))
                     }
-                    (None, Some(r)) if r.is_nan() || r <= 0.0 || self.nu == 0.0 => {
+                    (None, Some(r)) if !(r > 0.0 && r.is_finite()) || self.nu == 0.0 => {
                         return Err(bad(
                             "initial.re_lambda",
                             "needs re_lambda > 0 and nu > 0".into(),
@@ -487,6 +554,26 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+/// The largest velocity scale a configuration may give (amplitude; energy up to its square):
+/// far beyond any flow in the box, small enough that squares and products stay finite.
+pub const MAX_VELOCITY: f64 = 1e6;
+
+impl Config {
+    /// Bytes of host memory a run of this configuration holds (the solver's four spectral
+    /// fields and the padded products of the dealiasing rule, the initial field, the factors),
+    /// for the check before allocating.
+    pub fn memory_bytes(&self) -> f64 {
+        let points = (self.n as f64).powi(3);
+        let pad = match self.dealias {
+            Dealias::ThreeHalves => 3.375,
+            Dealias::TwoThirds => 1.0,
+        };
+        // 4 spectral fields x 3 components x n^3/2 complex (96 B), 2 factors (8 B), the
+        // physical field (24 B); padded: 6 products + 1 complex plane (56 B per padded point)
+        points * (128.0 + 56.0 * pad)
     }
 }
 

@@ -12,9 +12,14 @@
 //!   loops poll [`interrupted`] once per step, then write a checkpoint, flush every output and
 //!   return; the binary exits with [`EXIT_INTERRUPTED`].
 //! * output directories: [`prepare_out`] refuses a non-empty one unless the run overwrites it or
-//!   restarts into it.
+//!   restarts into it; the lock, the restart check and the memory estimates are in
+//!   [`crate::outdir`] (re-exported here).
 //! * configuration differences at restart, key by key ([`config_diff`]).
 
+pub use crate::outdir::{
+    announce_steps, available_memory, cap_threads, check_memory, check_memory_against,
+    check_restart_into, duration_text, lock_out, try_vec, OutLock, LOCK_FILE,
+};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -139,6 +144,29 @@ pub fn write_atomic(path: &Path, bytes: &[&[u8]], keep: usize) -> Result<(), Dur
     sync_dir(path)
 }
 
+/// Writes `path` through `path.tmp`: `body` writes the content into a buffered writer, then the
+/// file is flushed and renamed over `path` (no `fsync`: for outputs, not checkpoints). On any
+/// error the temporary file is removed, so a full disk leaves neither a truncated `path` nor a
+/// `.tmp`.
+pub fn write_via_tmp(
+    path: &Path,
+    body: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
+) -> Result<(), DurableError> {
+    let tmp = with_suffix(path, ".tmp");
+    let r = (|| {
+        let f = std::fs::File::create(&tmp).map_err(os(&tmp))?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+        body(&mut w).map_err(os(&tmp))?;
+        w.flush().map_err(os(&tmp))?;
+        drop(w);
+        std::fs::rename(&tmp, path).map_err(os(path))
+    })();
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r
+}
+
 /// Writes a checkpoint container (see the module documentation), keeping the last `keep`.
 pub fn write_container(
     path: &Path,
@@ -238,6 +266,17 @@ pub enum OutMode {
     Restart,
 }
 
+impl OutMode {
+    /// The mode of a run with or without `--restart` and `--overwrite` (a restart appends).
+    pub fn of(restart: bool, overwrite: bool) -> OutMode {
+        match (restart, overwrite) {
+            (true, _) => OutMode::Restart,
+            (false, true) => OutMode::Overwrite,
+            (false, false) => OutMode::Fresh,
+        }
+    }
+}
+
 /// Files that mark a directory as a run's output (both solvers).
 const RUN_MARKERS: [&str; 6] = [
     "run.json",
@@ -248,7 +287,8 @@ const RUN_MARKERS: [&str; 6] = [
     "timing.csv",
 ];
 
-/// Creates `out` or checks it for `mode`: a non-empty directory is refused for a fresh run; with
+/// Creates `out` or checks it for `mode` (the lock file of [`crate::outdir::lock_out`] and a
+/// lone `run.json` do not count as contents): a non-empty directory is refused for a fresh run; with
 /// `Overwrite` the earlier run's files (regular files at the top level) are removed first, and
 /// a directory that holds no run output (none of `run.json`, `config.toml`, `checkpoint.bin`,
 /// `diagnostics.csv`, `energy.csv`, `timing.csv`) or holds sub-directories is refused, so that
@@ -262,11 +302,17 @@ pub fn prepare_out(out: &Path, mode: OutMode) -> Result<(), DurableError> {
         return Err(refuse("exists and is not a directory".into()));
     }
     if out.is_dir() && mode != OutMode::Restart {
+        // the lock file is not an output; a `run.json` alone is the record of this invocation
+        // (written once the directory was locked and prepared) or of runs that wrote nothing
         let entries: Vec<PathBuf> = std::fs::read_dir(out)
             .map_err(os(out))?
             .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| !crate::outdir::is_lock_file(p))
             .collect();
-        if !entries.is_empty() {
+        let only_record = entries
+            .iter()
+            .all(|p| p.file_name().is_some_and(|n| n == "run.json"));
+        if !only_record {
             if mode == OutMode::Fresh {
                 return Err(refuse(format!(
                     "not empty ({} entries, e.g. {}): it holds an earlier run; pass --overwrite \

@@ -6,7 +6,7 @@ use crate::durable;
 use crate::field::{SpectralField, VelocityField};
 use num_complex::Complex64;
 use serde::{Deserialize, Serialize};
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Errors of the file layer.
@@ -183,20 +183,16 @@ pub fn write_npy(
     let pad = (64 - total % 64) % 64;
     header.push_str(&" ".repeat(pad));
     header.push('\n');
-    let tmp = path.with_extension("npy.tmp");
-    let f = std::fs::File::create(&tmp).map_err(os(&tmp))?;
-    let mut w = BufWriter::new(f);
-    w.write_all(b"\x93NUMPY\x01\x00").map_err(os(&tmp))?;
-    w.write_all(&(header.len() as u16).to_le_bytes())
-        .map_err(os(&tmp))?;
-    w.write_all(header.as_bytes()).map_err(os(&tmp))?;
-    for v in data {
-        w.write_all(&v.to_le_bytes()).map_err(os(&tmp))?;
-    }
-    w.flush().map_err(os(&tmp))?;
-    drop(w);
-    std::fs::rename(&tmp, path).map_err(os(path))?;
-    Ok(())
+    crate::durable::write_via_tmp(path, |w| {
+        w.write_all(b"\x93NUMPY\x01\x00")?;
+        w.write_all(&(header.len() as u16).to_le_bytes())?;
+        w.write_all(header.as_bytes())?;
+        for v in data {
+            w.write_all(&v.to_le_bytes())?;
+        }
+        Ok(())
+    })
+    .map_err(durable_err)
 }
 
 /// Write a vector field as `.npy` of shape `(n, n, n, 3)`, index `[i][j][k][component]`, `i` along x.
@@ -217,37 +213,32 @@ pub fn write_vtk(
 ) -> Result<(), IoError> {
     let n = fields.first().map(|f| f.1.n).unwrap_or(0);
     let h = 2.0 * std::f64::consts::PI / n as f64;
-    let tmp = path.with_extension("vtk.tmp");
-    let f = std::fs::File::create(&tmp).map_err(os(&tmp))?;
-    let mut w = BufWriter::new(f);
     let title: String = title.chars().filter(|c| *c != '\n').take(250).collect();
-    write!(
-        w,
-        "# vtk DataFile Version 3.0\n{title}\nBINARY\nDATASET STRUCTURED_POINTS\nDIMENSIONS {n} {n} {n}\nORIGIN {o} {o} {o}\nSPACING {h} {h} {h}\nPOINT_DATA {np}\n",
-        o = -std::f64::consts::PI,
-        np = n * n * n
-    )
-    .map_err(os(&tmp))?;
-    for (name, fld) in fields {
-        assert_eq!(fld.n, n);
-        writeln!(w, "VECTORS {name} double").map_err(os(&tmp))?;
-        for k in 0..n {
-            for j in 0..n {
-                for i in 0..n {
-                    let idx = (i * n + j) * n + k;
-                    for c in 0..3 {
-                        w.write_all(&fld.u[c][idx].to_be_bytes())
-                            .map_err(os(&tmp))?;
+    crate::durable::write_via_tmp(path, |w| {
+        write!(
+            w,
+            "# vtk DataFile Version 3.0\n{title}\nBINARY\nDATASET STRUCTURED_POINTS\nDIMENSIONS {n} {n} {n}\nORIGIN {o} {o} {o}\nSPACING {h} {h} {h}\nPOINT_DATA {np}\n",
+            o = -std::f64::consts::PI,
+            np = n * n * n
+        )?;
+        for (name, fld) in fields {
+            assert_eq!(fld.n, n);
+            writeln!(w, "VECTORS {name} double")?;
+            for k in 0..n {
+                for j in 0..n {
+                    for i in 0..n {
+                        let idx = (i * n + j) * n + k;
+                        for c in 0..3 {
+                            w.write_all(&fld.u[c][idx].to_be_bytes())?;
+                        }
                     }
                 }
             }
+            w.write_all(b"\n")?;
         }
-        w.write_all(b"\n").map_err(os(&tmp))?;
-    }
-    w.flush().map_err(os(&tmp))?;
-    drop(w);
-    std::fs::rename(&tmp, path).map_err(os(path))?;
-    Ok(())
+        Ok(())
+    })
+    .map_err(durable_err)
 }
 
 /// The file name of the spectrum at time `t`, `spectrum_TTTTT.TTTT.csv` (both solvers).
@@ -261,7 +252,7 @@ pub fn write_spectrum_csv(path: &Path, spec: &[(f64, f64)]) -> Result<(), IoErro
     for (k, e) in spec {
         s.push_str(&format!("{k},{e:.16e}\n"));
     }
-    std::fs::write(path, s).map_err(os(path))
+    crate::durable::write_atomic(path, &[s.as_bytes()], 1).map_err(durable_err)
 }
 
 /// Read a two-or-more-column numeric CSV with a header; returns the rows.

@@ -11,18 +11,22 @@
 //! - [`backend`]: [`backend::Stepper`], one interface over both, chosen by the configuration key
 //!   `backend = "auto" | "cpu" | "cuda"` (`auto`, the default, takes the GPU when one is usable);
 //! - [`config`], [`run`], [`io`], [`plot`]: the `vortex spectral` command;
+//! - [`energy_check`]: a decaying flow's energy must not rise (both solvers);
 //! - [`durable`]: checksummed atomic checkpoints, the interrupt flag and the output-directory
-//!   policy, shared with the vortex method.
+//!   policy, shared with the vortex method; [`outdir`]: the output-directory lock, the restart
+//!   check and the memory estimates.
 
 pub mod backend;
 pub mod config;
 pub mod diagnostics;
 pub mod durable;
+pub mod energy_check;
 pub mod fft;
 pub mod field;
 pub mod gpu;
 pub mod initial;
 pub mod io;
+pub mod outdir;
 pub mod plot;
 pub mod run;
 pub mod solver;

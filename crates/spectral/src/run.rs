@@ -8,6 +8,7 @@ use crate::backend::{new_stepper, Stepper};
 use crate::config::{Config, ConfigError};
 use crate::diagnostics::Stats;
 use crate::durable::{self, OutMode};
+use crate::energy_check::{EnergyMonitor, EnergyTolerance, Verdict};
 use crate::io::{self, os, Checkpoint, IoError};
 use crate::solver::SolverError;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -36,6 +37,17 @@ pub enum RunError {
         /// Last good checkpoint (or "none").
         checkpoint: String,
     },
+    /// The energy of the decaying flow rose beyond the limit (`crate::energy_check`).
+    #[error("{message}: the flow blew up; last good checkpoint: {checkpoint}")]
+    EnergyRise {
+        /// What rose, when (names the step).
+        message: String,
+        /// Last good checkpoint (or "none written yet").
+        checkpoint: String,
+    },
+    /// The run cannot fit in memory (nothing was allocated).
+    #[error("{0}")]
+    Memory(String),
     /// The restart file does not match the configuration.
     #[error("{path}: checkpoint does not match the configuration:\n{msg}")]
     Mismatch {
@@ -178,8 +190,13 @@ pub const CHECKPOINT_FILE: &str = "checkpoint.bin";
 
 /// Run a validated configuration in its own rayon pool of `cfg.threads` threads.
 pub fn run_config(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
+    durable::check_memory(
+        &format!("a spectral run of n = {} ({:?})", cfg.n, cfg.dealias),
+        cfg.memory_bytes(),
+    )
+    .map_err(RunError::Memory)?;
     let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(cfg.threads)
+        .num_threads(durable::cap_threads(cfg.threads))
         .build()
         .map_err(|e| RunError::Threads(e.to_string()))?;
     pool.install(|| run_inner(cfg, opts))
@@ -219,6 +236,13 @@ fn resume(cfg: &Config, path: &Path) -> Result<(Box<dyn Stepper>, f64), RunError
     if ck.n != cfg.n {
         return Err(mism(format!("grid {} vs n = {}", ck.n, cfg.n)));
     }
+    if cfg.t_end <= ck.t + TOL * ck.t.abs().max(1.0) {
+        return Err(mism(format!(
+            "t_end = {} is at or before the checkpoint's time t = {} (step {}): nothing to run; \
+             raise t_end to continue",
+            cfg.t_end, ck.t, ck.steps
+        )));
+    }
     let mut s = new_stepper(cfg, cfg.backend)?;
     s.set_state(ck.state(), ck.t, ck.steps)?;
     log::info!(
@@ -232,9 +256,16 @@ fn resume(cfg: &Config, path: &Path) -> Result<(Box<dyn Stepper>, f64), RunError
 
 /// Opens `energy.csv` for appending: new, or on restart the rows up to the restart time `t0`
 /// (rewritten atomically first). Rows are written and flushed one at a time.
-fn open_energy_csv(path: &Path, restarted: bool, t0: f64) -> Result<std::fs::File, RunError> {
+/// Also returns the rows kept (`t, energy, enstrophy, dissipation, ...`): the history before
+/// the restart, for the energy check and the peak dissipation of the whole run.
+fn open_energy_csv(
+    path: &Path,
+    restarted: bool,
+    t0: f64,
+) -> Result<(std::fs::File, Vec<Vec<f64>>), RunError> {
     let mut csv = String::from(Stats::CSV_HEADER);
     csv.push('\n');
+    let mut kept = vec![];
     if restarted && path.exists() {
         for row in io::read_csv(path)? {
             if row
@@ -244,14 +275,16 @@ fn open_energy_csv(path: &Path, restarted: bool, t0: f64) -> Result<std::fs::Fil
                 let s: Vec<String> = row.iter().map(|v| format!("{v:.16e}")).collect();
                 csv.push_str(&s.join(","));
                 csv.push('\n');
+                kept.push(row);
             }
         }
     }
     durable::write_atomic(path, &[csv.as_bytes()], 1)?;
-    Ok(std::fs::OpenOptions::new()
+    let f = std::fs::OpenOptions::new()
         .append(true)
         .open(path)
-        .map_err(os(path))?)
+        .map_err(os(path))?;
+    Ok((f, kept))
 }
 
 /// A run as a sequence of named phases: [`open_run`] (solver, output directory), the outputs
@@ -263,16 +296,31 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
     let restarted = opts.restart.is_some();
     let out = &opts.out;
     let t0 = solver.time();
+    let (csv, kept) = open_energy_csv(&out.join("energy.csv"), restarted, t0)?;
+    // the summaries and the energy check cover the whole history, the rows before a restart too
+    let mut monitor = EnergyMonitor::new(EnergyTolerance::default());
+    let mut peak = (0.0, t0);
+    for (i, row) in kept.iter().enumerate() {
+        if let [t, e, _, d, ..] = row[..] {
+            if d > peak.0 {
+                peak = (d, t);
+            }
+            if let Verdict::Unstable { message } = monitor.observe(i as u64, t, e) {
+                log::warn!("kept row of energy.csv: {message}");
+            }
+        }
+    }
     let mut outputs = RunOutputs {
         cfg,
         out,
         energy_path: out.join("energy.csv"),
-        csv: open_energy_csv(&out.join("energy.csv"), restarted, t0)?,
+        csv,
         restarted,
-        peak: (0.0, t0),
+        peak,
     };
     let mut last = outputs.at(solver.as_mut(), true, None)?;
     let mut run = Progress {
+        monitor,
         cfg,
         ck_path: out.join(CHECKPOINT_FILE),
         keys: keys_text(&restart_keys(cfg)),
@@ -282,6 +330,7 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
         cfl_warned: false,
         bar: spectral_bar(opts.progress && cfg.t_end > t0),
     };
+    announce(cfg, t0, solver.backend_name().starts_with("cuda"));
     let start = Instant::now();
     let (mut steps, mut interrupted) = (0u64, None);
     let t_end = cfg.t_end;
@@ -289,6 +338,7 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
         let info = run.step(solver.as_mut())?;
         steps += 1;
         last = outputs.at(solver.as_mut(), false, Some(last))?;
+        run.check_energy(solver.as_ref(), &last)?;
         if let Some(sig) = run.checkpoint(solver.as_mut(), last)? {
             interrupted = Some(sig);
             break;
@@ -342,12 +392,10 @@ fn open_run(cfg: &Config, opts: &RunOptions) -> Result<(Box<dyn Stepper>, Option
         solver.backend_name()
     );
     let out = &opts.out;
-    let mode = match (opts.restart.is_some(), opts.overwrite) {
-        (true, _) => OutMode::Restart,
-        (false, true) => OutMode::Overwrite,
-        (false, false) => OutMode::Fresh,
-    };
-    durable::prepare_out(out, mode)?;
+    durable::prepare_out(out, OutMode::of(opts.restart.is_some(), opts.overwrite))?;
+    if let Some(ck) = &opts.restart {
+        durable::check_restart_into(out, ck)?;
+    }
     let cfg_text = toml::to_string(cfg).map_err(|e| {
         RunError::Config(ConfigError::Invalid {
             file: out.join("config.toml").display().to_string(),
@@ -463,6 +511,8 @@ fn write_fields(
 /// The stepping state of a run: health thresholds, checkpoints, the progress bar.
 struct Progress<'a> {
     cfg: &'a Config,
+    /// The energy-rise check of a decaying flow (`crate::energy_check`).
+    monitor: EnergyMonitor,
     ck_path: PathBuf,
     /// The configuration keys a restart must keep.
     keys: String,
@@ -479,6 +529,29 @@ impl Progress<'_> {
         match self.last_good_ck {
             Some(tc) => format!("{} (t = {tc})", self.ck_path.display()),
             None => "none written yet".into(),
+        }
+    }
+
+    /// The energy-rise check on the statistics `last` when they are the current state's (a
+    /// row of `energy.csv` or a checkpoint time): a rise above the limit stops the run naming
+    /// the last good checkpoint, a smaller one is a warning.
+    fn check_energy(&mut self, solver: &dyn Stepper, last: &Stats) -> Result<(), RunError> {
+        if !hit(last.t, solver.time()) {
+            return Ok(());
+        }
+        match self.monitor.observe(solver.steps(), last.t, last.energy) {
+            Verdict::Unstable { message } => {
+                self.bar.abandon();
+                Err(RunError::EnergyRise {
+                    message,
+                    checkpoint: self.last_good(),
+                })
+            }
+            Verdict::Rising { message, .. } => {
+                log::warn!("{message}");
+                Ok(())
+            }
+            Verdict::Decaying => Ok(()),
         }
     }
 
@@ -579,6 +652,28 @@ impl Progress<'_> {
         }
         Ok(stop)
     }
+}
+
+/// The step count from `t0` to `t_end` (fixed `dt`; with `cfl` the first step's `dt_max`
+/// bounds it from below) and the estimated duration: an RK4 step is 4 stages of 9 transforms
+/// of the padded grid `m^3` (about `2.5 m^3 log2(m^3)` flops each), at about 1 Gflop/s per CPU
+/// thread or 200 Gflop/s on a GPU.
+fn announce(cfg: &Config, t0: f64, gpu: bool) {
+    let Some(dt) = cfg.dt.or(cfg.dt_max) else {
+        return;
+    };
+    let steps = ((cfg.t_end - t0) / dt).ceil().max(0.0);
+    let m = match cfg.dealias {
+        crate::Dealias::ThreeHalves => 1.5 * cfg.n as f64,
+        crate::Dealias::TwoThirds => cfg.n as f64,
+    };
+    let flops = 36.0 * 2.5 * m.powi(3) * (m.powi(3)).log2();
+    let rate = if gpu {
+        2e11
+    } else {
+        1e9 * rayon::current_num_threads() as f64
+    };
+    durable::announce_steps("spectral run", steps, flops / rate);
 }
 
 /// The next time the step must land on: the end, the next row, checkpoint, spectrum or field.

@@ -1,5 +1,6 @@
-//! The three evaluators behind one interface: `direct` (O(N^2) reference), `treecode` (M2P)
-//! and `fmm` (M2L), all producing velocity and stretching in the targets' input order.
+//! The evaluation methods ([`Method`]) driven through one [`Backend`]: `direct` (O(N^2)
+//! reference), the treecode (M2P), the FMM (M2L) and the PPM (pseudo-particle M2L), all
+//! producing velocity and stretching in the targets' input order.
 //!
 //! [`evaluate`] validates the input, builds the trees and lists (the [`Plan`]) and drives a
 //! [`Backend`] through the phases; it does not know which backend runs.
@@ -74,10 +75,7 @@ impl Default for EvalParams {
     fn default() -> Self {
         Self {
             method: Method::Fmm,
-            // measured (N = 1e5 and 1e6, 2 threads): p = 8 with theta 0.55 gives velocity /
-            // stretching errors 5e-7 / 3e-5 on the uniform set, 2e-5 / 7e-5 on the clumps and
-            // 4e-6 / 1.1e-4 on the ring, at about 0.7 of the cost of p = 10, theta 0.6
-            order: 8,
+            order: crate::DEFAULT_ORDER,
             theta: 0.55,
             leaf_size: 64,
             core_cutoff: 4.0,
@@ -127,7 +125,7 @@ pub struct Evaluation {
     pub times: PhaseTimes,
     pub stats: PlanStats,
     /// Communication of a distributed evaluation (all zero on one rank).
-    pub comm: crate::evaluator::CommStats,
+    pub comm: CommStats,
 }
 
 /// Counts of the work of one evaluation.
@@ -388,4 +386,63 @@ pub fn periodic_far_images<B: Backend>(
     let locals = periodic::outer_image_locals(&ops, p, &root, tt);
     let cells: Vec<usize> = locals.iter().map(|l| l.0).collect();
     Ok((cells, far.from_fmm_locals(tt, &locals)))
+}
+
+/// Bytes and seconds of the communication of one distributed evaluation (all zero on one
+/// rank). Bytes are those this rank sent.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CommStats {
+    /// Partition counts and cell summaries (allreduce).
+    pub bytes_summary: u64,
+    /// Particles moved to their owners (and fields returned).
+    pub bytes_redistribute: u64,
+    /// P2Pcomm: pruned subtrees and halo particles.
+    pub bytes_p2p: u64,
+    /// M2Lcomm: requests (cell keys), branch multipoles (all-gather) and the requested
+    /// multipoles (those the receiver's far lists use).
+    pub bytes_m2l: u64,
+    /// Halo particles received.
+    pub halo_particles: u64,
+    /// Remote cells received (below branch cells).
+    pub remote_cells: u64,
+    /// Multipoles of cells below branch cells sent to other ranks in M2Lcomm.
+    pub m2l_cells_sent: u64,
+    /// Remote cells below branch cells that this rank's far lists use (each needs the
+    /// multipole received for it: a lower bound of what M2Lcomm must bring).
+    pub m2l_cells_used: u64,
+    /// Seconds of the partition (s).
+    pub t_partition: f64,
+    /// Seconds of the redistribution (s).
+    pub t_redistribute: f64,
+    /// Seconds of P2Pcomm (s).
+    pub t_p2pcomm: f64,
+    /// Seconds of M2Lcomm (s).
+    pub t_m2lcomm: f64,
+    /// Wall-clock seconds of the steps of the evaluation on this rank, in pipeline order
+    /// (bookkeeping, exchanges and the backend phases), for profiling.
+    pub profile: Vec<(&'static str, f64)>,
+}
+
+impl CommStats {
+    /// Bytes sent in all (summary, redistribution, P2Pcomm, M2Lcomm).
+    pub fn bytes_total(&self) -> u64 {
+        self.bytes_summary + self.bytes_redistribute + self.bytes_p2p + self.bytes_m2l
+    }
+
+    /// Seconds spent communicating (partition, redistribution, P2Pcomm, M2Lcomm).
+    pub fn seconds(&self) -> f64 {
+        self.t_partition + self.t_redistribute + self.t_p2pcomm + self.t_m2lcomm
+    }
+}
+
+impl FarField {
+    /// The far field of an evaluation method (`None` for the direct sum: no plan).
+    pub fn of_method(method: Method) -> Option<Self> {
+        match method {
+            Method::Fmm => Some(Self::Fmm),
+            Method::Treecode => Some(Self::Treecode),
+            Method::Ppm => Some(Self::Ppm),
+            Method::Direct => None,
+        }
+    }
 }

@@ -48,8 +48,10 @@ pub const P2P_TARGETS: usize = 32;
 pub const P2P_THREADS: usize = 128;
 /// Targets per L2P / M2P block (`EVAL_BLOCK` of `kernels/fmm.cu`).
 pub const EVAL_BLOCK: usize = 64;
-/// Largest order the GPU kernels are built for (shared-memory sizes are static).
+/// Largest order the GPU kernels are built for (shared-memory sizes are static): the one place
+/// this maximum is set (the CPU's is [`vortex_fmm::MAX_ORDER`], never below it).
 pub const MAX_GPU_ORDER: usize = 16;
+const _: () = assert!(MAX_GPU_ORDER <= vortex_fmm::MAX_ORDER);
 
 /// Which M2L kernel the downward pass uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -159,8 +161,16 @@ const PPM_OPS: usize = 128;
 /// Most blocks of the PPM L2P (each owns a scratch slice; they loop over the leaves).
 const PPM_L2P_BLOCKS: usize = 4096;
 
-fn defines(p: usize) -> [(&'static str, usize); 1] {
-    [("ORDER", p)]
+/// The defines of `kernels/fmm.cu` ([`vortex_cuda::FMM`]`.required`) for order `p`.
+pub(crate) fn defines(p: usize) -> [(&'static str, usize); 2] {
+    [("ORDER", p), ("EVAL_BLOCK", EVAL_BLOCK)]
+}
+
+/// The defines of `kernels/ppm.cu` ([`vortex_cuda::PPM`]`.required`) for order `p`:
+/// `PPM_K` the pseudo-particles of the order's sphere rule.
+pub(crate) fn ppm_defines(p: usize) -> [(&'static str, usize); 2] {
+    let k = vortex_fmm::ppm::PseudoParticles::new(p).count();
+    [("PPM_K", k), ("PPM_P", p)]
 }
 
 /// `[[i32; 4]]` viewed as `[i32]` (no copy).
@@ -237,8 +247,7 @@ impl CudaBackend {
         self.dev.module(&P2P, &[])?;
         self.dev.module(&FMM, &defines(p))?;
         if p <= vortex_fmm::MAX_ORDER {
-            let k = vortex_fmm::ppm::PseudoParticles::new(p).count();
-            self.dev.module(&PPM, &[("PPM_K", k)])?;
+            self.dev.module(&PPM, &ppm_defines(p))?;
         }
         Ok(())
     }

@@ -3,7 +3,7 @@
 //! ```text
 //! gpu-uniform [--sizes 1e5,1e6,1e7] [--order 6,8] [--cutoff 4.4] [--leaf-target 100]
 //!             [--reps 3] [--samples 1000] [--device 0] [--grid m,k] [--adaptive-max 1e6]
-//!             [--seed 5] [--periodic [--image-levels 4]]
+//!             [--seed 5] [--periodic [--image-levels 4]] [--m2l auto|rotation|dense]
 //! ```
 //! For each N of the standard set (docs/CONVENTIONS.md) and each order p: one warm-up evaluation
 //! (NVRTC compilation and the rotation tables of the order are not timed), then `--reps`
@@ -29,6 +29,7 @@ use vortex_fmm::evaluators::direct::direct;
 use vortex_fmm::periodic::{EwaldParams, EwaldReference, Periodic};
 use vortex_fmm::{relative_l2_error, EvalParams, Method, Sources, Targets};
 use vortex_gpu::device::GpuResult;
+use vortex_gpu::uniform::M2lKernel;
 use vortex_gpu::{CudaBackend, UniformFmm, UniformParams, UniformTimes};
 
 struct Args {
@@ -43,6 +44,7 @@ struct Args {
     adaptive_max: usize,
     seed: u64,
     periodic: Option<Periodic>,
+    m2l: M2lKernel,
 }
 
 /// The uniform-grid FMM built on the device, checked and timed (see the module documentation).
@@ -84,6 +86,9 @@ struct Cli {
     /// Levels of periodic images above the root.
     #[arg(long, requires = "periodic", default_value_t = Periodic::default().image_levels)]
     image_levels: usize,
+    /// M2L kernel below the top level (`UniformParams::m2l`).
+    #[arg(long, value_enum, default_value = "auto")]
+    m2l: M2lKernel,
 }
 
 fn parse() -> Args {
@@ -111,6 +116,7 @@ fn parse() -> Args {
             image_levels: c.image_levels,
             ..Periodic::default()
         }),
+        m2l: c.m2l,
     }
 }
 
@@ -313,8 +319,9 @@ fn order_check(
         core_cutoff: args.cutoff,
         leaf_target: args.leaf_target,
         grid: args.grid,
+        m2l: args.m2l,
     };
-    println!("\n--- N = {n}, p = {p} ---");
+    println!("\n--- N = {n}, p = {p}, M2L {:?} ---", args.m2l.resolve(p));
     let wt = warm_up(ufmm, args, set, &params, chk)?;
     let mut best: Option<(vortex_fmm::Fields, UniformTimes)> = None;
     for _ in 0..args.reps {

@@ -10,15 +10,17 @@
 //! halo, P2M of the halo leaves, M2L / L2L over the cells overlapping the
 //! slab, L2P and P2P of the own leaves, fields back to the input order.
 
+use super::periodic::{far_images_for, wrapped};
 use super::reference::RefFmm;
 use super::slab::{
     assume_in_slab, exchange_coarse, exchange_halo_f64, exchange_leaf_multipoles,
-    pack_checking_slab, redistribute, SlabPlan,
+    pack_checking_slab, redistribute, CoarseBytes, SlabPlan,
 };
 use super::UniformParams;
 use crate::device::GpuResult;
 use vortex_domain::{Comm, ReduceOp};
 use vortex_fmm::expansions::Complex64;
+use vortex_fmm::periodic::Periodic;
 use vortex_fmm::{Fields, Sources};
 
 /// Counts of one distributed f64 evaluation on one rank.
@@ -44,86 +46,79 @@ pub fn evaluate_distributed_reference(
     params: &UniformParams,
 ) -> GpuResult<(Fields, DistributedReferenceStats)> {
     let plan = SlabPlan::agree(comm, local, params)?;
-    let g = plan.grid;
-    let me = plan.rank;
+    run_slabs(comm, &plan, local, params, None)
+}
+
+/// Collective, periodic: velocity and stretching of this rank's `local` particles (input
+/// order, `1/(4 pi)` applied, positions anywhere: wrapped into the box) in the periodic box
+/// of `periodic`, every rank's particles acting as sources: the method of
+/// [`super::evaluate_reference_periodic`] over slabs. The grid is fixed by the box, the
+/// global particle count and the global largest core radius; the halo planes, the leaf
+/// multipoles and the coarse windows wrap around the seam; the top level is complete on
+/// every rank after the coarse exchange, so the far-image locals and the surface correction
+/// (of the reduced dipole tensor) are the same on every rank. Errors as the single-rank
+/// twin's (on every rank).
+pub fn evaluate_distributed_reference_periodic(
+    comm: &dyn Comm,
+    local: &Sources,
+    params: &UniformParams,
+    periodic: &Periodic,
+) -> GpuResult<(Fields, DistributedReferenceStats)> {
+    let (plan, sums) = SlabPlan::agree_periodic(comm, local, params, periodic)?;
+    let inside = wrapped(local, periodic);
+    let per = (periodic, sums.surface_correction(periodic.box_length));
+    run_slabs(comm, &plan, &inside, params, Some(per))
+}
+
+/// The distributed f64 method over the slabs of `plan` (periodic: `per` = the box and the
+/// surface correction, `local` wrapped into the box).
+fn run_slabs(
+    comm: &dyn Comm,
+    plan: &SlabPlan,
+    local: &Sources,
+    params: &UniformParams,
+    per: Option<(&Periodic, [f64; 3])>,
+) -> GpuResult<(Fields, DistributedReferenceStats)> {
     // as the device path: assume the particles in their slabs, check it in the packing's
     // pass (here into scratch buffers), redistribute when any rank fails the check
-    let mut owned = assume_in_slab(comm, &plan, local);
+    let mut owned = assume_in_slab(comm, plan, local);
     let in_slabs = comm.size() > 1 && owned.min_owned > 0 && {
         let n = local.len();
         let (mut p, mut a) = (vec![0.0f32; 4 * n], vec![0.0f32; 4 * n]);
-        let mut out = [pack_checking_slab(&owned, &plan, &mut p, &mut a) as f64];
+        let mut out = [pack_checking_slab(&owned, plan, &mut p, &mut a) as f64];
         comm.allreduce_f64(&mut out, ReduceOp::Max);
         out[0] == 0.0
     };
     if !in_slabs {
-        owned = redistribute(comm, &plan, local);
+        owned = redistribute(comm, plan, local);
     }
-    let (halo, bytes_halo) = exchange_halo_f64(comm, &plan, &owned);
+    let (halo, bytes_halo) = exchange_halo_f64(comm, plan, &owned);
     let mut set = owned.to_sources();
     let n_own = set.len();
     set.position.extend_from_slice(&halo.position);
     set.strength.extend_from_slice(&halo.strength);
     set.sigma.extend_from_slice(&halo.sigma);
 
-    let mut f = RefFmm::new(g, params.order, &set);
-    let own = plan.own(me);
-    f.p2m(own);
-    for l in (0..g.k).rev() {
-        f.m2m(l, plan.cells(me, l));
+    let mut f = RefFmm::new(plan.grid, params.order, &set);
+    let (bytes_leaf, coarse) = upward_and_exchanges(comm, plan, &mut f);
+    let g = plan.grid;
+    if let Some((q, _)) = per {
+        // the top level is complete now (coarse windows, or at k = 0 the leaf exchange)
+        f.far_images(&far_images_for(&g, params.order, q));
     }
-    // coarse levels: windows of the needed planes, as interleaved f64
-    let len = f.len;
-    let mut windows: Vec<Vec<f64>> = (0..g.k)
-        .map(|l| {
-            let (a, b) = plan.cell_index_range(l, plan.needed(me, l));
-            f.mult[a * len..b * len]
-                .iter()
-                .flat_map(|c| [c.re, c.im])
-                .collect()
-        })
-        .collect();
-    let coarse = exchange_coarse(comm, &plan, &mut windows, 2 * len);
-    for (l, w) in windows.iter().enumerate() {
-        let (a, b) = plan.cell_index_range(l, plan.needed(me, l));
-        for (dst, src) in f.mult[a * len..b * len].iter_mut().zip(w.chunks_exact(2)) {
-            *dst = Complex64::new(src[0], src[1]);
-        }
-    }
-    // leaf multipoles beyond the particle halo, from their owners
-    let leaf = |zr: (usize, usize)| plan.cell_index_range(g.k, zr);
-    let parts: Vec<Vec<f64>> = plan
-        .leaf_mult_sends()
-        .into_iter()
-        .map(|zr| {
-            let (a, b) = leaf(zr);
-            f.mult[a * len..b * len]
-                .iter()
-                .flat_map(|c| [c.re, c.im])
-                .collect()
-        })
-        .collect();
-    let (recv, bytes_leaf) = exchange_leaf_multipoles(comm, &plan, &parts, 2 * len);
-    for (zr, w) in recv {
-        let (a, b) = leaf(zr);
-        for (dst, src) in f.mult[a * len..b * len].iter_mut().zip(w.chunks_exact(2)) {
-            *dst = Complex64::new(src[0], src[1]);
-        }
-    }
-    let (h0, h1) = plan.halo(me);
-    if h0 < own.0 {
-        f.p2m((h0, own.0));
-    }
-    if own.1 < h1 {
-        f.p2m((own.1, h1));
-    }
+    let own = plan.own(plan.rank);
     for l in 0..=g.k {
-        f.m2l(l, plan.cells(me, l));
+        f.m2l(l, plan.cells(plan.rank, l));
     }
     for l in 1..=g.k {
-        f.l2l(l, plan.cells(me, l));
+        f.l2l(l, plan.cells(plan.rank, l));
     }
-    let fields = f.fields(own, n_own);
+    let mut fields = f.fields(own, n_own);
+    if let Some((_, corr)) = per {
+        for v in &mut fields.velocity {
+            (0..3).for_each(|c| v[c] -= corr[c]);
+        }
+    }
     let (moved_out, moved_in) = owned.moved();
     let (out, bytes_back) = owned.return_fields(comm, fields);
     Ok((
@@ -140,10 +135,69 @@ pub fn evaluate_distributed_reference(
     ))
 }
 
+/// P2M of the own leaves, M2M over the cells overlapping the slab, the coarse-level
+/// exchange, the leaf multipoles beyond the particle halo from their owners, P2M of the halo
+/// leaves. Returns the bytes of the leaf exchange and those of the coarse one.
+fn upward_and_exchanges(comm: &dyn Comm, plan: &SlabPlan, f: &mut RefFmm) -> (usize, CoarseBytes) {
+    let (g, me) = (plan.grid, plan.rank);
+    let own = plan.own(me);
+    f.p2m(own);
+    for l in (0..g.k).rev() {
+        f.m2m(l, plan.cells(me, l));
+    }
+    // coarse levels: windows of the needed planes (their ranges concatenated), as
+    // interleaved f64
+    let len = f.len;
+    let to_f64 = |c: &[Complex64]| -> Vec<f64> { c.iter().flat_map(|c| [c.re, c.im]).collect() };
+    let mut windows: Vec<Vec<f64>> = (0..g.k)
+        .map(|l| {
+            plan.needed(me, l)
+                .into_iter()
+                .flat_map(|zr| {
+                    let (a, b) = plan.cell_index_range(l, zr);
+                    to_f64(&f.mult[a * len..b * len])
+                })
+                .collect()
+        })
+        .collect();
+    let coarse = exchange_coarse(comm, plan, &mut windows, 2 * len);
+    let put = |f: &mut RefFmm, (a, b): (usize, usize), w: &[f64]| {
+        for (dst, src) in f.mult[a * len..b * len].iter_mut().zip(w.chunks_exact(2)) {
+            *dst = Complex64::new(src[0], src[1]);
+        }
+    };
+    for (l, w) in windows.iter().enumerate() {
+        let mut at = 0;
+        for zr in plan.needed(me, l) {
+            let (a, b) = plan.cell_index_range(l, zr);
+            put(f, (a, b), &w[at..at + 2 * len * (b - a)]);
+            at += 2 * len * (b - a);
+        }
+    }
+    // leaf multipoles beyond the particle halo, from their owners
+    let leaf = |zr: (usize, usize)| plan.cell_index_range(g.k, zr);
+    let parts: Vec<Vec<f64>> = plan
+        .leaf_mult_sends()
+        .into_iter()
+        .map(|zr| {
+            let (a, b) = leaf(zr);
+            to_f64(&f.mult[a * len..b * len])
+        })
+        .collect();
+    let (recv, bytes_leaf) = exchange_leaf_multipoles(comm, plan, &parts, 2 * len);
+    for (zr, w) in recv {
+        put(f, leaf(zr), &w);
+    }
+    for zr in plan.halo(me) {
+        f.p2m(zr);
+    }
+    (bytes_leaf, coarse)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::uniform::evaluate_reference;
+    use crate::uniform::{evaluate_reference, evaluate_reference_periodic};
     use vortex_domain::ThreadComm;
     use vortex_fmm::evaluators::direct::direct;
     use vortex_fmm::relative_l2_error;
@@ -335,5 +389,108 @@ mod tests {
         let e = relative_l2_error(&got[0].velocity, &want.velocity);
         assert!(e < 1e-12, "{e:.2e}");
         assert!(got[1].velocity.is_empty());
+    }
+
+    /// A zero-total-strength set in the box `[-pi, pi)^3` with cores `sigma`, a few
+    /// positions moved by whole box lengths (wrapped by every path).
+    fn periodic_set(n: usize, seed: u64, sigma: f64) -> Sources {
+        let mut s = vortex_fmm::testsets::generate(
+            vortex_fmm::testsets::Distribution::Uniform,
+            n,
+            seed,
+            true,
+        );
+        s.sigma.iter_mut().for_each(|v| *v = sigma);
+        let l = Periodic::default().box_length;
+        for (i, x) in s.position.iter_mut().enumerate().step_by(97) {
+            x[i % 3] += l * ((i % 5) as f64 - 2.0);
+        }
+        s
+    }
+
+    fn run_periodic(s: &Sources, params: &UniformParams, per: &Periodic, ranks: usize) -> Fields {
+        let parts = ThreadComm::run(ranks, |c| {
+            let (mine, idx) = scatter(s, ranks, c.rank());
+            let (f, _) = evaluate_distributed_reference_periodic(c, &mine, params, per).unwrap();
+            (f, idx)
+        });
+        let mut out = Fields::zeros(s.len());
+        for (f, idx) in parts {
+            for (q, &i) in idx.iter().enumerate() {
+                out.velocity[i] = f.velocity[q];
+                out.stretching[i] = f.stretching[q];
+            }
+        }
+        out
+    }
+
+    /// Periodic slabs for R = 1..4 against the single-rank periodic twin: even and uneven
+    /// slabs (4 planes over 3 ranks: 1, 1, 2; 6 over 4: 1, 2, 1, 2), slabs of one plane
+    /// (narrower than the stencil: the halo and the leaf multipoles come from further ranks
+    /// and across the seam; at 3 planes over 2 ranks the halo below and above is one plane),
+    /// k = 0 (the top level is the leaf level) and the M2L over the box images (m = 3).
+    #[test]
+    fn periodic_ranks_agree_with_the_single_rank_twin() {
+        let per = Periodic::default();
+        let s = periodic_set(2500, 21, 0.1);
+        for (grid, ranks) in [
+            ((1, 2), &[1, 2, 3, 4][..]),
+            ((3, 1), &[2, 3, 4][..]),
+            ((1, 3), &[3, 4][..]),
+            ((3, 0), &[2, 3][..]),
+        ] {
+            let params = UniformParams {
+                order: 6,
+                grid: Some(grid),
+                ..Default::default()
+            };
+            let want = evaluate_reference_periodic(&s, &params, &per).unwrap();
+            for &r in ranks {
+                let got = run_periodic(&s, &params, &per, r);
+                let eu = relative_l2_error(&got.velocity, &want.velocity);
+                let es = relative_l2_error(&got.stretching, &want.stretching);
+                println!("periodic R = {r}, grid {grid:?}: vs single rank {eu:.1e} / {es:.1e}");
+                assert!(
+                    eu < 1e-12 && es < 1e-12,
+                    "R = {r} {grid:?}: {eu:.2e} {es:.2e}"
+                );
+            }
+        }
+    }
+
+    /// The periodic grid depends on the global count and core radius only (not on R), and a
+    /// non-zero total strength, split over the ranks, is refused on every rank.
+    #[test]
+    fn periodic_grid_is_global_and_refusals_are_collective() {
+        let per = Periodic::default();
+        let s = periodic_set(4000, 22, 0.12);
+        let params = UniformParams {
+            order: 4,
+            ..Default::default()
+        };
+        let single = params
+            .grid_for_periodic(&crate::uniform::Extent::periodic(&per, 0.12), s.len())
+            .unwrap();
+        for ranks in [1, 2, 3] {
+            let grids = ThreadComm::run(ranks, |c| {
+                let (mine, _) = scatter(&s, ranks, c.rank());
+                SlabPlan::agree_periodic(c, &mine, &params, &per)
+                    .unwrap()
+                    .0
+                    .grid
+            });
+            assert!(grids.iter().all(|g| *g == single), "R = {ranks}: {grids:?}");
+        }
+        let mut bad = s.clone();
+        bad.strength[7][0] += 1.0;
+        let errs = ThreadComm::run(3, |c| {
+            let (mine, _) = scatter(&bad, 3, c.rank());
+            evaluate_distributed_reference_periodic(c, &mine, &params, &per).unwrap_err()
+        });
+        assert!(
+            errs.iter()
+                .all(|e| e.to_string().contains("total strength")),
+            "{errs:?}"
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! The uniform grid as an [`vortex_fmm::Evaluator`]: [`UniformEvaluator`] on one GPU (free space or
 //! periodic) and [`UniformSlabEvaluator`], the grid split into z slabs over the ranks of a
-//! `vortex_domain::Comm`, one GPU per rank (free space). Both evaluate FMM fields at the sources
+//! `vortex_domain::Comm`, one GPU per rank (free space or periodic). Both evaluate FMM fields at the sources
 //! themselves ([`TargetSpec::Sources`]); the planner (`vortex_fmm::planner`) sends every other
 //! request to the adaptive octree and refuses a uniform grid for it with the reason.
 
@@ -147,8 +147,8 @@ impl Evaluator for UniformEvaluator {
 }
 
 /// The uniform grid split into z slabs over the ranks of `comm`, one GPU per rank
-/// ([`super::evaluate_distributed`]); collective. Halo and coarse-multipole bytes are
-/// reported as P2Pcomm and M2Lcomm.
+/// ([`super::evaluate_distributed`]; periodic box: [`super::evaluate_distributed_periodic`]);
+/// collective. Halo and coarse-multipole bytes are reported as P2Pcomm and M2Lcomm.
 pub struct UniformSlabEvaluator<'c> {
     comm: &'c dyn Comm,
     fmm: UniformFmm,
@@ -160,11 +160,6 @@ pub struct UniformSlabEvaluator<'c> {
 impl<'c> UniformSlabEvaluator<'c> {
     /// Opens visible device `index` on this rank and compiles the kernels.
     pub fn new(comm: &'c dyn Comm, index: usize, params: EvalParams) -> GpuResult<Self> {
-        if params.periodic.is_some() {
-            return Err(crate::GpuError::Unsupported(
-                "the slab decomposition is free-space: a periodic box runs on one rank".into(),
-            ));
-        }
         let fmm = UniformFmm::on_device(index)?;
         fmm.warm_up(params.order)?;
         Ok(Self {
@@ -184,11 +179,15 @@ impl Evaluator for UniformSlabEvaluator<'_> {
     ) -> Result<Evaluation, FmmError> {
         check_request(&self.params, &targets)?;
         let comm = self.comm;
-        let (fields, t) =
-            super::evaluate_distributed(comm, &self.fmm, sources, &grid_params(&self.params))
-                .map_err(|e| {
-                    FmmError::Backend(format!("uniform grid on rank {}: {e}", comm.rank()))
-                })?;
+        let up = grid_params(&self.params);
+        let mut fields = vortex_fmm::Fields::default();
+        let t = match &self.params.periodic {
+            None => super::evaluate_distributed_into(comm, &self.fmm, sources, &up, &mut fields),
+            Some(q) => {
+                super::evaluate_distributed_periodic(comm, &self.fmm, sources, &up, q, &mut fields)
+            }
+        }
+        .map_err(|e| FmmError::Backend(format!("uniform grid on rank {}: {e}", comm.rank())))?;
         let d = &t.device;
         let mut times = d.phase_times();
         times.transfer += t.plan;
@@ -275,7 +274,7 @@ mod tests {
         }
     }
 
-    /// Every GPU engine through `vortex_fmm::Evaluator` against the f64 direct sum on the same fresh
+    /// Every GPU engine through `vortex_fmm::Evaluator` against the f64 direct sum on the same
     /// random inputs (`vortex_fmm::evaluator::errors_against_direct`, the check the CPU engines run
     /// in `crates/fmm/tests/evaluators.rs`); fp32 kernels, so tolerances of the FMM at p = 8.
     #[test]
@@ -286,12 +285,8 @@ mod tests {
     fn every_gpu_evaluator_matches_the_direct_sum_through_the_trait() {
         use vortex_fmm::evaluator::errors_against_direct;
         use vortex_fmm::{PlanEvaluator, Targets};
-        let seed = 1
-            + (std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-                % 1000) as u64;
+        // a fixed seed, so that a failure reproduces (the messages name it)
+        let seed = 417;
         for periodic in [None, Some(Periodic::default())] {
             let s = vortex_fmm::testsets::generate(
                 vortex_fmm::testsets::Distribution::Uniform,
@@ -340,9 +335,10 @@ mod tests {
                     assert!(eu < 1e-4 && es < 1e-3, "{eu:.2e} {es:.2e}");
                 }
             }
-            // the uniform grid at its default order (`vortex eval`): at p = 8 its periodic
-            // truncation error on this small grid (3^3 leaves) is ~2e-4, that of its f64 twin
-            // as well (the GPU adds fp32 round-off only: the_uniform_evaluator_matches_its_f64_twin)
+            // the uniform grid at p = 10 (above the default vortex_fmm::DEFAULT_ORDER = 8: at p = 8
+            // its periodic truncation error on this small grid (3^3 leaves) is ~2e-4, that of its
+            // f64 twin as well; the GPU adds fp32 round-off only:
+            // the_uniform_evaluator_matches_its_f64_twin)
             let params = EvalParams {
                 method: Method::Fmm,
                 order: 10,

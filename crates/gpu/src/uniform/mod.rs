@@ -10,6 +10,8 @@
 //!
 //! * [`grid`]: bounding cube, choice of `n = m 2^k` (gap condition: leaf width >=
 //!   `core_cutoff * sigma_max`), cell numbering and centres;
+//! * [`dense_m2l`]: the M2L below the top as dense per-offset matrices (kernel and f64 host
+//!   emulation), one of the two [`M2lKernel`]s;
 //! * [`stencil`]: the implicit near and M2L lists (tested to cover every leaf pair once) and
 //!   the rotation records per integer offset;
 //! * [`sort`]: host emulation of the device sort and task builder (tested against a plain
@@ -26,11 +28,14 @@
 //!   redistribution, halo particles, coarse-multipole exchange);
 //! * [`distributed_reference`]: the distributed method in f64 on the CPU (tested under
 //!   `vortex_domain::ThreadComm` against [`reference`] and the direct sum);
-//! * [`distributed`]: the distributed device path, one GPU per rank;
+//! * [`distributed`]: the distributed device path, one GPU per rank (free space and periodic;
+//!   `UniformFmm::evaluate_device_slab` on device buffers for the resident step);
 //! * [`periodic`]: the periodic box (wrapping pack, far images, surface correction);
 //! * [`evaluator`]: [`UniformEvaluator`] and [`UniformSlabEvaluator`], the grid behind
 //!   `vortex_fmm::Evaluator` (what the planner hands out for `--grid uniform`).
 
+pub mod dense_m2l;
+pub mod device_evaluator;
 pub mod distributed;
 pub mod distributed_reference;
 pub mod evaluator;
@@ -42,8 +47,14 @@ pub mod slab;
 pub mod sort;
 pub mod stencil;
 
-pub use distributed::{evaluate_distributed, evaluate_distributed_into, DistributedUniformTimes};
-pub use distributed_reference::evaluate_distributed_reference;
+pub use device_evaluator::{DeviceEvaluator, DeviceSources, UniformDevice, UniformSlabDevice};
+pub use distributed::{
+    evaluate_distributed, evaluate_distributed_into, evaluate_distributed_periodic,
+    DistributedUniformTimes,
+};
+pub use distributed_reference::{
+    evaluate_distributed_reference, evaluate_distributed_reference_periodic,
+};
 pub use evaluator::{UniformEvaluator, UniformSlabEvaluator};
 pub use grid::{Extent, UniformGrid};
 pub use pipeline::{evaluate_uniform, UniformFmm};
@@ -69,15 +80,77 @@ pub struct UniformParams {
     /// Force the grid: `(m, k)`, `m` top cells per side and `k` levels below (periodic: `m`
     /// in `{1, 3}`, `m 2^k >= 3`).
     pub grid: Option<(usize, usize)>,
+    /// The M2L kernel below the top level ([`M2lKernel::resolve`] states the rule of `Auto`).
+    pub m2l: M2lKernel,
+}
+
+/// The M2L kernel of the levels below the top (the top level always uses the rotations: its
+/// offsets reach beyond the dense stencil).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum M2lKernel {
+    /// [`M2lKernel::resolve`]'s rule.
+    #[default]
+    Auto,
+    /// Rotation-based `O(p^3)` translations, one block per target cell (`u_m2l`).
+    Rotation,
+    /// Dense per-offset matrices applied to 32 targets of one parity class per block
+    /// (`u_m2l_dense`, [`dense_m2l`]).
+    Dense,
+}
+
+/// Largest order for which `Auto` takes the dense matrices (the range their tests cover;
+/// 343 matrices of `padded_dofs(p)^2` floats: 22 MB at p = 10, 90 MB at p = 14).
+pub const DENSE_MAX_ORDER: usize = 14;
+
+impl M2lKernel {
+    /// The kernel that runs at order `p` and why: an explicit choice is kept; `Auto` takes
+    /// the dense matrices for `4 <= p <= DENSE_MAX_ORDER` (a matrix product of `2 D^2` flops
+    /// per component and translation, `D = (p+1)^2` padded to 64, runs near the peak f32 rate
+    /// while the rotations' three dependent stages with block barriers do not: expected about
+    /// 2.5x faster at p = 10 on an H100, error at the f32 level), the rotations otherwise
+    /// (below p = 4 the padding to 64 wastes most of the product; above 14 the matrices grow
+    /// past 90 MB).
+    pub fn resolve(self, p: usize) -> (M2lKernel, &'static str) {
+        match self {
+            M2lKernel::Rotation => (self, "asked for"),
+            M2lKernel::Dense => (self, "asked for"),
+            M2lKernel::Auto if (4..=DENSE_MAX_ORDER).contains(&p) => (
+                M2lKernel::Dense,
+                "auto: 4 <= p <= 14, dense per-offset matrix products",
+            ),
+            M2lKernel::Auto => (
+                M2lKernel::Rotation,
+                "auto: p outside 4..=14, rotation-based translations",
+            ),
+        }
+    }
+}
+
+/// The M2L kernel of `UniformParams::default()` in this process (`Auto` unless set): how
+/// `vortex bench fmm --m2l` reaches the evaluators that the planner builds.
+static DEFAULT_M2L: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Sets the M2L kernel of `UniformParams::default()` for this process.
+pub fn set_default_m2l(k: M2lKernel) {
+    DEFAULT_M2L.store(k as u8, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn default_m2l() -> M2lKernel {
+    match DEFAULT_M2L.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => M2lKernel::Rotation,
+        2 => M2lKernel::Dense,
+        _ => M2lKernel::Auto,
+    }
 }
 
 impl Default for UniformParams {
     fn default() -> Self {
         Self {
-            order: 8,
+            order: vortex_fmm::DEFAULT_ORDER,
             core_cutoff: 4.4,
             leaf_target: 100.0,
             grid: None,
+            m2l: default_m2l(),
         }
     }
 }
@@ -86,8 +159,7 @@ impl UniformParams {
     /// Checks the order range and a forced grid.
     pub fn validate(&self) -> Result<(), crate::GpuError> {
         let bad = |m: String| Err(crate::GpuError::Unsupported(m));
-        if self.order == 0 || self.order > crate::backend::MAX_GPU_ORDER.min(vortex_fmm::MAX_ORDER)
-        {
+        if self.order == 0 || self.order > crate::backend::MAX_GPU_ORDER {
             return bad(format!(
                 "expansion order {} outside 1..={}",
                 self.order,

@@ -190,6 +190,38 @@ pub fn pack_sources_periodic_into(
         .fold(PeriodicSums::zero(), |acc, x| acc.combine(x))
 }
 
+/// The [`PeriodicSums`] of `s` without the packing (the same blocks and order as
+/// [`pack_sources_periodic_into`], so the same sums bitwise). The lengths of the three
+/// arrays of `s` must agree.
+pub fn periodic_sums(s: &Sources, periodic: &Periodic) -> PeriodicSums {
+    let np = s.len();
+    assert!(s.strength.len() == np && s.sigma.len() == np);
+    let half = 0.5 * periodic.box_length;
+    let parts: Vec<PeriodicSums> = (0..np.div_ceil(BLOCK))
+        .into_par_iter()
+        .map(|b| {
+            let mut acc = PeriodicSums::zero();
+            for i in b * BLOCK..((b + 1) * BLOCK).min(np) {
+                let x = s.position[i];
+                acc.add(x, periodic.wrap(x), s.strength[i], s.sigma[i], half);
+            }
+            acc
+        })
+        .collect();
+    parts
+        .iter()
+        .fold(PeriodicSums::zero(), |acc, x| acc.combine(x))
+}
+
+/// `s` with every position wrapped into the box (`Periodic::wrap`).
+pub fn wrapped(s: &Sources, periodic: &Periodic) -> Sources {
+    Sources {
+        position: s.position.par_iter().map(|&x| periodic.wrap(x)).collect(),
+        strength: s.strength.clone(),
+        sigma: s.sigma.clone(),
+    }
+}
+
 /// [`pack_sources_periodic_into`] into new buffers: positions, strengths, sums.
 pub fn pack_sources_periodic(
     s: &Sources,

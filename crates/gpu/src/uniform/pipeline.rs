@@ -45,7 +45,7 @@ use super::periodic::{far_image_locals, far_images_for, pack_sources_periodic_in
 use super::slab::{Parts, Ranges};
 use super::sort::SCAN_BLOCK;
 use super::stencil::RotationTable;
-use super::{UniformParams, UniformTimes};
+use super::{M2lKernel, UniformParams, UniformTimes};
 use crate::backend::{blocks, tr_threads, P2P_TARGETS, P2P_THREADS};
 use crate::device::{GpuDevice, GpuError, GpuResult, UNIFORM};
 use crate::tables::{knm_table, toff, z_tables};
@@ -109,9 +109,30 @@ pub struct UniformFmm {
     far: Mutex<Option<FarKey>>,
     /// A second stream, created at first use.
     copy: OnceLock<Arc<CudaStream>>,
+    /// The M2L kernel of the evaluation under way (`UniformParams::m2l`, set by the entry
+    /// points) and the dense matrices of the last order that used them (`m2l`).
+    m2l: Mutex<M2lKernel>,
+    dense: Mutex<Option<m2l::DenseTables>>,
 }
 
 type FarKey = ((usize, usize, usize, u64, usize), Arc<FarImages>);
+
+/// Offset in the multipole array of the window float range `x..x + len` of a window made of
+/// the array ranges `ranges` (concatenated); the range must lie in one of them.
+fn window_to_array(ranges: &[(usize, usize)], x: usize, len: usize) -> usize {
+    let mut at = 0;
+    for &(a, b) in ranges {
+        if x < at + (b - a) {
+            assert!(
+                x + len <= at + (b - a),
+                "window part {x}+{len} across {ranges:?}"
+            );
+            return a + x - at;
+        }
+        at += b - a;
+    }
+    panic!("window part {x}+{len} outside {ranges:?}");
+}
 
 /// A coarse window of `.0` floats and its parts downloaded into page-locked memory (offset in
 /// the window, data).
@@ -128,6 +149,27 @@ pub(crate) struct PeriodicRun {
 }
 
 impl PeriodicRun {
+    /// The periodic part of an evaluation on `g` in the box of `periodic` with the far
+    /// images of `fmm` (cached there); `correction`, when known, the surface correction.
+    pub(crate) fn new(
+        fmm: &UniformFmm,
+        g: &UniformGrid,
+        p: usize,
+        periodic: &Periodic,
+        correction: Option<[f64; 3]>,
+    ) -> GpuResult<Self> {
+        let run = PeriodicRun {
+            box_length: periodic.box_length,
+            far: fmm.far_images(g, p, periodic)?,
+            receiver_level: g.receiver_level(),
+            correction: OnceLock::new(),
+        };
+        if let Some(c) = correction {
+            let _ = run.correction.set(c);
+        }
+        Ok(run)
+    }
+
     /// The far-image locals of the receiver level (f32 pairs, grid order) from the top
     /// cells' multipoles `top` (f32 pairs, as downloaded).
     fn far_locals_f32(&self, g: &UniformGrid, top: &[f32]) -> Vec<f32> {
@@ -210,13 +252,14 @@ impl Bytes {
 }
 
 /// The part of the grid one device evaluates: every leaf on one GPU; on a rank, the leaf
-/// planes `own` (targets) inside `halo` (planes whose particles are present as sources).
+/// planes `own` (targets) and the planes `halo` outside them whose particles are present as
+/// sources (sorted disjoint ranges; on a periodic grid they wrap around the seam).
 /// Upward pass, M2L and L2L run over the cells overlapping the own planes at each level.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Region {
     pub grid: UniformGrid,
     pub own: (usize, usize),
-    pub halo: (usize, usize),
+    pub halo: Ranges,
 }
 
 impl Region {
@@ -225,7 +268,7 @@ impl Region {
         Region {
             grid,
             own: (0, n),
-            halo: (0, n),
+            halo: Vec::new(),
         }
     }
     pub fn is_whole(&self) -> bool {
@@ -247,10 +290,12 @@ impl Region {
 /// the P2P among the own particles queued on the device, `halo_count` and `coarse` (the
 /// host-side exchanges), `pack_halo`, and uploads the completed coarse windows.
 pub(crate) trait RankExchange {
-    /// Float ranges of the multipole array holding the coarse windows (levels `< k`).
-    fn coarse_ranges(&self) -> Vec<(usize, usize)>;
+    /// Per coarse level (`< k`), the float ranges of the multipole array whose concatenation
+    /// is its window (one range, or two where a periodic window wraps around the seam).
+    fn coarse_ranges(&self) -> Vec<Ranges>;
     /// Per window, the float ranges (relative to its start) that `coarse` reads (downloaded;
-    /// the rest of the window is left zero) and those it changes (uploaded).
+    /// the rest of the window is left zero) and those it changes (uploaded); each lies in
+    /// one range of `coarse_ranges`.
     fn coarse_parts(&self) -> Vec<(Ranges, Ranges)>;
     /// Float ranges of the multipole array holding the leaf multipoles other ranks need
     /// (downloaded after the P2M, in this order, and handed to `leaf_multipoles`).
@@ -258,14 +303,25 @@ pub(crate) trait RankExchange {
     /// Exchanges the leaf multipoles: this rank's parts (of `leaf_ranges`) in, the float
     /// ranges of the multipole array with the received leaf multipoles out.
     fn leaf_multipoles(&mut self, parts: &[&[f32]]) -> GpuResult<Parts<f32>>;
-    /// Receives the halo particles; returns their count.
-    fn halo_count(&mut self) -> GpuResult<usize>;
+    /// Collective, right after the sort: fails on every rank when a rank has `outside`
+    /// particles outside its slab (a caller that assumed them in their slabs).
+    fn check_slab(&mut self, outside: usize) -> GpuResult<()>;
+    /// Exchanges the halo particles (this rank's taken from its host copy or from `rows`,
+    /// the sorted particles on the device); returns the count received.
+    fn halo_count(&mut self, rows: &dyn HaloRows) -> GpuResult<usize>;
     /// Writes the halo particles into `out` (`8 nh` floats: position rows, then strength rows).
     fn pack_halo(&self, out: &mut [f32]);
     /// Completes the coarse windows (this rank's partial multipoles in, sums out).
     fn coarse(&mut self, windows: &mut [Vec<f32>]) -> GpuResult<()>;
     /// Adds to the time of the coarse exchange (copies between device and host).
     fn add_seconds(&mut self, s: f64);
+}
+
+/// The own particles of a range of leaf planes, as the device holds them after the sort.
+pub(crate) trait HaloRows {
+    /// The particles of leaf planes `zr` (own planes), 8 floats each: `(x, y, z, 1/sigma,
+    /// ax, ay, az, 0)`, in sorted order.
+    fn rows(&self, zr: (usize, usize)) -> GpuResult<Vec<f32>>;
 }
 
 /// Particles sorted into the leaves on the device.
@@ -401,7 +457,8 @@ struct HaloTasks {
     count: usize,
     /// Own planes next to the halo (z ranges of leaf planes).
     ranges: Vec<(usize, usize)>,
-    /// P2P from the halo per own slice, source counts, 9 runs per own leaf of `ranges`.
+    /// P2P from the halo per own slice, source counts, 9 runs (18 when periodic) per own
+    /// leaf of `ranges`.
     near: CudaSlice<i32>,
     nsrc: CudaSlice<i32>,
     runs: CudaSlice<i32>,
@@ -415,6 +472,8 @@ impl UniformFmm {
             staging: Mutex::new(Staging::default()),
             far: Mutex::new(None),
             copy: OnceLock::new(),
+            m2l: Mutex::new(M2lKernel::Auto),
+            dense: Mutex::new(None),
         }
     }
 
@@ -479,13 +538,26 @@ impl UniformFmm {
     }
 }
 
-/// Refuses what the pipeline cannot run: slabs or rank exchanges with a periodic box, no
-/// particles or too many for i32 indices, a grid too large for the order.
+/// Refuses what the pipeline cannot run: a slab without its rank exchange, a periodic
+/// grid that is not periodic (or the reverse), no particles or too many for i32 indices, a
+/// grid too large for the order.
 fn check_region(p: usize, np: usize, region: &Region, ex: bool, per: bool) -> GpuResult<()> {
-    if per && (ex || !region.is_whole()) {
-        return Err(GpuError::Unsupported(
-            "the periodic uniform grid runs on one device (no slabs)".into(),
-        ));
+    if !ex && !region.is_whole() {
+        return Err(GpuError::Unsupported(format!(
+            "a slab of leaf planes {:?} needs the exchanges of its rank",
+            region.own
+        )));
+    }
+    if per != region.grid.periodic {
+        return Err(GpuError::Unsupported(format!(
+            "a {} grid for a {} evaluation",
+            if region.grid.periodic {
+                "periodic"
+            } else {
+                "free-space"
+            },
+            if per { "periodic" } else { "free-space" }
+        )));
     }
     if np == 0 || np > i32::MAX as usize / 8 {
         return Err(GpuError::Unsupported(format!(

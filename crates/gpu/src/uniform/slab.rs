@@ -27,12 +27,14 @@
 //!   (both counted in [`CoarseBytes`]).
 
 use super::grid::{Extent, UniformGrid};
+use super::periodic::{periodic_sums, PeriodicSums};
 use super::sort::cell_of;
 use super::UniformParams;
 use crate::device::{GpuError, GpuResult};
 use rayon::prelude::*;
 use std::sync::OnceLock;
 use vortex_domain::{Comm, ReduceOp};
+use vortex_fmm::periodic::Periodic;
 use vortex_fmm::{Fields, Sources};
 
 /// Leaf planes of particle halo on each side of a slab (the reach of the P2P: the 27
@@ -92,6 +94,70 @@ impl SlabPlan {
         Self::with_grid(comm.rank(), comm.size(), grid, np_global)
     }
 
+    /// The plan of a periodic box: the grid [`UniformParams::grid_for_periodic`] chooses for
+    /// `np_global` particles of largest core radius `sigma_max` (both agreed over the ranks
+    /// by the caller, so the grid does not depend on the number of ranks), split over the
+    /// ranks of `comm`. Errors: invalid parameters or box, no particles, a box too small for
+    /// the cores, fewer leaf planes than ranks.
+    pub fn periodic(
+        comm: &dyn Comm,
+        periodic: &Periodic,
+        np_global: usize,
+        sigma_max: f64,
+        params: &UniformParams,
+    ) -> GpuResult<Self> {
+        params.validate()?;
+        periodic
+            .validate()
+            .map_err(|e| GpuError::Unsupported(e.to_string()))?;
+        if np_global == 0 {
+            return Err(GpuError::Unsupported("no sources on any rank".into()));
+        }
+        let grid = params.grid_for_periodic(&Extent::periodic(periodic, sigma_max), np_global)?;
+        Self::with_grid(comm.rank(), comm.size(), grid, np_global)
+    }
+
+    /// Collective, periodic: the sums of every rank's `local` particles (validity, count,
+    /// largest core radius, total strength, dipole tensor of the wrapped positions; see
+    /// [`allreduce_sums`]), checked as the single-rank path checks them, and the plan of
+    /// [`SlabPlan::periodic`]. Every rank gets the same result or the same error.
+    pub fn agree_periodic(
+        comm: &dyn Comm,
+        local: &Sources,
+        params: &UniformParams,
+        periodic: &Periodic,
+    ) -> GpuResult<(Self, PeriodicSums)> {
+        params.validate()?;
+        periodic
+            .validate()
+            .map_err(|e| GpuError::Unsupported(e.to_string()))?;
+        let np = local.len();
+        let lens_ok = local.strength.len() == np && local.sigma.len() == np;
+        let mut sums = if lens_ok {
+            periodic_sums(local, periodic)
+        } else {
+            PeriodicSums::zero()
+        };
+        sums.valid &= lens_ok;
+        let mut cnt = [np as f64];
+        comm.allreduce_f64(&mut cnt, ReduceOp::Sum);
+        let sums = allreduce_sums(comm, &sums);
+        if !sums.valid {
+            return Err(GpuError::Unsupported(
+                "a rank has sources with a non-finite value, a non-positive core radius or \
+                 unequal lengths"
+                    .into(),
+            ));
+        }
+        let np_global = cnt[0] as usize;
+        if np_global == 0 {
+            return Err(GpuError::Unsupported("no sources on any rank".into()));
+        }
+        sums.check(periodic)?;
+        let plan = Self::periodic(comm, periodic, np_global, sums.sigma_max, params)?;
+        Ok((plan, sums))
+    }
+
     /// The slabs of `ranks` ranks over `grid` (an error when `n < ranks`).
     pub fn with_grid(
         rank: usize,
@@ -125,21 +191,38 @@ impl SlabPlan {
     pub fn own(&self, r: usize) -> (usize, usize) {
         (self.bounds[r], self.bounds[r + 1])
     }
-    /// Leaf planes rank `r` holds particles of: its slab and the halo (clamped to the grid).
-    pub fn halo(&self, r: usize) -> (usize, usize) {
+    /// Leaf planes of rank `r`'s particle halo, outside its slab: the [`HALO`] planes on
+    /// each side, clamped to the grid in free space, wrapped around on a periodic grid
+    /// (sorted disjoint ranges; none when the slab is the whole grid).
+    pub fn halo(&self, r: usize) -> Ranges {
         let (z0, z1) = self.own(r);
-        (z0.saturating_sub(HALO), (z1 + HALO).min(self.n()))
+        let n = self.n() as i64;
+        let mut mask = vec![false; self.n()];
+        for d in 1..=HALO as i64 {
+            for z in [z0 as i64 - d, z1 as i64 - 1 + d] {
+                if self.grid.periodic {
+                    mask[z.rem_euclid(n) as usize] = true;
+                } else if (0..n).contains(&z) {
+                    mask[z as usize] = true;
+                }
+            }
+        }
+        mask[z0..z1].iter_mut().for_each(|m| *m = false);
+        mask_ranges(&mask)
     }
     /// Leaf planes whose multipoles rank `r` receives from their owners: those its leaf-level
     /// M2L reads ([`SlabPlan::needed`] at level `k`: the whole grid when `k = 0`) outside its
-    /// particle halo (at most one range below and one above).
+    /// slab and its particle halo (sorted disjoint ranges).
     pub fn leaf_mult_planes(&self, r: usize) -> Vec<(usize, usize)> {
-        let (a, b) = self.needed(r, self.grid.k);
-        let (h0, h1) = self.halo(r);
-        [(a, h0), (h1, b)]
-            .into_iter()
-            .filter(|&(x, y)| x < y)
-            .collect()
+        let mut mask = vec![false; self.n()];
+        for (a, b) in self.needed(r, self.grid.k) {
+            mask[a..b].iter_mut().for_each(|m| *m = true);
+        }
+        let (z0, z1) = self.own(r);
+        for (a, b) in self.halo(r).into_iter().chain([(z0, z1)]) {
+            mask[a..b].iter_mut().for_each(|m| *m = false);
+        }
+        mask_ranges(&mask)
     }
     /// The leaf planes of this rank's slab whose multipoles it sends, in the order of
     /// [`exchange_leaf_multipoles`]' parts: for each other rank in rank order, its
@@ -156,14 +239,22 @@ impl SlabPlan {
             })
             .collect()
     }
-    /// The rank owning leaf plane `z`.
+    /// The rank owning leaf plane `z` (`z < n`).
     pub fn owner(&self, z: usize) -> usize {
         self.bounds.partition_point(|&b| b <= z) - 1
     }
-    /// Leaf plane of a position, in the device's f32 arithmetic.
+    /// Leaf plane of a position, in the device's f32 arithmetic (the position cast to f32,
+    /// then [`SlabPlan::leaf_z_f32`]). Periodic: pass the position wrapped into the box
+    /// (`Periodic::wrap`), as the packing does.
     pub fn leaf_z(&self, x: [f64; 3]) -> usize {
+        self.leaf_z_f32(x.map(|v| v as f32))
+    }
+    /// Leaf plane of an f32 position exactly as the device sort computes it
+    /// (`sort::cell_of`: clamped to `0..n`), free space or periodic: a caller that keeps the
+    /// particles on the device decides their owners ([`SlabPlan::owner`]) with it.
+    pub fn leaf_z_f32(&self, x: [f32; 3]) -> usize {
         let (lo, inv_w) = self.grid.f32_params();
-        cell_of(x.map(|v| v as f32), lo, inv_w, self.n())[2]
+        cell_of(x, lo, inv_w, self.n())[2]
     }
     /// z-planes of the level-`l` cells overlapping rank `r`'s slab.
     pub fn cells(&self, r: usize, l: usize) -> (usize, usize) {
@@ -172,25 +263,59 @@ impl SlabPlan {
         (z0 >> s, ((z1 - 1) >> s) + 1)
     }
     /// z-planes of the level-`l` cells whose multipoles the M2L of rank `r`'s cells of level
-    /// `l` reads (the whole level at the top).
-    pub fn needed(&self, r: usize, l: usize) -> (usize, usize) {
+    /// `l` reads (the whole level at the top), as sorted disjoint ranges: one in free space;
+    /// on a periodic grid the stencil wraps around (`stencil::m2l_range_periodic`), giving
+    /// two ranges at the seam, or the whole level. The window of level `l` is the
+    /// concatenation of these ranges ([`SlabPlan::window_pos`]). Rank `r`'s own cells of the
+    /// level lie inside one of them.
+    pub fn needed(&self, r: usize, l: usize) -> Ranges {
         let nl = self.grid.n_at(l);
         if l == 0 {
-            return (0, nl);
+            return vec![(0, nl)];
         }
         let (a, b) = self.cells(r, l);
-        let lo = super::stencil::m2l_range(nl, false, a).0;
-        let hi = super::stencil::m2l_range(nl, false, b - 1).1;
-        (lo, hi + 1)
+        if !self.grid.periodic {
+            let lo = super::stencil::m2l_range(nl, false, a).0;
+            let hi = super::stencil::m2l_range(nl, false, b - 1).1;
+            return vec![(lo, hi + 1)];
+        }
+        let m = self.grid.m;
+        let lo = super::stencil::m2l_range_periodic(nl, false, m, a).0;
+        let hi = super::stencil::m2l_range_periodic(nl, false, m, b - 1).1 + 1;
+        let n = nl as i64;
+        if hi - lo >= n {
+            return vec![(0, nl)];
+        }
+        let (a, b) = (lo.rem_euclid(n) as usize, hi.rem_euclid(n) as usize);
+        if a < b {
+            vec![(a, b)]
+        } else {
+            // wraps: the part from the seam up, then the part below it
+            [(0, b), (a, nl)]
+                .into_iter()
+                .filter(|r| r.0 < r.1)
+                .collect()
+        }
+    }
+    /// Position (in planes) of plane `z` of level `l` in this rank's window (the
+    /// concatenation of [`SlabPlan::needed`]); `z` must be in it.
+    pub fn window_pos(&self, l: usize, z: usize) -> usize {
+        window_pos(&self.needed(self.rank, l), z)
     }
     /// z-planes of level `l` (`< k`) whose completed multipoles differ from this rank's
     /// partial ones after [`exchange_coarse`]: the planes of the window
-    /// ([`SlabPlan::needed`]) holding cells of other ranks (possibly overlapping ranges).
+    /// ([`SlabPlan::needed`]) holding cells of other ranks (possibly overlapping ranges,
+    /// each inside one range of the window).
     pub fn coarse_received(&self, l: usize) -> Vec<(usize, usize)> {
         let me = self.rank;
         (0..self.ranks())
             .filter(|&q| q != me)
-            .filter_map(|q| intersect(self.needed(me, l), self.cells(q, l)))
+            .flat_map(|q| {
+                let cells = self.cells(q, l);
+                self.needed(me, l)
+                    .into_iter()
+                    .filter_map(move |w| intersect(w, cells))
+            })
             .collect()
     }
     /// z-planes of level `l` (`< k`) of this rank's window whose partial multipoles
@@ -202,7 +327,11 @@ impl SlabPlan {
         let own = self.cells(me, l);
         let mut out: Vec<(usize, usize)> = (0..self.ranks())
             .filter(|&r| r != me)
-            .filter_map(|r| intersect(self.needed(r, l), own))
+            .flat_map(|r| {
+                self.needed(r, l)
+                    .into_iter()
+                    .filter_map(move |w| intersect(w, own))
+            })
             .collect();
         out.extend(
             self.coarse_received(l)
@@ -219,9 +348,35 @@ impl SlabPlan {
     }
 }
 
-fn intersect(a: (usize, usize), b: (usize, usize)) -> Option<(usize, usize)> {
+/// The common part of two ranges, if any.
+pub(crate) fn intersect(a: (usize, usize), b: (usize, usize)) -> Option<(usize, usize)> {
     let (lo, hi) = (a.0.max(b.0), a.1.min(b.1));
     (lo < hi).then_some((lo, hi))
+}
+
+/// The runs of `true` of `mask` as sorted disjoint ranges.
+fn mask_ranges(mask: &[bool]) -> Ranges {
+    let mut out: Ranges = Vec::new();
+    for (z, _) in mask.iter().enumerate().filter(|(_, &m)| m) {
+        match out.last_mut() {
+            Some(last) if last.1 == z => last.1 = z + 1,
+            _ => out.push((z, z + 1)),
+        }
+    }
+    out
+}
+
+/// Position of plane `z` in the concatenation of the sorted disjoint `ranges` (which
+/// contain it).
+pub fn window_pos(ranges: &[(usize, usize)], z: usize) -> usize {
+    let mut at = 0;
+    for &(a, b) in ranges {
+        if (a..b).contains(&z) {
+            return at + z - a;
+        }
+        at += b - a;
+    }
+    panic!("plane {z} outside the window {ranges:?}");
 }
 
 /// One particle as 7 f64 (position, strength, core radius), little-endian.
@@ -529,13 +684,21 @@ pub fn halo_lists(plan: &SlabPlan, owned: &Owned) -> Vec<Vec<usize>> {
             if r == me {
                 return Vec::new();
             }
-            match intersect(plan.halo(r), plan.own(me)) {
-                None => Vec::new(),
-                Some((a, b)) => (0..owned.len())
-                    .into_par_iter()
-                    .filter(|&i| (a..b).contains(&(zleaf[i] as usize)))
-                    .collect(),
+            let planes: Ranges = plan
+                .halo(r)
+                .into_iter()
+                .filter_map(|h| intersect(h, plan.own(me)))
+                .collect();
+            if planes.is_empty() {
+                return Vec::new();
             }
+            (0..owned.len())
+                .into_par_iter()
+                .filter(|&i| {
+                    let z = zleaf[i] as usize;
+                    planes.iter().any(|&(a, b)| (a..b).contains(&z))
+                })
+                .collect()
         })
         .collect()
 }
@@ -658,9 +821,10 @@ pub struct CoarseBytes {
 }
 
 /// Collective: completes the coarse multipoles. `windows[l]` (`l < k`) holds the cells of
-/// the z-planes [`SlabPlan::needed`] of this rank at level `l`, `cell_len` scalars each, with
-/// this rank's partial multipoles (zero outside its cells); on return, the sums over the
-/// ranks' parts in rank order.
+/// the z-planes [`SlabPlan::needed`] of this rank at level `l` (its ranges concatenated),
+/// `cell_len` scalars each, with this rank's partial multipoles (zero outside its cells); on
+/// return, the sums over the ranks' parts in rank order (so every rank holds bitwise the
+/// same sums of the cells it shares with others).
 pub fn exchange_coarse<T: Scalar>(
     comm: &dyn Comm,
     plan: &SlabPlan,
@@ -671,7 +835,15 @@ pub fn exchange_coarse<T: Scalar>(
     let k = plan.grid.k;
     assert_eq!(windows.len(), k);
     let plane = |l: usize| plan.grid.n_at(l).pow(2) * cell_len;
-    let mine: Vec<(usize, usize)> = (0..k).map(|l| plan.needed(me, l)).collect();
+    let mine: Vec<Ranges> = (0..k).map(|l| plan.needed(me, l)).collect();
+    // the parts of rank q's cells in rank r's window, in the order of r's window ranges
+    let parts = |r: usize, q: usize, l: usize| -> Ranges {
+        let cells = plan.cells(q, l);
+        plan.needed(r, l)
+            .into_iter()
+            .filter_map(|w| intersect(w, cells))
+            .collect()
+    };
     let send: Vec<Vec<u8>> = (0..plan.ranks())
         .map(|r| {
             let mut b = Vec::new();
@@ -679,8 +851,9 @@ pub fn exchange_coarse<T: Scalar>(
                 return b;
             }
             for l in 0..k {
-                if let Some((a, e)) = intersect(plan.needed(r, l), plan.cells(me, l)) {
-                    let w = &windows[l][(a - mine[l].0) * plane(l)..(e - mine[l].0) * plane(l)];
+                for (a, e) in parts(r, me, l) {
+                    let at = window_pos(&mine[l], a) * plane(l);
+                    let w = &windows[l][at..at + (e - a) * plane(l)];
                     b.reserve(w.len() * T::BYTES);
                     w.iter().for_each(|v| v.put(&mut b));
                 }
@@ -690,34 +863,58 @@ pub fn exchange_coarse<T: Scalar>(
         .collect();
     let sent = send.iter().map(Vec::len).sum();
     let recv = comm.alltoallv(&send);
-    for l in 0..k {
-        let mut acc = vec![T::default(); windows[l].len()];
-        for (q, buf) in recv.iter().enumerate() {
-            if q == me {
-                acc.par_iter_mut()
-                    .zip(windows[l].par_iter())
+    let mut acc: Vec<Vec<T>> = windows
+        .iter()
+        .map(|w| vec![T::default(); w.len()])
+        .collect();
+    for (q, buf) in recv.iter().enumerate() {
+        if q == me {
+            for (a, w) in acc.iter_mut().zip(windows.iter()) {
+                a.par_iter_mut()
+                    .zip(w.par_iter())
                     .for_each(|(a, &v)| *a += v);
-                continue;
             }
-            let Some((a, e)) = intersect(mine[l], plan.cells(q, l)) else {
-                continue;
-            };
-            // this level's part of q's buffer: after its parts of the levels above
-            let start: usize = (0..l)
-                .map(|ll| {
-                    intersect(mine[ll], plan.cells(q, ll)).map_or(0, |(x, y)| (y - x) * plane(ll))
-                })
-                .sum::<usize>()
-                * T::BYTES;
-            let len = (e - a) * plane(l) * T::BYTES;
-            let part = &buf[start..start + len];
-            acc[(a - mine[l].0) * plane(l)..(e - mine[l].0) * plane(l)]
-                .par_iter_mut()
-                .zip(part.par_chunks_exact(T::BYTES))
-                .for_each(|(x, b)| *x += T::get(b));
+            continue;
         }
-        windows[l] = acc;
+        let mut off = 0;
+        for l in 0..k {
+            for (a, e) in parts(me, q, l) {
+                let at = window_pos(&mine[l], a) * plane(l);
+                let len = (e - a) * plane(l);
+                let part = &buf[off..off + len * T::BYTES];
+                acc[l][at..at + len]
+                    .par_iter_mut()
+                    .zip(part.par_chunks_exact(T::BYTES))
+                    .for_each(|(x, b)| *x += T::get(b));
+                off += len * T::BYTES;
+            }
+        }
+        assert_eq!(off, buf.len(), "coarse multipoles received");
+    }
+    for (w, a) in windows.iter_mut().zip(acc) {
+        *w = a;
     }
     let allreduce = (0..k).map(|l| plan.grid.n_at(l).pow(3)).sum::<usize>() * cell_len * T::BYTES;
     CoarseBytes { sent, allreduce }
+}
+
+/// Collective: the [`PeriodicSums`] of every rank's particles (sums of the sums; largest core
+/// radius; valid only when valid on every rank): two reductions, the same result on every
+/// rank.
+pub fn allreduce_sums(comm: &dyn Comm, s: &PeriodicSums) -> PeriodicSums {
+    let mut v = vec![s.abs_strength, s.outside as f64, s.far as f64];
+    v.extend(s.total_strength);
+    v.extend(s.dipole.iter().flatten());
+    comm.allreduce_f64(&mut v, ReduceOp::Sum);
+    let mut m = [s.sigma_max, if s.valid { 0.0 } else { 1.0 }];
+    comm.allreduce_f64(&mut m, ReduceOp::Max);
+    PeriodicSums {
+        valid: m[1] == 0.0,
+        sigma_max: m[0],
+        total_strength: [v[3], v[4], v[5]],
+        abs_strength: v[0],
+        dipole: std::array::from_fn(|c| std::array::from_fn(|l| v[6 + 3 * c + l])),
+        outside: v[1] as usize,
+        far: v[2] as usize,
+    }
 }

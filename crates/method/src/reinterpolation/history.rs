@@ -76,6 +76,12 @@
 //! fresh particles by the commutator of core spreading and stretching, `O(nu tau)`, a fraction
 //! `dt / 2` per re-interpolation of the core-spreading error the method commits anyway.
 //!
+//! Filter: in a periodic box the lattice solve carries the transfer function of
+//! `[reinterpolation] filter` ([`super::filter`]); both rates go through that same filtered
+//! operator (host and device alike), so the history is filtered as the strengths are. On the
+//! lattice the velocity operator is then `F` instead of the identity, a change confined to the
+//! lattice-scale modes the filter damps in the vorticity too.
+//!
 //! Free space: the lattice and the dropped strengths are those of the vorticity; a fresh
 //! particle at the fringe of the old cloud (within the cutoff of its edge) gets a velocity
 //! history from a partly covered Gaussian sum, an `O(|u|)` error weighted by a strength near the
@@ -102,10 +108,10 @@ use std::time::Instant;
 #[serde(rename_all = "lowercase")]
 pub enum History {
     /// The history goes through the lattice operator with the strengths ([`self`]): the next
-    /// step is AB2, one evaluation.
-    #[default]
+    /// step is AB2, one evaluation. An option: not yet measured on a GPU.
     Carry,
-    /// No history: the next step is a Heun step (two evaluations).
+    /// No history: the next step is a Heun step (two evaluations). The default.
+    #[default]
     Restart,
 }
 

@@ -22,6 +22,10 @@
 //! box around the old particles widened by a few core radii, and strengths below
 //! `drop * max |beta|` are dropped after the solve; in a periodic box the lattice fills the box and
 //! the mean strength is removed (a periodic velocity needs zero total strength).
+//!
+//! In a periodic box the solve may interpolate a filtered vorticity, `A beta = F omega`
+//! ([`filter`]: the transfer function that keeps the lattice-scale content from being amplified
+//! by `1 / S(k)` at every re-interpolation); the residual is then measured against `F omega`.
 
 use crate::cells::gaussian_sum;
 use crate::error::{Error, Result};
@@ -30,8 +34,10 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
+pub mod filter;
 pub mod history;
 pub mod separable;
+pub use filter::LatticeFilter;
 use separable::SeparableSolver;
 
 /// A regular lattice of `dims` points `origin + h * (i, j, k)`, stored at `(i*ny + j)*nz + k`
@@ -120,6 +126,8 @@ pub struct RbfSettings {
     pub cutoff: f64,
     /// Free space: strengths below `drop * max |beta|` are discarded (0 keeps all).
     pub drop: f64,
+    /// Transfer function of the periodic solve (ignored in free space).
+    pub filter: LatticeFilter,
 }
 
 impl Default for RbfSettings {
@@ -130,6 +138,8 @@ impl Default for RbfSettings {
             max_iterations: 2000,
             cutoff: 6.0,
             drop: 1e-6,
+            // exact interpolation (the initial conditions); runs take `[reinterpolation] filter`
+            filter: LatticeFilter::None,
         }
     }
 }
@@ -316,6 +326,7 @@ pub fn solve(
         ..Default::default()
     };
     let mut beta = vec![[0.0; 3]; n];
+    let filter = (lat.periodic && !s.filter.is_none()).then_some(s.filter);
     let direct = match s.solver {
         RbfSolver::Direct => Some(
             SeparableSolver::new(lat.dims, lat.h, sigma, s.cutoff, lat.periodic)
@@ -323,8 +334,14 @@ pub fn solve(
         ),
         RbfSolver::Cg => None,
     };
+    let transfer = filter.map(|f| SeparableSolver::transfer(lat.dims, &f));
     for c in 0..3 {
         let b: Vec<f64> = omega.iter().map(|w| w[c]).collect();
+        // the right-hand side the blobs interpolate: F omega with a filter, omega without
+        let b = match &transfer {
+            Some(t) => t.solve(&b),
+            None => b,
+        };
         let (x, it, res) = match &direct {
             Some(solver) => {
                 let x = solver.solve(&b);

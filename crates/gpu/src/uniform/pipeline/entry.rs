@@ -26,6 +26,7 @@ impl UniformFmm {
         out: &mut Fields,
     ) -> GpuResult<UniformTimes> {
         params.validate()?;
+        self.select_m2l(params);
         let np = sources.len();
         let t = Instant::now();
         let ext = Extent::of(&sources.position, &sources.sigma).ok_or_else(|| {
@@ -60,6 +61,7 @@ impl UniformFmm {
         periodic: &Periodic,
     ) -> GpuResult<(Fields, UniformTimes)> {
         crate::uniform::periodic::check_call(sources, params, periodic)?;
+        self.select_m2l(params);
         let np = sources.len();
         let t = Instant::now();
         // the largest core radius fixes the grid (the other sums come with the packing)
@@ -97,7 +99,7 @@ impl UniformFmm {
 
     /// The far-image operator of a periodic grid, order and box (its lattice sums take
     /// ~0.1 s: built once and kept for the next evaluation with the same key).
-    pub(super) fn far_images(
+    pub(crate) fn far_images(
         &self,
         g: &UniformGrid,
         p: usize,
@@ -204,6 +206,7 @@ impl UniformFmm {
         periodic: Option<&Periodic>,
     ) -> GpuResult<(CudaSlice<f32>, UniformTimes)> {
         params.validate()?;
+        self.select_m2l(params);
         if input.len() < 8 * np {
             return Err(GpuError::Unsupported(format!(
                 "a device input of {} floats for {np} particles (need {})",
@@ -221,36 +224,37 @@ impl UniformFmm {
                 per.validate()
                     .map_err(|e| GpuError::Unsupported(e.to_string()))?;
                 let g = params.grid_for_periodic(&Extent::periodic(per, sigma_max), np)?;
-                let far = self.far_images(&g, params.order, per)?;
-                let run = PeriodicRun {
-                    box_length: per.box_length,
-                    far,
-                    receiver_level: g.receiver_level(),
-                    correction: OnceLock::new(),
-                };
+                let run = PeriodicRun::new(self, &g, params.order, per, None)?;
                 (Region::whole(g), Some(run))
             }
         };
-        check_region(params.order, np, &region, false, run.is_some())?;
-        let mut tm = UniformTimes {
-            host_prepare: t.elapsed().as_secs_f64(),
-            ..Default::default()
-        };
+        let host = t.elapsed().as_secs_f64();
+        let (p, per) = (params.order, run.as_ref());
+        let (out6, mut tm) = self.run_device_region(p, np, input, &region, None, per)?;
+        tm.host_prepare += host;
+        tm.total += host;
+        Ok((out6, tm))
+    }
+
+    /// Phases 3-9 over `region` on particles already on the device (`input`, `8 np`
+    /// floats), with the rank exchanges of `ex`: the raw fields in input order (`6 np`
+    /// floats) and the phase times.
+    pub(crate) fn run_device_region(
+        &self,
+        p: usize,
+        np: usize,
+        input: &CudaSlice<f32>,
+        region: &Region,
+        ex: Option<&mut dyn RankExchange>,
+        per: Option<&PeriodicRun>,
+    ) -> GpuResult<(CudaSlice<f32>, UniformTimes)> {
+        check_region(p, np, region, ex.is_some(), per.is_some())?;
+        let mut tm = UniformTimes::default();
         let mut bytes = Bytes::default();
         let mut staging_guard = self.staging.lock().expect("staging poisoned");
-        let out6 = self.run_device(
-            params.order,
-            np,
-            input,
-            &region,
-            None,
-            run.as_ref(),
-            &mut staging_guard,
-            &mut tm,
-            &mut bytes,
-        )?;
-        tm.total =
-            tm.host_prepare + tm.sort + tm.upward + tm.m2l + tm.downward + tm.p2p + tm.download;
+        let staging: &mut Staging = &mut staging_guard;
+        let out6 = self.run_device(p, np, input, region, ex, per, staging, &mut tm, &mut bytes)?;
+        tm.total = tm.sort + tm.upward + tm.m2l + tm.downward + tm.p2p + tm.download;
         Ok((out6, tm))
     }
 
@@ -279,6 +283,14 @@ impl UniformFmm {
         // ---- 3. sort and tasks
         let t = Instant::now();
         let mut tasks = self.leaf_tasks(&ps, input, tm, bytes)?;
+        if let Some(e) = ex.as_deref_mut() {
+            // particles outside the slab (all ranks agree before any exchange)
+            let st = &tasks.sorted.starts;
+            let (a, b) = (ps.c_own, ps.c_own + ps.nown);
+            let first = ps.s.clone_dtoh(&st.slice(a..a + 1))?[0] as usize;
+            let last = ps.s.clone_dtoh(&st.slice(b..b + 1))?[0] as usize;
+            e.check_slab(first + (np - last))?;
+        }
         tm.sort = t.elapsed().as_secs_f64();
 
         // ---- 4. upward (own particles); on a rank, the copies for the exchanges start
@@ -301,7 +313,9 @@ impl UniformFmm {
             self.far_image_locals(&ps, q, &top, &mut xp.loc, tm)?;
         }
         let halo = match (ex, copies) {
-            (Some(e), Some(c)) => self.exchange(&ps, e, c, &mut xp.mult, up, tm, bytes)?,
+            (Some(e), Some(c)) => {
+                self.exchange(&ps, e, c, &tasks.sorted, &mut xp.mult, up, tm, bytes)?
+            }
             _ => None,
         };
         own.end.synchronize()?;
@@ -314,6 +328,14 @@ impl UniformFmm {
             let t = Instant::now();
             let ht = self.halo_tasks(&ps, h, &mut tasks, tm)?;
             self.halo_p2m_p2p(&ps, h, &ht, &tasks, &mut xp, &mut fl, tb, tm)?;
+            tm.p2p += t.elapsed().as_secs_f64();
+        }
+        // periodic on a rank: the top level is complete now (coarse windows, or at k = 0
+        // the leaf multipoles and the halo's P2M): the far images from it
+        if let (Some(q), false) = (per, ps.region.is_whole()) {
+            let t = Instant::now();
+            let top = ps.s.clone_dtoh(&xp.mult.slice(0..p2p::top_len(&ps)))?;
+            self.far_image_locals(&ps, q, &top, &mut xp.loc, tm)?;
             tm.p2p += t.elapsed().as_secs_f64();
         }
         tm.p2p_pairs = ps.s.clone_dtoh(&tasks.pairs)?[0];

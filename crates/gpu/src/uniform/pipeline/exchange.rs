@@ -13,6 +13,7 @@ impl UniformFmm {
         ps: &Pass,
         e: &mut dyn RankExchange,
         copies: RankCopies<'_>,
+        sorted: &Sorted,
         mult: &mut CudaSlice<f32>,
         staging_up: &mut Option<PinnedHostSlice<f32>>,
         tm: &mut UniformTimes,
@@ -30,20 +31,28 @@ impl UniformFmm {
             windows.push(w);
         }
         e.add_seconds(t_copy.elapsed().as_secs_f64());
-        let nh = e.halo_count()?;
+        let rows = SortedRows {
+            sorted,
+            copy: self.copy_stream()?,
+            plane: ps.plane,
+        };
+        let nh = e.halo_count(&rows)?;
         let leaf_up = e.leaf_multipoles(&copies.leaves)?;
         e.coarse(&mut windows)?;
         // multipoles to upload (received leaves, completed coarse cells): float ranges of
         // the multipole array and their data
         let mut mult_up: Vec<(usize, &[f32])> =
             leaf_up.iter().map(|((a, _), w)| (*a, &w[..])).collect();
-        for (((a, _), (_, up)), w) in e
+        for ((ranges, (_, up)), w) in e
             .coarse_ranges()
             .into_iter()
             .zip(e.coarse_parts())
             .zip(&windows)
         {
-            mult_up.extend(up.into_iter().map(|(x, y)| (a + x, &w[x..y])));
+            mult_up.extend(
+                up.into_iter()
+                    .map(|(x, y)| (window_to_array(&ranges, x, y - x), &w[x..y])),
+            );
         }
         let nm: usize = mult_up.iter().map(|(_, w)| w.len()).sum();
         // the own upload finished long ago: the staging buffer is free (one buffer for
@@ -73,5 +82,36 @@ impl UniformFmm {
         }
         e.add_seconds(t.elapsed().as_secs_f64());
         Ok(halo)
+    }
+}
+
+/// The sorted own particles, read on the copy stream (which has waited for the upward pass,
+/// so for the sort: `start_rank_copies`).
+struct SortedRows<'a> {
+    sorted: &'a Sorted,
+    copy: Arc<CudaStream>,
+    plane: usize,
+}
+
+impl HaloRows for SortedRows<'_> {
+    fn rows(&self, (za, zb): (usize, usize)) -> GpuResult<Vec<f32>> {
+        let st = &self.sorted.starts;
+        let a = self
+            .copy
+            .clone_dtoh(&st.slice(za * self.plane..za * self.plane + 1))?[0];
+        let b = self
+            .copy
+            .clone_dtoh(&st.slice(zb * self.plane..zb * self.plane + 1))?[0];
+        let (a, b) = (a as usize, b as usize);
+        if b <= a {
+            return Ok(Vec::new());
+        }
+        let pos = self.copy.clone_dtoh(&self.sorted.pos.slice(4 * a..4 * b))?;
+        let str = self.copy.clone_dtoh(&self.sorted.str.slice(4 * a..4 * b))?;
+        Ok(pos
+            .chunks_exact(4)
+            .zip(str.chunks_exact(4))
+            .flat_map(|(p, q)| p.iter().chain(q).copied())
+            .collect())
     }
 }

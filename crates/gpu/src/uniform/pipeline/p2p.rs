@@ -13,15 +13,17 @@ impl UniformFmm {
         mult: &CudaSlice<f32>,
         bytes: &mut Bytes,
     ) -> GpuResult<OwnP2p> {
-        let (s, np, m) = (&ps.s, ps.np, ps.g.m);
+        let (s, np) = (&ps.s, ps.np);
         let mut vel = s.alloc_zeros::<f32>(3 * np)?;
         let mut strf = s.alloc_zeros::<f32>(3 * np)?;
         bytes.add(&vel);
         bytes.add(&strf);
         let period = ps.period();
+        // (on a rank the top level is complete only after the exchanges: `run_device`
+        // downloads it then)
         let top = match ps.per {
-            Some(_) => Some(s.clone_dtoh(&mult.slice(0..m * m * m * 2 * 3 * ncoef(ps.p)))?),
-            None => None,
+            Some(_) if ps.region.is_whole() => Some(s.clone_dtoh(&mult.slice(0..top_len(ps)))?),
+            _ => None,
         };
         let start = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
         if tasks.ntasks > 0 {
@@ -52,7 +54,8 @@ impl UniformFmm {
     }
 
     /// Phase 5, periodic: the far images on the host (f64) from the top multipoles `top`,
-    /// while the P2P runs, into the (still zero) locals of the receiver level.
+    /// while the P2P runs (on a rank: after the exchanges), into the (still zero) locals of
+    /// the receiver level.
     pub(super) fn far_image_locals(
         &self,
         ps: &Pass,
@@ -80,38 +83,22 @@ impl UniformFmm {
         tm: &mut UniformTimes,
     ) -> GpuResult<HaloTasks> {
         let (s, region, plane) = (&ps.s, ps.region, ps.plane);
-        let (n_lo, n_hi) = (
-            (region.own.0 - region.halo.0) * plane,
-            (region.halo.1 - region.own.1) * plane,
-        );
+        let nhalo: usize = region.halo.iter().map(|r| (r.1 - r.0) * plane).sum();
         let ntasks = tasks.ntasks;
-        let mut p2m = s.alloc_zeros::<i32>(i4(n_lo + n_hi))?;
-        let (z0, z1) = region.own;
-        let mut ranges = Vec::new();
-        if region.halo.0 < z0 {
-            ranges.push((z0, z0 + 1));
-        }
-        if z1 < region.halo.1 {
-            match ranges.last_mut() {
-                Some(last) if last.1 >= z1 - 1 => last.1 = z1,
-                _ => ranges.push((z1 - 1, z1)),
-            }
-        }
+        let mut p2m = s.alloc_zeros::<i32>(i4(nhalo))?;
+        let ranges = halo_targets(region, ps.per.is_some());
+        let rpl = ps.runs_per_leaf;
         let nr: usize = ranges.iter().map(|r| (r.1 - r.0) * plane).sum();
         let mut near = s.alloc_zeros::<i32>(i4(ntasks))?;
         let mut nsrc = s.alloc_zeros::<i32>(ntasks.max(1))?;
-        let mut runs = s.alloc_zeros::<i32>(i4(9 * nr))?;
+        let mut runs = s.alloc_zeros::<i32>(i4(rpl * nr))?;
         let mut scratch = s.alloc_zeros::<i32>(i4(nr.max(ntasks)))?;
         let mut scratch2 = s.alloc_zeros::<i32>(i4(ntasks))?;
         tm.k_sort += self.event_timed(|| {
             let f = self.func(ps.p, "u_p2m_tasks")?;
-            for (c0, cnt, at) in [
-                (region.halo.0 * plane, n_lo, 0),
-                (region.own.1 * plane, n_hi, n_lo),
-            ] {
-                if cnt == 0 {
-                    continue;
-                }
+            let mut at = 0;
+            for &(za, zb) in &region.halo {
+                let (c0, cnt) = (za * plane, (zb - za) * plane);
                 let (c0_i, cnt_i) = (c0 as i32, cnt as i32);
                 let mut out = p2m.slice_mut(4 * at..4 * (at + cnt));
                 let mut b = s.launch_builder(&f);
@@ -122,6 +109,7 @@ impl UniformFmm {
                 // starts hold n^3 + 1 ints (c0 + cnt <= n^3), out cnt int4; threads u >= cnt
                 // return.
                 unsafe { b.launch(grid1(cnt, 128)) }?;
+                at += cnt;
             }
             let f = self.func(ps.p, "u_leaf_tasks")?;
             let mut at = 0;
@@ -134,11 +122,11 @@ impl UniformFmm {
                     near: near.as_view_mut(),
                     nsrc: nsrc.as_view_mut(),
                     l2p: scratch2.as_view_mut(),
-                    runs: runs.slice_mut(4 * 9 * at..4 * 9 * (at + cnt)),
+                    runs: runs.slice_mut(4 * rpl * at..4 * rpl * (at + cnt)),
                 };
                 let sl = tasks.slice_starts.slice(u0..u0 + cnt + 1);
                 let starts = &tasks.sorted.starts;
-                let leaves = (za * plane, cnt, 0);
+                let leaves = (za * plane, cnt, ps.periodic_i());
                 self.launch_leaf_tasks(
                     ps,
                     &f,
@@ -154,7 +142,7 @@ impl UniformFmm {
         })?;
         Ok(HaloTasks {
             p2m,
-            count: n_lo + n_hi,
+            count: nhalo,
             ranges,
             near,
             nsrc,
@@ -203,7 +191,8 @@ impl UniformFmm {
                 if te > ta {
                     let near = ht.near.slice(4 * ta..4 * te);
                     let nsrc = ht.nsrc.slice(ta..te);
-                    let hr = ht.runs.slice(4 * 9 * at..4 * 9 * (at + cnt));
+                    let rpl = ps.runs_per_leaf;
+                    let hr = ht.runs.slice(4 * rpl * at..4 * rpl * (at + cnt));
                     let mut b = s.launch_builder(&f);
                     b.arg(&tasks.sorted.pos)
                         .arg(&tasks.sorted.str)
@@ -214,7 +203,7 @@ impl UniformFmm {
                     // SAFETY: p2p_near (signature at its launch in `own_p2p`): the arguments
                     // in this order and of these types; one block of P2P_THREADS per task ta ..
                     // te of these planes; the tasks index the own sorted particles, the runs
-                    // (9 per leaf, relative to hr) the halo's; vel and strf hold 3 np floats.
+                    // (rpl per leaf, relative to hr) the halo's; vel and strf hold 3 np floats.
                     unsafe { b.launch(blocks(te - ta, P2P_THREADS)) }?;
                 }
                 at += cnt;
@@ -223,4 +212,33 @@ impl UniformFmm {
         })?;
         Ok(())
     }
+}
+
+/// The own planes of `region` next to a halo plane (periodic: across the seam too), as
+/// sorted disjoint ranges: the targets of the P2P from the halo particles.
+fn halo_targets(region: &Region, periodic: bool) -> Ranges {
+    let n = region.grid.n() as i64;
+    let is_halo = |z: i64| {
+        let z = if periodic { z.rem_euclid(n) } else { z };
+        (0..n).contains(&z)
+            && region
+                .halo
+                .iter()
+                .any(|&(a, b)| (a..b).contains(&(z as usize)))
+    };
+    let mut out: Ranges = Vec::new();
+    for z in region.own.0..region.own.1 {
+        if is_halo(z as i64 - 1) || is_halo(z as i64 + 1) {
+            match out.last_mut() {
+                Some(last) if last.1 == z => last.1 = z + 1,
+                _ => out.push((z, z + 1)),
+            }
+        }
+    }
+    out
+}
+
+/// Floats of the top level's multipoles (`m^3` cells).
+pub(super) fn top_len(ps: &Pass) -> usize {
+    ps.g.m.pow(3) * 2 * 3 * ncoef(ps.p)
 }

@@ -118,3 +118,139 @@ fn periodic_device_matches_the_f64_reference() {
         .unwrap_err();
     assert!(e.to_string().contains("total strength"), "{e}");
 }
+
+/// On a GPU: the dense M2L kernel of one level against its f64 host emulation on random
+/// multipoles (free space with a z slab, periodic), p = 4..14.
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a CUDA GPU: cargo test --release --workspace --features gpu-tests"
+)]
+fn dense_m2l_kernel_matches_its_emulation() {
+    use crate::uniform::dense_m2l::{emulate_level, DenseM2l};
+    let fmm_ = UniformFmm::on_device(0).unwrap();
+    let mut state = 0x2545f4914f6cdd1du64;
+    let mut rnd = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+    };
+    for (p, nl, periodic, zr) in [
+        (4, 8, false, (0, 8)),
+        (6, 8, false, (3, 6)),
+        (10, 8, false, (0, 8)),
+        (10, 6, true, (0, 6)),
+        (14, 4, false, (1, 4)),
+    ] {
+        let w: f64 = 0.11;
+        let nf = 2 * ncoef(p);
+        let cells = nl * nl * nl;
+        // multipoles of cells of width w: degree n scaled by w^n, Im c(n, 0) = 0
+        let mut mult = vec![0.0f64; cells * 3 * nf];
+        for (i, x) in mult.iter_mut().enumerate() {
+            let k = (i % nf) / 2;
+            let n = (0..=p).find(|&n| (n + 1) * (n + 2) / 2 > k).unwrap();
+            let m = k - n * (n + 1) / 2;
+            if !(m == 0 && i % 2 == 1) {
+                *x = rnd() * w.powi(n as i32);
+            }
+        }
+        let m32: Vec<f32> = mult.iter().map(|&x| x as f32).collect();
+        let m64: Vec<f64> = m32.iter().map(|&x| x as f64).collect();
+        let got = fmm_
+            .dense_m2l_level(p, nl, periodic, w, zr.0, zr.1, &m32)
+            .unwrap();
+        let mut want = vec![0.0; cells * 3 * nf];
+        emulate_level(
+            &DenseM2l::new(p),
+            nl,
+            periodic,
+            w,
+            zr.0,
+            zr.1,
+            &m64,
+            &mut want,
+        );
+        let got64: Vec<f64> = got.iter().map(|&x| x as f64).collect();
+        let e = relative_l2_error_flat(&got64, &want);
+        println!(
+            "dense M2L p {p} nl {nl} periodic {periodic} planes {zr:?}: device vs f64 {e:.2e}"
+        );
+        assert!(e < 2e-6, "p {p}: {e:.2e}");
+        // nothing written outside the planes
+        for c in 0..cells {
+            if c / (nl * nl) < zr.0 || c / (nl * nl) >= zr.1 {
+                assert!(got[c * 3 * nf..(c + 1) * 3 * nf].iter().all(|&x| x == 0.0));
+            }
+        }
+    }
+}
+
+fn relative_l2_error_flat(got: &[f64], want: &[f64]) -> f64 {
+    let d: f64 = got.iter().zip(want).map(|(a, b)| (a - b).powi(2)).sum();
+    let n: f64 = want.iter().map(|b| b * b).sum();
+    (d / n).sqrt()
+}
+
+/// On a GPU: the whole evaluation with the dense M2L against the rotation M2L (velocity
+/// relative error below 1e-6 at p = 10, the f32 level) and both against the f64 twin,
+/// free space and periodic; repeatable.
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a CUDA GPU: cargo test --release --workspace --features gpu-tests"
+)]
+fn dense_and_rotation_m2l_agree_on_whole_evaluations() {
+    use crate::uniform::{evaluate_reference_periodic, M2lKernel};
+    let fmm_ = UniformFmm::on_device(0).unwrap();
+    let mut s = vortex_fmm::testsets::standard(200_000, 9);
+    s.sigma.iter_mut().for_each(|v| *v *= 0.5);
+    let per = Periodic::default();
+    let mut sp = vortex_fmm::testsets::generate(
+        vortex_fmm::testsets::Distribution::Uniform,
+        50_000,
+        3,
+        true,
+    );
+    sp.sigma.iter_mut().for_each(|v| *v *= 0.5);
+    for (p, periodic) in [(10, false), (6, false), (10, true), (14, false)] {
+        let run = |m2l: M2lKernel| {
+            let params = UniformParams {
+                order: p,
+                m2l,
+                ..Default::default()
+            };
+            let (f, tm) = if periodic {
+                fmm_.evaluate_periodic(&sp, &params, &per).unwrap()
+            } else {
+                fmm_.evaluate(&s, &params).unwrap()
+            };
+            (f, tm, params)
+        };
+        let (rot, tr, params) = run(M2lKernel::Rotation);
+        let (den, td, _) = run(M2lKernel::Dense);
+        let (again, _, _) = run(M2lKernel::Dense);
+        assert_eq!(den, again, "dense not repeatable");
+        let want = if periodic {
+            evaluate_reference_periodic(&sp, &params, &per).unwrap()
+        } else {
+            evaluate_reference(&s, &params).unwrap()
+        };
+        let eu = relative_l2_error(&den.velocity, &rot.velocity);
+        let es = relative_l2_error(&den.stretching, &rot.stretching);
+        let (eur, edr) = (
+            relative_l2_error(&rot.velocity, &want.velocity),
+            relative_l2_error(&den.velocity, &want.velocity),
+        );
+        println!(
+            "p {p} periodic {periodic} n {}: dense vs rotation {eu:.2e} / {es:.2e}; vs f64 rotation {eur:.2e} dense {edr:.2e}; M2L kernel {:.4} s -> {:.4} s",
+            td.n, tr.k_m2l, td.k_m2l
+        );
+        assert!(eu < 1e-6 && es < 1e-5, "{eu:.2e} {es:.2e}");
+        assert!(
+            edr < 2e-5 && edr < 2.0 * eur + 1e-7,
+            "{edr:.2e} vs {eur:.2e}"
+        );
+    }
+}

@@ -112,15 +112,16 @@ impl UniformFmm {
         copy.wait(&ps.s.record_event(None)?)?;
         let mut rest = pinned(&self.dev, down, total, 0)?;
         let mut windows: Vec<WindowCopy> = Vec::new();
-        for ((a, b), (down, _)) in coarse {
+        for (ranges, (down, _)) in coarse {
             let mut parts = Vec::new();
             for (x, y) in down {
                 let (h, r) = rest.split_at_mut(y - x);
-                copy.memcpy_dtoh(&mult.slice(a + x..a + y), &mut *h)?;
+                let a = window_to_array(&ranges, x, y - x);
+                copy.memcpy_dtoh(&mult.slice(a..a + y - x), &mut *h)?;
                 parts.push((x, &*h));
                 rest = r;
             }
-            windows.push((b - a, parts));
+            windows.push((ranges.iter().map(|(a, b)| b - a).sum(), parts));
         }
         let mut leaves = Vec::new();
         for (a, b) in ranges {

@@ -1,0 +1,439 @@
+//! The Fourier-space steps of [`crate::fourier`] on a lattice split over the ranks of a
+//! [`Comm`] in slabs of planes (a slab-decomposed 3-D FFT): the periodic RBF lattice solve
+//! (core paper Sec. 2, `beta_hat = omega_hat / (c S(kx) S(ky) S(kz))`), the Biot-Savart law in
+//! Fourier space (`u_hat = i k x omega_hat / |k|^2`, the mean and the Nyquist planes dropped)
+//! and the shell spectrum, energy and enstrophy with the conventions of
+//! `vortex_spectral::diagnostics` (docs/CONVENTIONS.md), reduced over the ranks.
+//!
+//! **Layout.** An `n^3` lattice of three real components stored interleaved, three axes named
+//! by their place in the index: `s` the slowest (the slab axis), `m` the middle one, `f` the
+//! fastest. Rank `r` holds the planes `s in bounds[r]..bounds[r+1]` (bounds chosen by the
+//! caller, possibly uneven, possibly empty) as `[((s - s0) n + m) n + f][3]`. [`SlabAxis`] says
+//! which physical axis `s` is: [`SlabAxis::X`] (index `(x n + y) n + z`, the layout of
+//! [`crate::fourier::Fourier`] and of `vortex_method::reinterpolation::Lattice`) or
+//! [`SlabAxis::Z`] (index `(z n + y) n + x`, planes of constant `z`, the slabs of the uniform
+//! grid's decomposition).
+//!
+//! **Transform** (forward; the inverse runs the same steps backwards, unnormalised as cuFFT's,
+//! the `1/n^3` folded into the pointwise factors):
+//! 1. per own plane, the 2-D real-to-complex transform over `(m, f)`, the half spectrum in `f`
+//!    (`nh = n/2 + 1`): the *slab spectrum* `[s - s0][km][kf][3]`;
+//! 2. the transpose: rank `r` gets the middle wavenumbers `km in r n / R..(r+1) n / R` of every
+//!    plane ([`SlabLayout::slab_runs`], [`SlabLayout::pencil_run`]: the one plan of which block
+//!    goes where, used by the host twin and by the device through [`slabs_to_pencils`] and
+//!    [`pencils_to_slabs`]) over [`Comm::alltoallv`];
+//! 3. the 1-D complex transforms along `s`: the *pencil spectrum* `[ks][km - m0][kf][3]`, in
+//!    which the pointwise factors act (each element knows its wavevector,
+//!    [`SlabLayout::wavevector`]).
+//!
+//! Two implementations share everything but the transforms: [`HostSlabFourier`] (rustfft and
+//! realfft on the CPU: what the tests without a GPU check against one-rank 3-D transforms) and
+//! [`SlabFourier`] (cuFFT, kernels of `kernels/slab_fourier.cu`, the transpose staged through
+//! the host).
+
+mod device;
+mod host;
+
+pub use device::{SlabFourier, SlabKernels};
+pub use host::HostSlabFourier;
+
+use crate::fourier::GridSpectrum;
+use num_complex::Complex64;
+use rayon::prelude::*;
+use std::ops::Range;
+use vortex_domain::{Comm, ReduceOp};
+
+/// The physical axis of the slowest lattice index (the axis the slabs split).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlabAxis {
+    /// Index `(x n + y) n + z`: planes of constant `x` (the layout of `Fourier`).
+    X,
+    /// Index `(z n + y) n + x`: planes of constant `z`.
+    Z,
+}
+
+/// A slab decomposition that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SlabError {
+    #[error("slab FFT: {ranks} ranks for a lattice of n = {n} planes: at most n ranks (each needs a range of middle wavenumbers)")]
+    TooManyRanks { ranks: usize, n: usize },
+    #[error("slab FFT: the plane bounds {bounds:?} must start at 0, end at n = {n} and not decrease ({what})")]
+    BadBounds {
+        bounds: Vec<usize>,
+        n: usize,
+        what: &'static str,
+    },
+    #[error("slab FFT: rank {rank} of a decomposition over {ranks} ranks")]
+    BadRank { rank: usize, ranks: usize },
+    #[error("slab FFT: the layout is for rank {layout_rank} of {layout_ranks}, the communicator is rank {rank} of {ranks}")]
+    CommMismatch {
+        layout_rank: usize,
+        layout_ranks: usize,
+        rank: usize,
+        ranks: usize,
+    },
+    #[error("slab FFT: a lattice field of {got} doubles where rank {rank} holds {want} ({planes} planes of n = {n})")]
+    FieldLength {
+        got: usize,
+        want: usize,
+        rank: usize,
+        planes: usize,
+        n: usize,
+    },
+    #[error("slab FFT: {got} inverse eigenvalues for n = {n}")]
+    EigenLength { got: usize, n: usize },
+    #[error("slab FFT: the spectrum asked for before any Biot-Savart step")]
+    NoSpectrum,
+}
+
+/// The decomposition seen from one rank: the planes of every rank, the middle-wavenumber
+/// ranges of the transposed spectrum, and the exchange plan between them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlabLayout {
+    n: usize,
+    axis: SlabAxis,
+    /// Planes of rank `r`: `bounds[r]..bounds[r + 1]`.
+    bounds: Vec<usize>,
+    /// Middle wavenumbers of rank `r` after the transpose: `pencils[r]..pencils[r + 1]`,
+    /// `pencils[r] = r n / R`.
+    pencils: Vec<usize>,
+    rank: usize,
+}
+
+impl SlabLayout {
+    /// Rank `rank`'s view of the `n^3` lattice split at `bounds` (`R + 1` entries, `0 = bounds[0]
+    /// <= ... <= bounds[R] = n`). Refuses `R > n`.
+    pub fn new(n: usize, bounds: &[usize], rank: usize, axis: SlabAxis) -> Result<Self, SlabError> {
+        let bad = |what| SlabError::BadBounds {
+            bounds: bounds.to_vec(),
+            n,
+            what,
+        };
+        if bounds.len() < 2 {
+            return Err(bad("at least 2 entries (one rank)"));
+        }
+        let ranks = bounds.len() - 1;
+        if ranks > n {
+            return Err(SlabError::TooManyRanks { ranks, n });
+        }
+        if bounds[0] != 0 || bounds[ranks] != n {
+            return Err(bad("first and last entries"));
+        }
+        if bounds.windows(2).any(|w| w[1] < w[0]) {
+            return Err(bad("a decreasing pair"));
+        }
+        if rank >= ranks {
+            return Err(SlabError::BadRank { rank, ranks });
+        }
+        Ok(Self {
+            n,
+            axis,
+            bounds: bounds.to_vec(),
+            pencils: even_bounds(n, ranks),
+            rank,
+        })
+    }
+
+    /// The even split `bounds[r] = r n / R` (refuses `R > n`).
+    pub fn even(n: usize, ranks: usize, rank: usize, axis: SlabAxis) -> Result<Self, SlabError> {
+        if ranks > n {
+            return Err(SlabError::TooManyRanks { ranks, n });
+        }
+        Self::new(n, &even_bounds(n, ranks.max(1)), rank, axis)
+    }
+
+    pub fn n(&self) -> usize {
+        self.n
+    }
+    pub fn axis(&self) -> SlabAxis {
+        self.axis
+    }
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+    pub fn ranks(&self) -> usize {
+        self.bounds.len() - 1
+    }
+    /// `n/2 + 1`: the half axis of the spectra.
+    pub fn nh(&self) -> usize {
+        self.n / 2 + 1
+    }
+    /// The planes of rank `r`.
+    pub fn planes(&self, r: usize) -> Range<usize> {
+        self.bounds[r]..self.bounds[r + 1]
+    }
+    /// The middle wavenumber indices of rank `r` after the transpose.
+    pub fn pencil(&self, r: usize) -> Range<usize> {
+        self.pencils[r]..self.pencils[r + 1]
+    }
+    /// Doubles of this rank's lattice field, `3 n^2` per plane.
+    pub fn real_len(&self) -> usize {
+        3 * self.n * self.n * self.planes(self.rank).len()
+    }
+    /// Complex numbers of this rank's slab spectrum `[s - s0][km][kf][3]`.
+    pub fn slab_len(&self) -> usize {
+        3 * self.planes(self.rank).len() * self.n * self.nh()
+    }
+    /// Complex numbers of this rank's pencil spectrum `[ks][km - m0][kf][3]`.
+    pub fn pencil_len(&self) -> usize {
+        3 * self.n * self.pencil(self.rank).len() * self.nh()
+    }
+
+    /// On the slab side: the runs of this rank's slab spectrum (complex numbers, in message
+    /// order) that make its message to / from the pencil rank `peer`: the block of its planes
+    /// and of `peer`'s middle wavenumbers, ordered `[s - s0][km - m0(peer)][kf][3]`.
+    pub fn slab_runs(&self, peer: usize) -> impl Iterator<Item = Range<usize>> {
+        let (n, nh) = (self.n, self.nh());
+        let m = self.pencil(peer);
+        (0..self.planes(self.rank).len()).map(move |sl| {
+            let start = 3 * (sl * n + m.start) * nh;
+            start..start + 3 * m.len() * nh
+        })
+    }
+
+    /// On the pencil side: the one run of this rank's pencil spectrum (complex numbers) that
+    /// makes its message to / from the slab rank `peer`: the planes `ks` of `peer` (the `s`
+    /// index keeps its place through the transpose), same order as [`Self::slab_runs`].
+    pub fn pencil_run(&self, peer: usize) -> Range<usize> {
+        let row = 3 * self.pencil(self.rank).len() * self.nh();
+        let s = self.planes(peer);
+        s.start * row..s.end * row
+    }
+
+    /// Bytes this rank sends to the others in one transpose (one direction; the other sends
+    /// as many in total, though not per rank when the bounds are uneven).
+    pub fn bytes_sent_per_transpose(&self) -> usize {
+        let nh = self.nh();
+        let mine = self.planes(self.rank).len();
+        (0..self.ranks())
+            .filter(|&r| r != self.rank)
+            .map(|r| 16 * 3 * mine * self.pencil(r).len() * nh)
+            .sum()
+    }
+
+    /// Element `t` of the pencil spectrum (complex, per component: `t = (ks nq + kml) nh +
+    /// kf`) as its indices `(ks, km, kf)` along `s`, `m` (global) and `f`.
+    pub fn pencil_index(&self, t: usize) -> [usize; 3] {
+        let (nh, p) = (self.nh(), self.pencil(self.rank));
+        let kf = t % nh;
+        let kml = (t / nh) % p.len();
+        [t / (nh * p.len()), p.start + kml, kf]
+    }
+
+    /// The physical integer wavevector `(kx, ky, kz)` of the indices `(ks, km, kf)`, each
+    /// signed by `signed` (the half axis `f` is never negative).
+    pub fn wavevector(&self, idx: [usize; 3], signed: fn(usize, usize) -> f64) -> [f64; 3] {
+        let n = self.n;
+        let (s, m, f) = (signed(idx[0], n), signed(idx[1], n), idx[2] as f64);
+        match self.axis {
+            SlabAxis::X => [s, m, f],
+            SlabAxis::Z => [f, m, s],
+        }
+    }
+
+    /// Whether `(ks, km, kf)` lies on a Nyquist plane (even `n`).
+    pub fn nyquist(&self, idx: [usize; 3]) -> bool {
+        self.n % 2 == 0 && idx.contains(&(self.n / 2))
+    }
+
+    /// Shells of the spectrum, `ceil(sqrt(3) n / 2) + 1` (`vortex_spectral::diagnostics`).
+    pub fn shells(&self) -> usize {
+        (3.0f64.sqrt() * self.n as f64 / 2.0).ceil() as usize + 1
+    }
+
+    /// Bytes this rank allocates on its device for [`SlabFourier`]: the slab and pencil spectra,
+    /// the spectrum partials, and an upper estimate of cuFFT's work areas (per 2-D plan the
+    /// data of one plane's three components, for the 1-D plan the pencil spectrum). The
+    /// lattice field itself (`8 real_len()` bytes) is the caller's.
+    pub fn device_bytes(&self) -> usize {
+        let plane = 16 * 3 * self.n * self.nh();
+        16 * (self.slab_len() + 2 * self.pencil_len())
+            + 2 * plane
+            + 8 * device::SPECTRUM_BLOCKS * (self.shells() + 2)
+    }
+
+    /// Bytes of host memory this rank uses for the device's staged transpose: the staging
+    /// copies of both spectra and the messages sent and received (a communicator may hold one
+    /// more copy of the messages in flight).
+    pub fn host_bytes(&self) -> usize {
+        2 * 16 * (self.slab_len() + self.pencil_len())
+    }
+
+    fn check_comm(&self, comm: &dyn Comm) -> Result<(), SlabError> {
+        if comm.rank() != self.rank || comm.size() != self.ranks() {
+            return Err(SlabError::CommMismatch {
+                layout_rank: self.rank,
+                layout_ranks: self.ranks(),
+                rank: comm.rank(),
+                ranks: comm.size(),
+            });
+        }
+        Ok(())
+    }
+
+    fn check_field(&self, got: usize) -> Result<(), SlabError> {
+        if got < self.real_len() {
+            return Err(SlabError::FieldLength {
+                got,
+                want: self.real_len(),
+                rank: self.rank,
+                planes: self.planes(self.rank).len(),
+                n: self.n,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_eig(&self, got: usize) -> Result<(), SlabError> {
+        if got < self.n {
+            return Err(SlabError::EigenLength { got, n: self.n });
+        }
+        Ok(())
+    }
+}
+
+/// `r n / R`, `r = 0..=R`.
+pub fn even_bounds(n: usize, ranks: usize) -> Vec<usize> {
+    (0..=ranks).map(|r| r * n / ranks).collect()
+}
+
+/// Wavenumber of index `i` on an axis of `n` as the Biot-Savart factor takes it (`i <= n/2`
+/// positive, the kernels' `wavenumber`).
+pub fn wavenumber_solve(i: usize, n: usize) -> f64 {
+    if i <= n / 2 {
+        i as f64
+    } else {
+        i as f64 - n as f64
+    }
+}
+
+/// Wavenumber of index `i` as the spectrum takes it (`i < n/2` positive, the Nyquist index
+/// negative: `vortex_spectral::fft::wavenumber`).
+pub fn wavenumber_spectrum(i: usize, n: usize) -> f64 {
+    if i < n / 2 {
+        i as f64
+    } else {
+        i as f64 - n as f64
+    }
+}
+
+/// A number of the spectra as it travels: little-endian doubles, a complex number as its real
+/// then its imaginary part (so the device's `f64` pairs and the host's `Complex64` make the
+/// same bytes).
+pub trait Wire: Copy + Send + Sync {
+    /// Values per complex number.
+    const PER_COMPLEX: usize;
+    /// Bytes per value.
+    const BYTES: usize = 16 / Self::PER_COMPLEX;
+    fn put(v: &[Self], out: &mut Vec<u8>);
+    fn get(b: &[u8], out: &mut [Self]);
+}
+
+// The values travel as their in-memory bytes (`bytemuck` casts: one copy, no per-element
+// conversion; every rank of a job runs the same binary on the same byte order).
+impl Wire for f64 {
+    const PER_COMPLEX: usize = 2;
+    fn put(v: &[Self], out: &mut Vec<u8>) {
+        out.extend_from_slice(bytemuck::cast_slice(v));
+    }
+    fn get(b: &[u8], out: &mut [Self]) {
+        let n = b.len().min(8 * out.len());
+        bytemuck::cast_slice_mut::<f64, u8>(out)[..n].copy_from_slice(&b[..n]);
+    }
+}
+
+impl Wire for Complex64 {
+    const PER_COMPLEX: usize = 1;
+    fn put(v: &[Self], out: &mut Vec<u8>) {
+        out.extend_from_slice(bytemuck::cast_slice(v));
+    }
+    fn get(b: &[u8], out: &mut [Self]) {
+        let n = b.len().min(16 * out.len());
+        bytemuck::cast_slice_mut::<Complex64, u8>(out)[..n].copy_from_slice(&b[..n]);
+    }
+}
+
+fn scaled<T: Wire>(r: Range<usize>) -> Range<usize> {
+    r.start * T::PER_COMPLEX..r.end * T::PER_COMPLEX
+}
+
+fn check_message(got: usize, want: usize, from: usize, to: usize) {
+    assert_eq!(
+        got, want,
+        "slab FFT transpose: rank {to} got {got} bytes from rank {from}, expected {want}"
+    );
+}
+
+/// Forward transpose: the slab spectrum of every rank to the pencil spectra (collective).
+pub fn slabs_to_pencils<T: Wire>(
+    layout: &SlabLayout,
+    comm: &dyn Comm,
+    slab: &[T],
+    pencil: &mut [T],
+) {
+    let send: Vec<Vec<u8>> = (0..layout.ranks())
+        .into_par_iter()
+        .map(|d| {
+            let len: usize = layout.slab_runs(d).map(|r| 16 * r.len()).sum();
+            let mut b = Vec::with_capacity(len);
+            layout
+                .slab_runs(d)
+                .for_each(|r| T::put(&slab[scaled::<T>(r)], &mut b));
+            b
+        })
+        .collect();
+    let recv = comm.alltoallv(&send);
+    for (r, b) in recv.iter().enumerate() {
+        let run = scaled::<T>(layout.pencil_run(r));
+        check_message(b.len(), T::BYTES * run.len(), r, layout.rank);
+        T::get(b, &mut pencil[run]);
+    }
+}
+
+/// Inverse transpose: the pencil spectra back to the slab spectrum of every rank (collective).
+pub fn pencils_to_slabs<T: Wire>(
+    layout: &SlabLayout,
+    comm: &dyn Comm,
+    pencil: &[T],
+    slab: &mut [T],
+) {
+    let send: Vec<Vec<u8>> = (0..layout.ranks())
+        .into_par_iter()
+        .map(|d| {
+            let run = layout.pencil_run(d);
+            let mut b = Vec::with_capacity(16 * run.len());
+            T::put(&pencil[scaled::<T>(run)], &mut b);
+            b
+        })
+        .collect();
+    let recv = comm.alltoallv(&send);
+    for (r, b) in recv.iter().enumerate() {
+        let want: usize = layout
+            .slab_runs(r)
+            .map(|run| T::BYTES * scaled::<T>(run).len())
+            .sum();
+        check_message(b.len(), want, r, layout.rank);
+        let mut at = 0;
+        for run in layout.slab_runs(r) {
+            let run = scaled::<T>(run);
+            let len = T::BYTES * run.len();
+            T::get(&b[at..at + len], &mut slab[run]);
+            at += len;
+        }
+    }
+}
+
+/// Shell spectrum, energy and enstrophy from the per-rank partial sums `[shells..., E, Z]`,
+/// summed over the ranks in rank order (collective).
+pub fn reduce_spectrum(comm: &dyn Comm, mut partial: Vec<f64>) -> GridSpectrum {
+    comm.allreduce_f64(&mut partial, ReduceOp::Sum);
+    let ns = partial.len() - 2;
+    GridSpectrum {
+        shells: partial[..ns].to_vec(),
+        energy: partial[ns],
+        enstrophy: partial[ns + 1],
+    }
+}
+
+#[cfg(test)]
+mod tests;
