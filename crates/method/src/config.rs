@@ -32,6 +32,9 @@
 //! solver = "direct"    # direct (separable, exact) | cg (conjugate gradients)
 //! tolerance = 1e-8     # relative residual the solve must reach
 //! strain = 0.5         # ... or when (t - t_reset) max|alpha|/h^3 exceeds this (0: off)
+//! history = "restart"  # restart (default: a Heun step after each re-interpolation, two
+//!                      # evaluations) | carry (the AB2 history through the lattice operator:
+//!                      # one evaluation per step; an option, not yet measured on a GPU)
 //! # periodic box: the lattice solve interpolates the vorticity filtered by
 //! # f(kx) f(ky) f(kz), f(k) = exp(-strength (|k|/k_N)^order) (default: Hou & Li's 36, 36);
 //! # { kind = "none" }: exact interpolation
@@ -57,6 +60,7 @@
 
 use crate::energy_check::EnergyTolerance;
 use crate::error::{Error, Result};
+use crate::reinterpolation::history::History;
 use crate::reinterpolation::{LatticeFilter, LatticeSpec, RbfSettings, RbfSolver};
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
@@ -298,6 +302,11 @@ pub struct ReinterpolationConfig {
     pub n: Option<usize>,
     /// Free-space lattice spacing (default: `initial.spacing`).
     pub spacing: Option<f64>,
+    /// The Adams-Bashforth history through a re-interpolation: `"restart"` (default: the next
+    /// step is a Heun step, two evaluations) or `"carry"` (through the lattice operator, the next
+    /// step is AB2 with one evaluation; an option, not yet measured on a GPU). See
+    /// [`crate::reinterpolation::history`].
+    pub history: History,
     /// Transfer function of the periodic lattice solve
     /// ([`crate::reinterpolation::filter`]; default: `exp(-36 (|k|/k_N)^36)` per axis; ignored
     /// in free space and for the initial condition).
@@ -320,6 +329,7 @@ impl Default for ReinterpolationConfig {
             drop: r.drop,
             n: None,
             spacing: None,
+            history: History::default(),
             filter: LatticeFilter::default(),
         }
     }

@@ -1,6 +1,10 @@
 //! Time stepping: second-order Adams-Bashforth for positions and strengths (core paper Sec. 2),
-//! started (and restarted after every re-interpolation, which replaces the particles) by one Heun
-//! (explicit trapezoidal RK2) step, so the scheme is second order throughout. Diffusion is the
+//! started by one Heun (explicit trapezoidal RK2) step, so the scheme is second order
+//! throughout. A re-interpolation replaces the particles; with `reinterpolation.history =
+//! "restart"` (the default) the step after it is a Heun step again (two evaluations), with
+//! `"carry"` (an option, not yet measured on a GPU) the AB2 history goes through the lattice
+//! operator with them ([`crate::reinterpolation::history`], second order, one evaluation per
+//! step). Diffusion is the
 //! core spreading of [`crate::core_spreading`], evaluated exactly at each stage time; the cores
 //! are reset by RBF re-interpolation when they have grown past a ratio or every `M` steps.
 //!
@@ -15,6 +19,7 @@ use crate::config::Config;
 use crate::core_spreading;
 use crate::error::{Error, Result};
 use crate::particles::Particles;
+use crate::reinterpolation::history::{reinterpolate_with_history, History, PreviousRates};
 use crate::reinterpolation::{reinterpolate, LatticeSpec, RbfReport, RbfSettings};
 use crate::rhs::{Derivatives, RightHandSide};
 use serde::{Deserialize, Serialize};
@@ -67,6 +72,8 @@ pub struct Stepper {
     pub strain_limit: f64,
     /// Volume of a lattice cell, `h^3` (vorticity of a particle = `|alpha| / h^3`).
     pub cell_volume: f64,
+    /// The AB2 history through a re-interpolation: carried or restarted.
+    pub history: History,
 }
 
 fn axpy(y: &mut [[f64; 3]], a: f64, x: &[[f64; 3]]) {
@@ -98,6 +105,7 @@ impl Stepper {
             every: c.reinterpolation.every,
             strain_limit: c.reinterpolation.strain,
             cell_volume: c.lattice_h().powi(3),
+            history: c.reinterpolation.history,
         }
     }
 
@@ -146,19 +154,20 @@ impl Stepper {
     ) -> Result<StepReport> {
         let local = |p: &Particles| (p.total_strength(), p.len());
         let (scheme, extra) = self.update(st, f_n, rhs, &local)?;
-        let p = &mut st.particles;
+        let p = &st.particles;
         let mut reinterpolation = None;
         let strain = self.strain(st.step - st.step_reset, p.max_strength());
         if self.reinterpolation_due(st.step - st.step_reset, p.max_core_ratio(), strain) {
-            let (fresh, report) = reinterpolate(p, &self.lattice, self.sigma0, &self.rbf)?;
+            let (fresh, history, report) = self.reinterpolate(st)?;
             if fresh.is_empty() {
                 return Err(Error::Rbf(format!(
                     "no particle left after re-interpolation at step {}",
                     st.step
                 )));
             }
-            *p = fresh;
+            st.particles = fresh;
             self.reset(st);
+            st.previous = history;
             reinterpolation = Some(report);
         }
         Ok(StepReport {
@@ -210,6 +219,30 @@ impl Stepper {
         Ok((scheme, extra))
     }
 
+    /// The re-interpolation of `st.particles` after an update, with the AB2 history carried
+    /// to the fresh particles when [`Stepper::history`] says so (`st.previous` holds the rates of
+    /// the step before, evaluated `dt` ago). Returns the fresh particles, their history (`None`:
+    /// restart) and the report; `st` is not changed.
+    pub fn reinterpolate(&self, st: &State) -> Result<(Particles, Option<Derivatives>, RbfReport)> {
+        let p = &st.particles;
+        match (&st.previous, self.history) {
+            (Some(rates), History::Carry) if rates.velocity.len() == p.len() => {
+                let prev = PreviousRates {
+                    rates,
+                    nu: self.nu,
+                    elapsed: self.time(st.step - 1) - self.time(st.step_reset),
+                };
+                let (fresh, h, report) =
+                    reinterpolate_with_history(p, prev, &self.lattice, self.sigma0, &self.rbf)?;
+                Ok((fresh, Some(h), report))
+            }
+            _ => {
+                let (fresh, report) = reinterpolate(p, &self.lattice, self.sigma0, &self.rbf)?;
+                Ok((fresh, None, report))
+            }
+        }
+    }
+
     /// Whether the cores are reset now, `since_reset` steps after the last reset, with the
     /// largest `sigma / sigma0` over all particles `max_ratio` and the strain `strain`
     /// ([`Stepper::strain`]).
@@ -220,8 +253,9 @@ impl Stepper {
         due_ratio || due_count || due_strain
     }
 
-    /// Book-keeping after the particles were replaced by re-interpolated ones: the next step is a
-    /// Heun step and the core spreading restarts.
+    /// Book-keeping after the particles were replaced by re-interpolated ones: the core
+    /// spreading restarts and the history is cleared (the caller sets the carried one, else the
+    /// next step is a Heun step).
     pub fn reset(&self, st: &mut State) {
         st.step_reset = st.step;
         st.previous = None;

@@ -181,6 +181,7 @@ fn inviscid_rings_conserve_impulse_and_total_strength() {
         every: 0,
         strain_limit: 0.0,
         cell_volume: 1.0,
+        history: Default::default(),
     };
     let mut st = vortex_method::State {
         step: 0,

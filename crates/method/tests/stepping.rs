@@ -34,6 +34,7 @@ fn stepper(dt: f64) -> Stepper {
         every: 0,
         strain_limit: 0.0,
         cell_volume: 1.0,
+        history: Default::default(),
     }
 }
 

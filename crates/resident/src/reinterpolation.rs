@@ -5,20 +5,23 @@
 //! times the transfer function of `[reinterpolation] filter`,
 //! `vortex_method::reinterpolation::filter`),
 //! and the fresh particles on the lattice with the initial core (the caller removes the mean
-//! strength). The same lattice operations give the diagnostics' grid velocity
+//! strength); [`Reinterpolator::carry_history`] takes the AB2 history through the same lattice
+//! operator. The same lattice operations give the diagnostics' grid velocity
 //! ([`Reinterpolator::grid_velocity`]: the blob vorticity on the grid, then Biot-Savart in
 //! Fourier space).
 
 use crate::fourier::{Fourier, GridSpectrum};
 use crate::kernels::Kernels;
 use crate::lattice::{bin, gaussian_sums, lattice_particles, Planes};
-use crate::state::DeviceParticles;
+use crate::state::{DeviceFields, DeviceParticles};
 use cudarc::driver::{CudaSlice, CudaStream};
 use std::collections::HashMap;
 use std::sync::Arc;
 use vortex_cuda::{GpuError, GpuResult};
+use vortex_method::reinterpolation::history::History;
 use vortex_method::reinterpolation::separable::{axis_weights, AxisSolver};
 use vortex_method::reinterpolation::{Lattice, LatticeFilter, RbfReport};
+use vortex_method::stepping::Stepper;
 use vortex_method::Config;
 
 /// Settings of the periodic re-interpolation and the transforms and eigenvalues it keeps.
@@ -80,6 +83,67 @@ impl Reinterpolator {
         gaussian_sums(k, s, &b, lat, self.cutoff, sigma_max)
     }
 
+    /// `L_c[x] v = A^{-1} G_c[x] v` on the `n^3` lattice of the box: the Gaussian sums of the
+    /// blobs `p` (their positions, strengths and cores, `sigma_max` the largest core) at the
+    /// lattice points, then the lattice solve with the core `sigma0` (`3 n^3` doubles, lattice
+    /// order): the strengths of [`Reinterpolator::reinterpolate`], and the operator through
+    /// which [`Reinterpolator::carry_history`] takes the AB2 history.
+    pub fn lattice_operator(
+        &mut self,
+        k: &Kernels,
+        s: &Arc<CudaStream>,
+        p: &DeviceParticles,
+        sigma_max: f64,
+    ) -> GpuResult<CudaSlice<f64>> {
+        let n = self.n;
+        let lat = Lattice::periodic_box(n, self.box_length);
+        let mut field = self.lattice_vorticity(k, s, p, &lat, sigma_max)?;
+        if self.inv_eig.is_none() {
+            let e = inverse_eigenvalues(n, lat.h, self.sigma0, self.cutoff, &self.filter)
+                .map_err(|e| GpuError::Unsupported(format!("{e}; lower initial.overlap")))?;
+            self.inv_eig = Some(s.clone_htod(&e)?);
+        }
+        let c = (2.0 * std::f64::consts::PI * self.sigma0 * self.sigma0).powf(-1.5);
+        let inv_eig = self.inv_eig.take().expect("set above");
+        let r = self.fourier(s, n)?.solve_rbf(k, s, &mut field, &inv_eig, c);
+        self.inv_eig = Some(inv_eig);
+        r?;
+        Ok(field)
+    }
+
+    /// The AB2 history `prev` of the old particles `p` (rates evaluated `elapsed` after the
+    /// last reset, `nu` the viscosity of the core spreading) carried to the fresh particles of
+    /// [`Reinterpolator::reinterpolate`] (`vortex_method::reinterpolation::history`, whose
+    /// module documentation derives it): the strength rates through the lattice operator with
+    /// the cores of that evaluation, the velocities with the fresh core `sigma0`. Three lattice
+    /// operators per re-interpolation instead of one, and no second FMM evaluation in the step
+    /// after it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn carry_history(
+        &mut self,
+        k: &Kernels,
+        s: &Arc<CudaStream>,
+        p: &DeviceParticles,
+        prev: &DeviceFields,
+        nu: f64,
+        elapsed: f64,
+        sigma_max: f64,
+    ) -> GpuResult<DeviceFields> {
+        let mut q = DeviceParticles {
+            n: p.n,
+            pos: s.clone_dtod(&p.pos)?,
+            alpha: s.clone_dtod(&prev.str)?,
+            sigma: s.clone_dtod(&p.sigma)?,
+            sigma0: s.clone_dtod(&p.sigma0)?,
+        };
+        q.spread(k, s, nu, elapsed)?;
+        let rates = self.lattice_operator(k, s, &q, sigma_max)?;
+        q.alpha = s.clone_dtod(&prev.vel)?;
+        q.spread(k, s, 0.0, 0.0)?;
+        let vel = self.lattice_operator(k, s, &q, sigma_max)?;
+        Ok(DeviceFields { vel, str: rates })
+    }
+
     /// Fresh particles on the `n^3` lattice of the box (index = lattice order) whose blob
     /// field interpolates the vorticity of `p` at the lattice points; the mean strength is
     /// not yet removed.
@@ -92,17 +156,7 @@ impl Reinterpolator {
     ) -> GpuResult<(DeviceParticles, RbfReport)> {
         let (n, l) = (self.n, self.box_length);
         let lat = Lattice::periodic_box(n, l);
-        let mut field = self.lattice_vorticity(k, s, p, &lat, sigma_max)?;
-        if self.inv_eig.is_none() {
-            let e = inverse_eigenvalues(n, lat.h, self.sigma0, self.cutoff, &self.filter)
-                .map_err(|e| GpuError::Unsupported(format!("{e}; lower initial.overlap")))?;
-            self.inv_eig = Some(s.clone_htod(&e)?);
-        }
-        let c = (2.0 * std::f64::consts::PI * self.sigma0 * self.sigma0).powf(-1.5);
-        let inv_eig = self.inv_eig.take().expect("set above");
-        let r = self.fourier(s, n)?.solve_rbf(k, s, &mut field, &inv_eig, c);
-        self.inv_eig = Some(inv_eig);
-        r?;
+        let field = self.lattice_operator(k, s, p, sigma_max)?;
         let n3 = n * n * n;
         let planes = Planes::all(&lat);
         let fresh = lattice_particles(k, s, n, lat.origin[0], lat.h, self.sigma0, planes, field)?;
@@ -146,5 +200,31 @@ impl Reinterpolator {
             None
         };
         Ok((spectrum, velocity))
+    }
+}
+
+/// The history the step after a re-interpolation of the state `p` uses: with
+/// `reinterpolation.history = "carry"` and a history `previous` of the same particles,
+/// [`Reinterpolator::carry_history`] (the previous rates were evaluated at step `step - 1`,
+/// `step_reset` the step of the last reset); `None` (a Heun step) otherwise.
+#[allow(clippy::too_many_arguments)]
+pub fn carried_history(
+    rbf: &mut Reinterpolator,
+    k: &Kernels,
+    s: &Arc<CudaStream>,
+    stepper: &Stepper,
+    p: &DeviceParticles,
+    previous: Option<&DeviceFields>,
+    step: u64,
+    step_reset: u64,
+    sigma_max: f64,
+) -> GpuResult<Option<DeviceFields>> {
+    match previous {
+        Some(prev) if stepper.history == History::Carry && prev.vel.len() == 3 * p.n => {
+            let elapsed = stepper.time(step - 1) - stepper.time(step_reset);
+            let h = rbf.carry_history(k, s, p, prev, stepper.nu, elapsed, sigma_max)?;
+            Ok(Some(h))
+        }
+        _ => Ok(None),
     }
 }

@@ -5,7 +5,8 @@
 //!    and the surface correction, largest core), f32 packing on the device, the uniform-grid
 //!    FMM on the device buffers (`vortex_gpu::UniformFmm::evaluate_device`), the fields scaled to
 //!    f64 velocity and stretching;
-//! 2. AB2 (`y += dt (3/2 f_n - 1/2 f_{n-1})`) or, after a start or a re-interpolation, Heun
+//! 2. AB2 (`y += dt (3/2 f_n - 1/2 f_{n-1})`) or, after a start (or a re-interpolation with
+//!    `reinterpolation.history = "restart"`; "carry" takes the history through it), Heun
 //!    (predictor on a device copy, a second evaluation), core spreading (core paper Eq. 11),
 //!    wrapping and mean-strength removal;
 //! 3. the criteria of `vortex_method::stepping::Stepper::reinterpolation_due` from the moments, and
@@ -26,7 +27,7 @@ use crate::slab::step::reduce_moments;
 use crate::slab::SlabStep;
 use crate::state::{first_non_finite, DeviceFields, DeviceParticles, Moments};
 use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
-use std::sync::Arc;
+use std::sync::{Arc, Once};
 use std::time::Instant;
 use vortex_cuda::{GpuDevice, GpuError};
 use vortex_domain::{Comm, ReduceOp};
@@ -35,9 +36,13 @@ use vortex_fmm::periodic::Periodic;
 use vortex_gpu::uniform::{DeviceEvaluator, DeviceSources};
 use vortex_method::diagnostics::Diagnostics;
 use vortex_method::parallel::{agree, gather_particles, gather_state, scatter_state, Phases};
+use vortex_method::reinterpolation::history::History;
 use vortex_method::reinterpolation::RbfReport;
 use vortex_method::stepping::{Scheme, State, StepReport, Stepper};
 use vortex_method::{Config, Error, Particles, Result, Simulator};
+
+/// The note that the AB2 history is not yet carried over slabs, logged once per process.
+static CARRY_OVER_SLABS: Once = Once::new();
 
 /// Device bytes per particle at the peak of a step (state 160, Heun copy and its fields 104,
 /// FMM buffers ~150), measured against `cudaMemGetInfo` on an H100 (BENCHMARKS.md).
@@ -641,6 +646,30 @@ impl Simulator for ResidentSimulation<'_> {
         let mut reinterpolation = None;
         if self.stepper.reinterpolation_due(since, m.ratio_max, strain) {
             let t1 = Instant::now();
+            let carried = if self.several() {
+                if self.stepper.history == History::Carry {
+                    CARRY_OVER_SLABS.call_once(|| {
+                        log::info!(
+                            "reinterpolation.history = \"carry\" is not implemented over slabs \
+                             (several ranks): the step after each re-interpolation is a Heun step"
+                        )
+                    });
+                }
+                None
+            } else {
+                crate::reinterpolation::carried_history(
+                    &mut self.rbf,
+                    &self.k,
+                    &self.s,
+                    &self.stepper,
+                    &self.p,
+                    self.previous.as_ref(),
+                    self.step,
+                    self.step_reset,
+                    m.sigma_max,
+                )
+                .map_err(|e| Error::Rbf(format!("step {}: the AB2 history: {e}", self.step)))?
+            };
             let (fresh, mut report) = if self.several() {
                 let (fresh, ids, report) = self.reinterpolate_slab(m.sigma_max)?;
                 self.ids = ids;
@@ -665,7 +694,7 @@ impl Simulator for ResidentSimulation<'_> {
             r.map_err(gpu_err("tidy"))?;
             self.s.synchronize().map_err(|e| gpu_err("rbf")(e.into()))?;
             self.step_reset = self.step;
-            self.previous = None;
+            self.previous = carried;
             self.current = None;
             self.reinterpolations += 1;
             report.seconds = t1.elapsed().as_secs_f64();

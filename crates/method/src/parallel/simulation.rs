@@ -7,7 +7,8 @@ use crate::collective::*;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::particles::Particles;
-use crate::reinterpolation::{reinterpolate, RbfReport};
+use crate::reinterpolation::history::History;
+use crate::reinterpolation::RbfReport;
 use crate::rhs::Derivatives;
 use crate::stepping::{State, StepReport, Stepper};
 use rayon::prelude::*;
@@ -349,34 +350,71 @@ impl<'c, B: Backend> DistSimulation<'c, B> {
     /// particles scattered back and numbered in lattice order. Returns rank 0's report (a
     /// default one elsewhere). Collective.
     fn reinterpolate(&mut self) -> Result<RbfReport> {
-        let all = self.gather(&[]);
+        let st = &self.state;
+        let carry = self.stepper.history == History::Carry && st.previous.is_some();
+        let all = match (&st.previous, carry) {
+            (Some(d), true) => self.gather(&[&d.velocity, &d.stretching]),
+            _ => self.gather(&[]),
+        };
         let solved = match all {
-            Some((old, _)) => {
-                let st = &self.stepper;
-                reinterpolate(&old, &st.lattice, st.sigma0, &st.rbf).and_then(|(fresh, r)| {
-                    if fresh.is_empty() {
-                        Err(Error::Rbf(format!(
-                            "no particle left after re-interpolation at step {}",
-                            self.state.step
-                        )))
-                    } else {
-                        Ok(Some((fresh, r)))
+            Some((old, mut ex)) => {
+                let previous = (ex.len() == 2).then(|| {
+                    let stretching = ex.pop().unwrap();
+                    let velocity = ex.pop().unwrap();
+                    Derivatives {
+                        velocity,
+                        stretching,
                     }
-                })
+                });
+                let whole = State {
+                    step: st.step,
+                    step_reset: st.step_reset,
+                    particles: old,
+                    previous,
+                    reinterpolations: st.reinterpolations,
+                };
+                self.stepper
+                    .reinterpolate(&whole)
+                    .and_then(|(fresh, history, r)| {
+                        if fresh.is_empty() {
+                            Err(Error::Rbf(format!(
+                                "no particle left after re-interpolation at step {}",
+                                self.state.step
+                            )))
+                        } else {
+                            Ok(Some((fresh, history, r)))
+                        }
+                    })
             }
             None => Ok(None),
         };
         let solved = agree(self.comm, solved)?;
+        let extra = if carry { 2 } else { 0 };
         let (rows, report, n) = match solved {
-            Some((p, r)) => (Some(rows_of(&p, &[])), r, p.len()),
+            Some((p, h, r)) => {
+                let rows = match &h {
+                    Some(h) => rows_of(&p, &[&h.velocity, &h.stretching]),
+                    None => rows_of(&p, &[]),
+                };
+                (Some(rows), r, p.len())
+            }
             None => (None, RbfReport::default(), 0),
         };
         let n = broadcast_f64s(self.comm, &[n as f64])[0] as usize;
-        let (gid, rows) = scatter_rows(self.comm, rows, PARTICLE_ROW, n);
-        self.state.particles = from_rows(&rows, 0).0;
+        let (gid, rows) = scatter_rows(self.comm, rows, PARTICLE_ROW + 3 * extra, n);
+        let (particles, mut ex) = from_rows(&rows, extra);
+        self.state.particles = particles;
         self.gid = gid;
         self.n_global = n;
         self.stepper.reset(&mut self.state);
+        if carry {
+            let stretching = ex.pop().unwrap();
+            let velocity = ex.pop().unwrap();
+            self.state.previous = Some(Derivatives {
+                velocity,
+                stretching,
+            });
+        }
         self.owned = None;
         self.current = None;
         Ok(report)

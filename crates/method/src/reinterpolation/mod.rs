@@ -35,6 +35,7 @@ use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
 pub mod filter;
+pub mod history;
 pub mod separable;
 pub use filter::LatticeFilter;
 use separable::SeparableSolver;
@@ -399,11 +400,27 @@ pub fn particles_from_lattice_vorticity(
     s: &RbfSettings,
 ) -> Result<(Particles, RbfReport)> {
     let (beta, mut report) = solve(lat, sigma, omega, s)?;
+    let (p, _) = fresh_particles(lat, sigma, &beta, s);
+    report.kept = p.len();
+    Ok((p, report))
+}
+
+/// The particles of core `sigma` with the solved strengths `beta` on the points of `lat`, and
+/// the lattice index of each: periodic, every point, the mean strength removed; free space, the
+/// points whose strength exceeds `drop * max |beta|`.
+pub fn fresh_particles(
+    lat: &Lattice,
+    sigma: f64,
+    beta: &[[f64; 3]],
+    s: &RbfSettings,
+) -> (Particles, Vec<usize>) {
     let mut p = Particles::default();
+    let mut kept = Vec::new();
     if lat.periodic {
         for (i, b) in beta.iter().enumerate() {
             p.push(lat.point(i), *b, sigma);
         }
+        kept.extend(0..beta.len());
         p.subtract_mean_strength();
     } else {
         let bmax = beta.iter().map(|b| norm(*b)).fold(0.0, f64::max);
@@ -411,11 +428,11 @@ pub fn particles_from_lattice_vorticity(
         for (i, b) in beta.iter().enumerate() {
             if norm(*b) > thr {
                 p.push(lat.point(i), *b, sigma);
+                kept.push(i);
             }
         }
     }
-    report.kept = p.len();
-    Ok((p, report))
+    (p, kept)
 }
 
 /// How the fresh lattice is laid out.
@@ -427,16 +444,10 @@ pub enum LatticeSpec {
     Free { h: f64, margin: f64 },
 }
 
-/// Re-interpolates `old` onto a fresh lattice with core radius `sigma0`: vorticity of the old blobs
-/// at the lattice points by truncated Gaussian sums, then [`particles_from_lattice_vorticity`].
-pub fn reinterpolate(
-    old: &Particles,
-    spec: &LatticeSpec,
-    sigma0: f64,
-    s: &RbfSettings,
-) -> Result<(Particles, RbfReport)> {
-    let t0 = Instant::now();
-    let (lat, period) = match spec {
+/// The fresh lattice of `spec` for the particles `old` and the period of its box (`None`: free
+/// space, the lattice covering the particles plus `margin` of their largest core radius).
+pub fn lattice_for(old: &Particles, spec: &LatticeSpec) -> (Lattice, Option<f64>) {
+    match spec {
         LatticeSpec::Periodic { n, box_length } => {
             (Lattice::periodic_box(*n, *box_length), Some(*box_length))
         }
@@ -452,7 +463,19 @@ pub fn reinterpolate(
             }
             (Lattice::covering(lo, hi, *h), None)
         }
-    };
+    }
+}
+
+/// Re-interpolates `old` onto a fresh lattice with core radius `sigma0`: vorticity of the old blobs
+/// at the lattice points by truncated Gaussian sums, then [`particles_from_lattice_vorticity`].
+pub fn reinterpolate(
+    old: &Particles,
+    spec: &LatticeSpec,
+    sigma0: f64,
+    s: &RbfSettings,
+) -> Result<(Particles, RbfReport)> {
+    let t0 = Instant::now();
+    let (lat, period) = lattice_for(old, spec);
     let pts = lat.points();
     let omega = gaussian_sum(
         &old.position,
