@@ -339,6 +339,22 @@ extern "C" __global__ void r_bin_gather(const int* __restrict__ order, int n,
     sa[j] = make_double4(a[3 * i], a[3 * i + 1], a[3 * i + 2], c3 / (s * s * s));
 }
 
+// Point t of the planes k in [z_first, z_first + z_count) of an nx x ny x nz lattice: k fastest
+// (the lattice order), or with `xfast` i fastest (`((k - z_first) ny + j) nx + i`, the layout
+// of the slab transforms).
+__device__ __forceinline__ void plane_point(long long t, int nx, int ny, int z_first,
+                                            int z_count, int xfast, int* i, int* j, int* k) {
+    if (xfast) {
+        *i = (int)(t % nx);
+        *j = (int)((t / nx) % ny);
+        *k = z_first + (int)(t / ((long long)nx * ny));
+    } else {
+        *k = z_first + (int)(t % z_count);
+        *j = (int)((t / z_count) % ny);
+        *i = (int)(t / ((long long)ny * z_count));
+    }
+}
+
 // omega(y) = sum_j a_j zeta_{sigma_j}(y - x_j), truncated at |y - x_j| < cutoff sigma_j, at the
 // lattice points y = o + h (i, j, k) of the planes k in [z_first, z_first + z_count) (one thread
 // each, output [3] per point: k fastest, or with `xfast` i fastest, `((k - z_first) ny + j) nx
@@ -360,15 +376,7 @@ extern "C" __global__ void r_gauss_lattice(const double4* __restrict__ sp,
     long long npts = (long long)nx * ny * z_count;
     if (t >= npts) return;
     int i, j, k;
-    if (xfast) {
-        i = (int)(t % nx);
-        j = (int)((t / nx) % ny);
-        k = z_first + (int)(t / ((long long)nx * ny));
-    } else {
-        k = z_first + (int)(t % z_count);
-        j = (int)((t / z_count) % ny);
-        i = (int)(t / ((long long)ny * z_count));
-    }
+    plane_point(t, nx, ny, z_first, z_count, xfast, &i, &j, &k);
     const int px = periodic & 1, py = periodic & 2, pz = periodic & 4;
     double y0 = ox + h * i, y1 = oy + h * j, y2 = oz + h * k;
     const double cut2 = cutoff * cutoff;
@@ -503,15 +511,7 @@ extern "C" __global__ void r_lattice_particles(int n, double o, double h, double
     long long m = (long long)n * n * z_count;
     if (t >= m) return;
     int i, j, k;
-    if (xfast) {
-        i = (int)(t % n);
-        j = (int)((t / n) % n);
-        k = z_first + (int)(t / ((long long)n * n));
-    } else {
-        k = z_first + (int)(t % z_count);
-        j = (int)((t / z_count) % n);
-        i = (int)(t / ((long long)n * z_count));
-    }
+    plane_point(t, n, n, z_first, z_count, xfast, &i, &j, &k);
     pos[3 * t] = o + h * i;
     pos[3 * t + 1] = o + h * j;
     pos[3 * t + 2] = o + h * k;

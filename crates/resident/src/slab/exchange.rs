@@ -169,12 +169,7 @@ pub fn migrate(
     Ok(Moved {
         sent: order.len(),
         received: arrived,
-        bytes: bufs
-            .iter()
-            .enumerate()
-            .filter(|(q, _)| *q != me)
-            .map(|(_, b)| b.len())
-            .sum(),
+        bytes: bytes_to_others(&bufs, me),
     })
 }
 
@@ -254,12 +249,7 @@ pub fn halo_rows(
         pos: Vec::new(),
         alpha: Vec::new(),
         sigma: Vec::new(),
-        bytes: bufs
-            .iter()
-            .enumerate()
-            .filter(|(q, _)| *q != me)
-            .map(|(_, b)| b.len())
-            .sum(),
+        bytes: bytes_to_others(&bufs, me),
     };
     for b in &recv {
         let v: Vec<f64> = bytemuck::pod_collect_to_vec(b);
@@ -270,4 +260,13 @@ pub fn halo_rows(
         }
     }
     Ok(h)
+}
+
+/// Bytes of the messages `bufs` (by destination rank) that leave rank `me`.
+fn bytes_to_others(bufs: &[Vec<u8>], me: usize) -> usize {
+    bufs.iter()
+        .enumerate()
+        .filter(|(q, _)| *q != me)
+        .map(|(_, b)| b.len())
+        .sum()
 }
