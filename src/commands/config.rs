@@ -78,6 +78,8 @@ drop = 1e-6            # free space: drop strengths below drop * max |alpha|
 filter = { kind = "exponential", strength = 36.0, order = 36.0 }  # periodic: the lattice solve
 #   interpolates the vorticity filtered by exp(-strength (|k|/k_N)^order) per axis
 #   (docs/CONVENTIONS.md); kind "none": exact interpolation
+history = "restart"    # restart: Heun (two evaluations) after a re-interpolation; carry: the
+#   Adams-Bashforth history carried to the fresh particles (one evaluation per step)
 
 [output]
 diagnostics_every = 10 # a row of diagnostics.csv every this many steps
