@@ -871,6 +871,13 @@ impl Config {
                 }
             }
         }
+        self.validate_lattice(file)
+    }
+
+    /// The periodic lattice of the re-interpolation (points, spacing against the box) and the
+    /// diagnostics grid.
+    fn validate_lattice(&self, file: &str) -> Result<()> {
+        let (i, r) = (&self.initial, &self.reinterpolation);
         if self.domain.periodic {
             let n = self
                 .lattice_n()
