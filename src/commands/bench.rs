@@ -36,6 +36,8 @@ pub enum BenchKind {
     M2l(M2lBench),
     /// Pseudo-spectral solver: GPU-vs-CPU check, time per RK4 step per grid size.
     Spectral(super::bench_spectral::SpectralBench),
+    /// The slab-decomposed FFT of the re-interpolation over the GPUs of the job (mpirun).
+    SlabFft(super::bench_slab::SlabFftBench),
 }
 
 #[derive(Args, Debug)]
@@ -166,6 +168,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         BenchKind::Fmm(b) => bench_fmm(b),
         BenchKind::M2l(b) => bench_m2l(b),
         BenchKind::Spectral(b) => super::bench_spectral::run(b),
+        BenchKind::SlabFft(b) => super::bench_slab::run(b),
     }
 }
 

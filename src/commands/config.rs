@@ -45,6 +45,7 @@ backend = "auto"       # auto | cpu | cuda (may change at a restart)
 device = 0             # GPU index for cuda
 grid = "adaptive"      # adaptive | uniform (GPU uniform grid, one rank)
 state = "auto"         # auto | host | device (particles kept on the GPU: uniform grid, periodic, one rank)
+exchange = "auto"      # auto | nccl | pinned (how the GPUs of a multi-GPU run exchange the slab FFT's spectra)
 
 [initial]
 kind = "taylor-green"  # taylor-green | taylor-green-2d | isotropic | ring | two-rings | blob (required)

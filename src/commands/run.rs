@@ -40,6 +40,10 @@ pub struct RunArgs {
     /// host) or uniform (built and evaluated on the GPU; under MPI z slabs, one GPU per rank).
     #[arg(long)]
     pub grid: Option<GridChoice>,
+    /// How the GPUs of a multi-GPU run exchange device buffers, overriding
+    /// `evaluation.exchange`: auto (NCCL where it starts, else pinned), nccl, pinned.
+    #[arg(long)]
+    pub exchange: Option<vortex_domain::TransportChoice>,
     /// GPU index, overriding `evaluation.device` (one rank; under MPI the node-local rank
     /// chooses).
     #[arg(long)]
@@ -169,6 +173,9 @@ fn run_ranks(
     }
     if let Some(g) = args.grid {
         config.evaluation.grid = g;
+    }
+    if let Some(x) = args.exchange {
+        config.evaluation.exchange = x;
     }
     let e = &config.evaluation;
     // the engine of the particles at themselves, chosen once for every rank

@@ -24,7 +24,7 @@ pub mod wire;
 
 #[cfg(feature = "mpi")]
 pub use comm::MpiComm;
-pub use comm::{world, Comm, ReduceOp, SelfComm, ThreadComm};
+pub use comm::{world, Comm, ReduceOp, SelfComm, ThreadComm, TransportChoice};
 pub use essential::{evaluate_owned, OwnedSources, OwnedTargets};
 pub use evaluator::{DistributedEvaluator, OwnedEvaluator};
 pub use partition::Partition;

@@ -65,6 +65,7 @@ use crate::reinterpolation::{LatticeFilter, LatticeSpec, RbfSettings, RbfSolver}
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
 use std::path::Path;
+use vortex_domain::TransportChoice;
 use vortex_fmm::periodic::Periodic;
 use vortex_fmm::{BackendChoice, EvalParams, GridChoice, Method};
 
@@ -145,6 +146,12 @@ pub struct EvaluationConfig {
     /// on the host), `"host"` or `"device"` (refused where the resident step does not apply).
     /// Not part of the checkpoint fingerprint.
     pub state: StatePlace,
+    /// How the device buffers of a multi-GPU run travel between the ranks (the transposes of
+    /// the slab FFT): `"auto"` (NCCL where it starts on every rank, else pinned host buffers
+    /// and MPI, warned), `"nccl"` (or an error naming the library) or `"pinned"`. Not part of
+    /// the checkpoint fingerprint.
+    #[serde(deserialize_with = "de_exchange")]
+    pub exchange: TransportChoice,
 }
 
 /// Where the particle state of a run lives (`evaluation.state`).
@@ -192,6 +199,12 @@ fn de_backend<'de, D: serde::Deserializer<'de>>(
     de_choice(d, "evaluation.backend")
 }
 
+fn de_exchange<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<TransportChoice, D::Error> {
+    de_choice(d, "evaluation.exchange")
+}
+
 fn de_grid<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<GridChoice, D::Error> {
     de_choice(d, "evaluation.grid")
 }
@@ -209,6 +222,7 @@ impl Default for EvaluationConfig {
             device: 0,
             grid: GridChoice::Adaptive,
             state: StatePlace::Auto,
+            exchange: TransportChoice::Auto,
         }
     }
 }
@@ -591,7 +605,7 @@ impl Config {
     }
 
     /// The keys a restart must keep, flattened (`dotted.key -> value`): everything except
-    /// `t_end`, `[output]`, `[health]` and `evaluation.backend`, `.device`, `.grid`, `.state`.
+    /// `t_end`, `[output]`, `[health]` and `evaluation.backend`, `.device`, `.grid`, `.state`, `.exchange`.
     pub fn restart_keys(&self) -> std::collections::BTreeMap<String, String> {
         let text = toml::to_string(self).unwrap_or_default();
         let mut m = vortex_spectral::durable::flatten_toml(&text).unwrap_or_default();
@@ -602,7 +616,8 @@ impl Config {
                 || k == "evaluation.backend"
                 || k == "evaluation.device"
                 || k == "evaluation.grid"
-                || k == "evaluation.state")
+                || k == "evaluation.state"
+                || k == "evaluation.exchange")
         });
         m
     }

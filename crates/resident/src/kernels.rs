@@ -61,6 +61,11 @@ kernel_set!(
     sum_partials,
     slab_owner,
     gather_rows,
+    halo_flag,
+    halo_rows,
+    halo_split,
+    flag_owner,
+    compact_index,
 );
 
 /// One thread per element of `n`.

@@ -129,7 +129,17 @@ impl<'c> ResidentSimulation<'c> {
             _ => None,
         };
         let fmm = agree(comm, device_engine(comm, &config, index))?;
-        let name = format!("{}, state resident on the device", fmm.describe());
+        let mut name = format!("{}, state resident on the device", fmm.describe());
+        let slab = if ranks > 1 {
+            let choice = config.evaluation.exchange;
+            let x =
+                vortex_exchange::open(comm, s.clone(), choice, vortex_exchange::DEFAULT_TIMEOUT)
+                    .map_err(|e| Error::Other(format!("evaluation.exchange = {choice:?}: {e}")))?;
+            name.push_str(&format!(", device exchange {}", x.transport()));
+            Some(SlabStep::new(x))
+        } else {
+            None
+        };
         Ok(Self {
             comm,
             stepper: Stepper::from_config(&config),
@@ -148,7 +158,7 @@ impl<'c> ResidentSimulation<'c> {
             step: state.step,
             step_reset: state.step_reset,
             reinterpolations: state.reinterpolations,
-            slab: (ranks > 1).then(SlabStep::default),
+            slab,
             phases: Phases::default(),
             initial_report,
             name,
