@@ -5,8 +5,8 @@
 //!   (`CUDA_VISIBLE_DEVICES` and an index), [`GpuDevice`] with the modules compiled for it,
 //!   cached per device, and [`GpuError`];
 //! * [`error`]: [`GpuError`], the errors of every layer below;
-//! * [`kernels`]: the CUDA C sources of `crates/cuda/kernels/*.cu` (inside this crate), embedded
-//!   with `include_str!`, and the headers they include;
+//! * [`kernels`]: the CUDA C sources of `kernels/*.cu` (the crate `vortex-kernels`, re-exported
+//!   here), embedded with `include_str!`, and the headers they include;
 //! * [`nvrtc`]: their compilation by NVRTC at run time (no `nvcc` at build time), the
 //!   headers handed to the program by name.
 //!
@@ -15,8 +15,10 @@
 
 pub mod device;
 pub mod error;
-pub mod kernels;
 pub mod nvrtc;
+
+/// The kernel sources (`vortex-kernels`).
+pub use vortex_kernels as kernels;
 
 pub use device::{
     available, device_count, driver_present, nvrtc_present, GpuDevice, GpuError, GpuResult,

@@ -13,9 +13,8 @@
 //! * [`uniform`]: the uniform-grid FMM built entirely on the device (sort, lists by stencil,
 //!   every operator), [`UniformFmm`] / [`evaluate_uniform`].
 //!
-//! The CUDA C sources live in `crates/cuda/kernels/*.cu` and are embedded by `vortex-cuda`
-//! (the `kernels/...` paths in this crate's comments are relative to that crate); NVRTC compiles
-//! them at run time (no `nvcc` needed at build time).
+//! The CUDA C sources live in `kernels/*.cu` (the crate `vortex-kernels`); `vortex-cuda`
+//! compiles them with NVRTC at run time (no `nvcc` needed at build time).
 
 pub mod backend;
 pub mod device;
