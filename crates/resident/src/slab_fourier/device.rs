@@ -17,7 +17,7 @@ use cudarc::driver::{
 };
 use std::sync::Arc;
 use std::time::Instant;
-use vortex_cuda::{GpuDevice, GpuError, GpuResult, SLAB_FOURIER};
+use vortex_cuda::{GpuDevice, GpuError, GpuResult};
 use vortex_domain::Comm;
 use vortex_exchange::DeviceExchange;
 
@@ -36,26 +36,8 @@ fn fft_err(what: &'static str) -> impl Fn(cufft_result::CufftError) -> GpuError 
     move |e| GpuError::Unsupported(format!("cuFFT {what} (slab FFT): {e:?}"))
 }
 
-/// The kernels of `kernels/slab_fourier.cu`.
-pub struct SlabKernels {
-    solve: CudaFunction,
-    biot_savart: CudaFunction,
-    spectrum_partial: CudaFunction,
-    copy_rows: CudaFunction,
-}
-
-impl SlabKernels {
-    /// Compiles (once per device) and loads the module.
-    pub fn load(dev: &GpuDevice) -> GpuResult<Self> {
-        let f = |name| dev.function(&SLAB_FOURIER, &[], name);
-        Ok(Self {
-            solve: f("sf_solve")?,
-            biot_savart: f("sf_biot_savart")?,
-            spectrum_partial: f("sf_spectrum_partial")?,
-            copy_rows: f("sf_copy_rows")?,
-        })
-    }
-}
+/// The kernels of `kernels/slab_fourier.cu` (the typed table of `vortex_cuda::launch`).
+pub use vortex_cuda::launch::SlabFourier as SlabKernels;
 
 /// The communicator and the device exchange of one rank, handed to each collective call.
 pub struct Ranks<'a> {
