@@ -27,7 +27,6 @@ use crate::rhs::Derivatives;
 use crate::stepping::State;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use vortex_spectral::durable::{self, HEADER_LEN};
 
@@ -260,15 +259,44 @@ pub fn read_manifest(path: &Path) -> Result<Manifest> {
     Ok(m)
 }
 
-/// The payload checksum that a container's header holds.
-fn header_checksum(path: &Path) -> Result<u64> {
-    let mut head = [0u8; HEADER_LEN];
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut head))
-        .map_err(Error::io(path))?;
-    Ok(u64::from_le_bytes(
-        head[20..28].try_into().expect("8 bytes"),
-    ))
+/// The payload of the piece `bytes` (a whole file) after checking its header and content
+/// against its manifest entry `e`: the container of `vortex_spectral::durable` with the piece's
+/// magic bytes and version, the listed length and checksum in its header and the checksum of
+/// its payload.
+fn check_container<'a>(bytes: &'a [u8], e: &PieceEntry) -> std::result::Result<&'a [u8], String> {
+    if bytes.len() < HEADER_LEN || &bytes[..8] != PIECE_MAGIC {
+        return Err("not a checkpoint piece (wrong magic bytes)".into());
+    }
+    let word = |a: usize| u64::from_le_bytes(bytes[a..a + 8].try_into().expect("8 bytes"));
+    let v = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    if v != PIECES_VERSION {
+        return Err(format!(
+            "format version {v}, this build reads version {PIECES_VERSION}"
+        ));
+    }
+    let (len, sum, payload) = (word(12), word(20), &bytes[HEADER_LEN..]);
+    if bytes.len() as u64 != e.bytes || len != payload.len() as u64 {
+        return Err(format!(
+            "{} bytes (header: {len}-byte payload) where the manifest lists {}: truncated or \
+             replaced",
+            bytes.len(),
+            e.bytes
+        ));
+    }
+    if sum != e.checksum {
+        return Err(format!(
+            "checksum {sum:016x} where the manifest lists {:016x}: not the piece this manifest \
+             was written with",
+            e.checksum
+        ));
+    }
+    let got = durable::checksum(payload);
+    if got != sum {
+        return Err(format!(
+            "checksum mismatch (listed {sum:016x}, computed {got:016x}): the piece is corrupt"
+        ));
+    }
+    Ok(payload)
 }
 
 /// Reads piece `i` of the manifest `m` (at `manifest`) as this rank's part of the state,
@@ -302,23 +330,15 @@ pub fn read_piece(manifest: &Path, m: &Manifest, i: usize) -> Result<LocalState>
             e.bytes
         )));
     }
-    let sum = header_checksum(&path)?;
-    if sum != e.checksum {
-        return Err(bad(format!(
-            "checksum {sum:016x} where the manifest lists {:016x}: not the piece this manifest \
-             was written with",
-            e.checksum
-        )));
-    }
-    let payload = durable::read_container(&path, PIECE_MAGIC, PIECES_VERSION, "checkpoint piece")
-        .map_err(|err| bad(from_durable(err).to_string()))?;
+    let bytes = std::fs::read(&path).map_err(Error::io(&path))?;
+    let payload = check_container(&bytes, e).map_err(bad)?;
     let (p, used): (Piece, usize) =
-        bincode::serde::decode_from_slice(&payload, bincode::config::standard())
+        bincode::serde::decode_from_slice(payload, bincode::config::standard())
             .map_err(|err| bad(format!("corrupt or truncated: {err}")))?;
     if used != payload.len() {
         return Err(bad("trailing bytes after the particles".into()));
     }
-    drop(payload);
+    drop(bytes);
     let n = p.ids.len();
     let history_ok = match &p.previous {
         Some(d) => m.history && d.velocity.len() == n && d.stretching.len() == n,
@@ -420,4 +440,84 @@ pub fn assemble(path: &Path) -> Result<Checkpoint> {
         initial_energy: m.initial_energy,
         state: whole.state,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn piece_names_are_recognised_and_nothing_else() {
+        let f = piece_file(40, 3, 12);
+        assert_eq!(f, "checkpoint-s00000040-w0003-p0012.bin");
+        assert_eq!(parse_piece_file(&f), Some((40, 3, 12)));
+        assert_eq!(
+            parse_piece_file(&piece_file(123_456_789, 10_000, 0)),
+            Some((123_456_789, 10_000, 0))
+        );
+        for other in [
+            "checkpoint.bin",
+            "checkpoint-notes.bin",
+            "checkpoint-s00000040-w0003-p0012.bin.tmp",
+            "checkpoint-s00000040-w0003-p0012.bin.orig",
+            "checkpoint-s00000040-w0003.bin",
+            "checkpoint-s-w0003-p0012.bin",
+            "checkpoint-s00000040-w0003-p0012-x.bin",
+            "checkpoint-s0000004x-w0003-p0012.bin",
+            "checkpoint-s00000040-x0003-p0012.bin",
+        ] {
+            assert_eq!(parse_piece_file(other), None, "{other}");
+        }
+        assert!(is_manifest_file("checkpoint.manifest"));
+        assert!(is_manifest_file("checkpoint.manifest.12"));
+        for other in [
+            "checkpoint.manifest.tmp",
+            "checkpoint.manifest.",
+            "checkpoint.manifests",
+        ] {
+            assert!(!is_manifest_file(other), "{other}");
+        }
+    }
+
+    fn manifest(counts: &[u64]) -> Manifest {
+        Manifest {
+            config: String::new(),
+            initial_energy: 1.0,
+            step: 0,
+            step_reset: 0,
+            reinterpolations: 0,
+            n_global: counts.iter().sum(),
+            history: false,
+            pieces: counts
+                .iter()
+                .enumerate()
+                .map(|(i, &c)| PieceEntry {
+                    file: piece_file(0, 0, i),
+                    bytes: 0,
+                    checksum: 0,
+                    particles: c,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn pieces_are_shared_in_order_by_particle_count() {
+        // as many ranks as pieces of equal size: one each
+        assert_eq!(share(&manifest(&[10, 10, 10]), 3), vec![0, 1, 2]);
+        // fewer ranks: contiguous runs of pieces
+        assert_eq!(share(&manifest(&[10, 10, 10, 10]), 2), vec![0, 0, 1, 1]);
+        assert_eq!(share(&manifest(&[10, 10, 10]), 1), vec![0, 0, 0]);
+        // more ranks than pieces: each piece to the rank of its middle particle
+        assert_eq!(share(&manifest(&[10, 10]), 4), vec![1, 3]);
+        // unequal pieces: by particles, not by count of pieces
+        assert_eq!(share(&manifest(&[90, 5, 5]), 2), vec![0, 1, 1]);
+        // empty pieces and an empty state stay in range
+        assert_eq!(share(&manifest(&[0, 0]), 3), vec![0, 0]);
+        let s = share(&manifest(&[3, 0, 7, 1, 9]), 4);
+        assert!(
+            s.windows(2).all(|w| w[0] <= w[1]) && s.iter().all(|&r| r < 4),
+            "{s:?}"
+        );
+    }
 }
