@@ -223,7 +223,7 @@ impl RunSummary {
         if self.steps == 0 {
             return format!(
                 "no step taken (--steps 0): the state at t = {:.4} is in the outputs (diagnostics \
-                 row, checkpoint.bin); {} particles, energy {:.6e}, enstrophy {:.6e}; outputs in {}",
+                 row, checkpoint); {} particles, energy {:.6e}, enstrophy {:.6e}; outputs in {}",
                 self.t,
                 self.n_particles,
                 self.last.energy,
