@@ -6,7 +6,8 @@
 //!
 //! Exit status: 0 success; 1 error (the message says why); 75 (`EX_TEMPFAIL`) `run` or
 //! `spectral` stopped by SIGINT, SIGTERM, SIGHUP, SIGUSR1 or SIGUSR2 after finishing its step and writing a
-//! checkpoint (continue with `--restart OUT/checkpoint.bin`); 130 a second signal before the
+//! checkpoint (continue with `--restart OUT/checkpoint.bin`; `run` also takes `--restart OUT`,
+//! its current checkpoint, whatever the number of ranks); 130 a second signal before the
 //! checkpoint was written.
 
 mod commands;
@@ -107,7 +108,7 @@ fn main() {
         Ok(Some(sig)) => {
             eprintln!(
                 "stopped by signal {sig} after writing a checkpoint; exit status {} (continue \
-                 with --restart OUT/checkpoint.bin)",
+                 with --restart OUT/checkpoint.bin; `vortex run` also takes --restart OUT)",
                 vortex_spectral::durable::EXIT_INTERRUPTED
             );
             std::process::exit(vortex_spectral::durable::EXIT_INTERRUPTED);

@@ -159,9 +159,14 @@ def particles(
 
 
 def read_checkpoint(path) -> dict:
-    """A checkpoint of ``vortex run`` or ``vortex spectral`` (``checkpoint.bin``) as a dict.
+    """A checkpoint of ``vortex run`` or ``vortex spectral`` as a dict.
 
-    Read by the solvers' own Rust readers (format version and checksum checked).
+    ``path``: a ``checkpoint.bin`` (or a kept older copy), the ``checkpoint.manifest`` of a run
+    on several ranks (or a kept older copy), or a run's output directory (its current
+    checkpoint). Read by the solvers' own Rust readers (format version and checksum checked);
+    the pieces of a manifest are checked against it (length, checksum, step, particle count;
+    a missing or corrupt piece is refused naming it) and the whole state assembled in
+    global-id order, as one rank would have written it.
 
     vortex: ``solver="vortex"``, ``step``, ``dt``, ``t``, ``position``, ``strength`` (N, 3),
     ``sigma``, ``sigma0`` (N,), ``previous_velocity``/``previous_stretching`` (N, 3 or None:
@@ -172,8 +177,8 @@ def read_checkpoint(path) -> dict:
     ``velocity`` (3, n, n, n) on the grid ``-pi + 2 pi i / n`` (z fastest) and
     ``velocity_hat`` (3, n, n, n//2 + 1) complex Fourier coefficients.
 
-    Raises ``FileNotFoundError`` for a missing file, ``ValueError`` for anything else that is
-    not a readable checkpoint.
+    Raises ``FileNotFoundError`` for a missing file or directory, ``ValueError`` for anything
+    else that is not a readable checkpoint.
     """
     import os
 

@@ -19,6 +19,19 @@ def vortex_bin():
     return exe
 
 
+@pytest.fixture(scope="session")
+def ranks_run_bin():
+    """The example `ranks_run` of vortex-method (`vortex run --backend cpu` on simulated ranks:
+    $VORTEX_RANKS_RUN, else target/release/examples/ranks_run)."""
+    tdir = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+    exe = os.environ.get("VORTEX_RANKS_RUN",
+                         os.path.join(tdir, "release", "examples", "ranks_run"))
+    if not os.path.exists(exe):
+        pytest.fail(f"{exe} is missing: `cargo build --release -p vortex-method --example "
+                    "ranks_run` first (or set VORTEX_RANKS_RUN)")
+    return exe
+
+
 def run_cli(exe, *args, cwd=ROOT):
     p = subprocess.run([exe, *map(str, args)], cwd=cwd, capture_output=True, text=True,
                        env={**os.environ, "RUST_LOG": "warn"})

@@ -23,7 +23,9 @@ pub struct RunArgs {
     /// Output directory (default: runs/out/<config file stem>).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Continue from this checkpoint (DIR/checkpoint.bin of an earlier run, any number of ranks).
+    /// Continue from this checkpoint, on any number of ranks: DIR/checkpoint.bin (one rank),
+    /// DIR/checkpoint.manifest (several ranks: a manifest and one piece per rank), a kept
+    /// older copy of either, or DIR itself (its current checkpoint).
     #[arg(long)]
     pub restart: Option<PathBuf>,
     /// Replace the files of an earlier run in --out (a non-empty --out is otherwise refused

@@ -49,7 +49,7 @@
 //! energy_rise_limit = 0.02  # ... and stop with an error above this
 //! snapshot_format = "vtp"  # vtp (binary, with particles.pvd) | vtk (legacy ASCII)
 //! checkpoint_wall_minutes = 30.0  # also a checkpoint this often by wall time (0: off)
-//! checkpoints_kept = 2  # checkpoint.bin (newest), checkpoint.bin.1, ...
+//! checkpoints_kept = 2  # checkpoint.bin (newest), checkpoint.bin.1, ... (or checkpoint.manifest ...)
 //!
 //! [health]             # optional: the per-step stability check (crate::health)
 //! cfl_warn = 1.0       # dt * max|u| / h
@@ -380,6 +380,7 @@ pub struct OutputConfig {
     /// A checkpoint also after this many wall-clock minutes since the last one (0: off).
     pub checkpoint_wall_minutes: f64,
     /// Checkpoints kept: `checkpoint.bin` the newest, `checkpoint.bin.1` the one before ...
+    /// (several ranks: `checkpoint.manifest`, `checkpoint.manifest.1` ... and their pieces).
     pub checkpoints_kept: usize,
     /// Stop when the energy exceeds this factor times its initial value.
     pub energy_growth_limit: f64,

@@ -175,12 +175,26 @@ pub fn write_container(
     payload: &[u8],
     keep: usize,
 ) -> Result<(), DurableError> {
+    write_container_summed(path, magic, version, payload, keep).map(|_| ())
+}
+
+/// [`write_container`], returning the checksum of the payload written into the header (a
+/// caller that lists the file elsewhere, such as a checkpoint manifest, needs not compute it
+/// twice).
+pub fn write_container_summed(
+    path: &Path,
+    magic: &[u8; 8],
+    version: u32,
+    payload: &[u8],
+    keep: usize,
+) -> Result<u64, DurableError> {
+    let sum = checksum(payload);
     let mut head = Vec::with_capacity(HEADER_LEN);
     head.extend_from_slice(magic);
     head.extend_from_slice(&version.to_le_bytes());
     head.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    head.extend_from_slice(&checksum(payload).to_le_bytes());
-    write_atomic(path, &[&head, payload], keep)
+    head.extend_from_slice(&sum.to_le_bytes());
+    write_atomic(path, &[&head, payload], keep).map(|_| sum)
 }
 
 /// Reads a checkpoint container and returns its payload after checking the magic bytes
