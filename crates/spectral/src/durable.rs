@@ -66,9 +66,15 @@ fn os(path: &Path) -> impl FnOnce(std::io::Error) -> DurableError + '_ {
     }
 }
 
+const FNV_OFFSET: u64 = 0xcbf29ce484222325;
+
 /// FNV-1a, 64 bits.
 pub fn checksum(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf29ce484222325;
+    checksum_from(FNV_OFFSET, bytes)
+}
+
+/// FNV-1a continued from the state `h` over `bytes` (the checksum of a file read in pieces).
+fn checksum_from(mut h: u64, bytes: &[u8]) -> u64 {
     for &b in bytes {
         h ^= b as u64;
         h = h.wrapping_mul(0x100000001b3);
@@ -184,7 +190,10 @@ pub fn write_container(
 }
 
 /// Reads a checkpoint container and returns its payload after checking the magic bytes
-/// (`what` names the kind of file expected), the version, the length and the checksum.
+/// (`what` names the kind of file expected), the version, the length and the checksum. The
+/// file must be a regular one ([`crate::inputs::open_regular`]: a FIFO or a device is refused
+/// by its type), and its header is read and checked against the file's length, and the
+/// payload's size against the available memory, before the payload is allocated and read.
 pub fn read_container(
     path: &Path,
     magic: &[u8; 8],
@@ -195,40 +204,79 @@ pub fn read_container(
         path: path.to_path_buf(),
         msg,
     };
-    let mut bytes = std::fs::read(path).map_err(os(path))?;
-    if bytes.len() < 12 || &bytes[..8] != magic {
-        return Err(bad(format!("not a {what} (wrong magic bytes)")));
+    let (mut file, file_len) = crate::inputs::open_regular(path, what)?;
+    let mut head = [0u8; HEADER_LEN];
+    let got = read_up_to(&mut file, &mut head).map_err(os(path))?;
+    if got < 12 || &head[..8] != magic {
+        return Err(bad(format!(
+            "not a {what} (wrong magic bytes; a {what} starts with {:?})",
+            String::from_utf8_lossy(magic)
+        )));
     }
-    let v = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    let v = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
     if v != version {
         return Err(bad(format!(
             "format version {v}, this build reads version {version}"
         )));
     }
-    if bytes.len() < HEADER_LEN {
+    if got < HEADER_LEN {
         return Err(bad(format!(
-            "truncated: {} bytes, shorter than the {HEADER_LEN}-byte header",
-            bytes.len()
+            "truncated: {got} bytes, shorter than the {HEADER_LEN}-byte header"
         )));
     }
-    let len = u64::from_le_bytes(bytes[12..20].try_into().expect("8 bytes"));
-    let sum = u64::from_le_bytes(bytes[20..28].try_into().expect("8 bytes"));
-    let have = (bytes.len() - HEADER_LEN) as u64;
+    let len = u64::from_le_bytes(head[12..20].try_into().expect("8 bytes"));
+    let sum = u64::from_le_bytes(head[20..28].try_into().expect("8 bytes"));
+    let have = file_len - HEADER_LEN as u64;
     if have != len {
         return Err(bad(format!(
             "truncated or padded: payload {have} bytes, header says {len}"
         )));
     }
-    let got = checksum(&bytes[HEADER_LEN..]);
-    if got != sum {
+    // the payload and its decoded copy
+    crate::outdir::check_memory(&format!("{what} {}", path.display()), 2.0 * len as f64)
+        .map_err(bad)?;
+    let mut bytes = crate::outdir::try_vec(&format!("{what} {}", path.display()), len as usize, 0u8)
+        .map_err(bad)?;
+    // in pieces, the checksum as it goes: a signal stops a long read within a piece
+    let mut h = FNV_OFFSET;
+    for piece in bytes.chunks_mut(READ_PIECE) {
+        let got = read_up_to(&mut file, piece).map_err(os(path))?;
+        if got < piece.len() {
+            return Err(bad(format!(
+                "truncated while it was read (the file shrank): payload shorter than {len} bytes"
+            )));
+        }
+        h = checksum_from(h, piece);
+        if let Some(sig) = interrupted() {
+            return Err(bad(format!("reading stopped by signal {sig}")));
+        }
+    }
+    if h != sum {
         return Err(bad(format!(
-            "checksum mismatch (stored {sum:016x}, computed {got:016x}): the file is corrupt; \
+            "checksum mismatch (stored {sum:016x}, computed {h:016x}): the file is corrupt; \
              an older copy ({}) may be intact",
             kept_name(path, 1).display()
         )));
     }
-    bytes.drain(..HEADER_LEN);
     Ok(bytes)
+}
+
+/// Bytes read between two looks at the interrupt flag while a checkpoint is read (64 MiB: well
+/// under a second on any disk that holds checkpoints).
+const READ_PIECE: usize = 64 << 20;
+
+/// Reads into `buf` until it is full or the file ends; returns the bytes read.
+fn read_up_to(r: &mut impl std::io::Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
 }
 
 fn flag() -> &'static Arc<AtomicUsize> {

@@ -25,6 +25,7 @@ pub mod fft;
 pub mod field;
 pub mod gpu;
 pub mod initial;
+pub mod inputs;
 pub mod io;
 pub mod outdir;
 pub mod plot;
