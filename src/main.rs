@@ -10,6 +10,7 @@
 //! checkpoint was written.
 
 mod commands;
+mod console;
 mod io;
 mod planner;
 mod ranks;
@@ -76,6 +77,24 @@ fn install_signal_handlers() -> Result<()> {
         signal_hook::flag::register(sig, pending.clone())?;
         signal_hook::flag::register_usize(sig, flag.clone(), sig as usize)?;
     }
+    // the signal is acknowledged at once (within 100 ms), whatever the run is doing: a step
+    // can take minutes, and the user must know the signal was seen
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(|| loop {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            if let Some(sig) = vortex_spectral::durable::interrupted() {
+                if ranks::launched_rank() == 0 {
+                    log::warn!(
+                        "signal {sig} received: the run stops at the end of its current step \
+                         and writes a checkpoint (exit status {}); a second signal stops it at \
+                         once without one (exit status 130)",
+                        vortex_spectral::durable::EXIT_INTERRUPTED
+                    );
+                }
+                break;
+            }
+        })?;
     Ok(())
 }
 
@@ -86,7 +105,7 @@ fn main() {
     let cli = Cli::parse();
     if matches!(cli.command, Command::Run(_) | Command::Spectral(_)) {
         if let Err(e) = install_signal_handlers() {
-            eprintln!("error: installing the signal handlers: {e:#}");
+            crate::errln!("error: installing the signal handlers: {e:#}");
             std::process::exit(1);
         }
     }
@@ -101,11 +120,11 @@ fn main() {
     };
     match result {
         Err(e) => {
-            eprintln!("error: {e:#}");
+            crate::errln!("error: {e:#}");
             std::process::exit(1);
         }
         Ok(Some(sig)) => {
-            eprintln!(
+            crate::errln!(
                 "stopped by signal {sig} after writing a checkpoint; exit status {} (continue \
                  with --restart OUT/checkpoint.bin)",
                 vortex_spectral::durable::EXIT_INTERRUPTED

@@ -20,7 +20,7 @@ pub fn with_comm<R>(f: impl FnOnce(&dyn Comm, usize) -> Result<R>) -> Result<R> 
             let rank = comm.rank();
             let default = std::panic::take_hook();
             std::panic::set_hook(Box::new(move |info| {
-                eprintln!("rank {rank}: fatal: aborting the MPI job");
+                crate::errln!("rank {rank}: fatal: aborting the MPI job");
                 default(info);
                 // SAFETY: MPI is initialised (the universe lives until `f` returns) and
                 // MPI_Abort does not return.
@@ -35,21 +35,34 @@ pub fn with_comm<R>(f: impl FnOnce(&dyn Comm, usize) -> Result<R>) -> Result<R> 
     {
         // launched as one of several ranks by mpirun/srun, but built without MPI: every process
         // would run the whole problem and write the same files
-        for var in ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"] {
-            if let Some(n) = std::env::var(var)
-                .ok()
-                .and_then(|v| v.parse::<usize>().ok())
-            {
-                if n > 1 {
-                    anyhow::bail!(
-                        "started as one of {n} ranks ({var}) but built without MPI: rebuild with \
-                         `cargo build --release --features mpi`"
-                    );
-                }
-            }
+        if let Some((n, var)) = launched_ranks() {
+            anyhow::bail!(
+                "started as one of {n} ranks ({var}) but built without MPI: rebuild with \
+                 `cargo build --release --features mpi`"
+            );
         }
         f(&vortex_domain::SelfComm, 0)
     }
+}
+
+/// The number of ranks a launcher (mpirun, srun) started, with the variable that says so,
+/// when more than one.
+pub fn launched_ranks() -> Option<(usize, &'static str)> {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"].into_iter().find_map(|var| {
+        std::env::var(var)
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&n| n > 1)
+            .map(|n| (n, var))
+    })
+}
+
+/// This process's rank as a launcher numbered it (0 when not launched as one of several).
+pub fn launched_rank() -> usize {
+    ["OMPI_COMM_WORLD_RANK", "PMI_RANK"]
+        .into_iter()
+        .find_map(|var| std::env::var(var).ok().and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
 }
 
 /// Makes every rank agree on the outcome of a step that only rank 0 performed (reading input):

@@ -132,15 +132,9 @@ pub fn write_atomic(path: &Path, bytes: &[&[u8]], keep: usize) -> Result<(), Dur
         return Err(e);
     }
     if keep > 1 && path.exists() {
-        for i in (1..keep).rev() {
-            let from = kept_name(path, i - 1);
-            if from.exists() {
-                let to = kept_name(path, i);
-                if let Err(e) = std::fs::rename(&from, &to).map_err(os(&to)) {
-                    let _ = std::fs::remove_file(&tmp);
-                    return Err(e);
-                }
-            }
+        if let Err(e) = rotate(path, keep) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
         }
     }
     if let Err(e) = std::fs::rename(&tmp, path).map_err(os(path)) {
@@ -148,6 +142,54 @@ pub fn write_atomic(path: &Path, bytes: &[&[u8]], keep: usize) -> Result<(), Dur
         return Err(e);
     }
     sync_dir(path)
+}
+
+/// The most checkpoints a run keeps (`checkpoints_kept` of both solvers): each is a whole
+/// copy of the state.
+pub const MAX_KEPT: usize = 100;
+
+/// The indices `i >= 1` of the older copies `path.i` present beside `path`, from a listing of
+/// the directory (one `readdir`, not a look-up per possible index).
+fn kept_indices(path: &Path) -> Result<Vec<usize>, DurableError> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return Ok(vec![]);
+    };
+    let prefix = format!("{name}.");
+    let mut found: Vec<usize> = std::fs::read_dir(dir)
+        .map_err(os(dir))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let f = e.file_name();
+            let i = f.to_str()?.strip_prefix(&prefix)?;
+            // the digits only: `.tmp` and other suffixes are not copies
+            (i.bytes().all(|b| b.is_ascii_digit()) && !i.starts_with('0'))
+                .then(|| i.parse().ok())
+                .flatten()
+        })
+        .collect();
+    found.sort_unstable();
+    Ok(found)
+}
+
+/// Shifts the kept copies of `path` by one (`path.i` -> `path.(i+1)` for `i + 1 < keep`,
+/// `path` -> `path.1`), oldest first, so that `keep` files remain once `path` is written.
+/// Copies at or beyond `keep` (of a run that kept more) are left as they are.
+fn rotate(path: &Path, keep: usize) -> Result<(), DurableError> {
+    let mut present: Vec<usize> = kept_indices(path)?
+        .into_iter()
+        .filter(|&i| i + 1 < keep)
+        .collect();
+    present.push(0);
+    present.sort_unstable_by(|a, b| b.cmp(a));
+    for i in present {
+        let (from, to) = (kept_name(path, i), kept_name(path, i + 1));
+        std::fs::rename(&from, &to).map_err(os(&to))?;
+    }
+    Ok(())
 }
 
 /// Writes `path` through `path.tmp`: `body` writes the content into a buffered writer, then the
@@ -303,6 +345,41 @@ pub fn request_stop(signal: usize) {
     flag().store(signal.max(1), Ordering::Relaxed);
 }
 
+/// Runs `f` on a thread of its own and waits for it unless a signal asks the process to stop
+/// (looked at every 100 ms): then the wait ends, a warning names `what` was left unfinished,
+/// and `None` is returned (the thread ends with the process). For work after the last step
+/// (figures) that must not keep a signalled process alive. `None` too when `f` panicked.
+pub fn unless_interrupted<T: Send + 'static>(
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let skipped = |sig: usize| {
+        log::warn!("signal {sig}: {what} left unfinished");
+        None
+    };
+    if let Some(sig) = interrupted() {
+        return skipped(sig);
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    loop {
+        match rx.recv_timeout(std::time::Duration::from_millis(100)) {
+            Ok(v) => return Some(v),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if let Some(sig) = interrupted() {
+                    return skipped(sig);
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                log::warn!("{what}: failed (see the message above)");
+                return None;
+            }
+        }
+    }
+}
+
 /// How a run treats its output directory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OutMode {
@@ -336,11 +413,11 @@ const RUN_MARKERS: [&str; 6] = [
 ];
 
 /// Creates `out` or checks it for `mode` (the lock file of [`crate::outdir::lock_out`] and a
-/// lone `run.json` do not count as contents): a non-empty directory is refused for a fresh run; with
-/// `Overwrite` the earlier run's files (regular files at the top level) are removed first, and
-/// a directory that holds no run output (none of `run.json`, `config.toml`, `checkpoint.bin`,
-/// `diagnostics.csv`, `energy.csv`, `timing.csv`) or holds sub-directories is refused, so that
-/// `--overwrite` never empties an unrelated directory.
+/// lone `run.json` do not count as contents): a non-empty directory is refused for a fresh run;
+/// with `Overwrite` the earlier run's files are removed first, those its `run.json` lists and
+/// nothing else ([`crate::overwrite`]: a user's files and sub-directories are kept), and a
+/// directory that never held a run's output (none of `run.json`, `config.toml`,
+/// `checkpoint.bin`, `diagnostics.csv`, `energy.csv`, `timing.csv`) is refused.
 pub fn prepare_out(out: &Path, mode: OutMode) -> Result<(), DurableError> {
     let refuse = |msg: String| DurableError::OutDir {
         path: out.to_path_buf(),
@@ -376,20 +453,7 @@ pub fn prepare_out(out: &Path, mode: OutMode) -> Result<(), DurableError> {
                     RUN_MARKERS.join(", ")
                 )));
             }
-            if let Some(d) = entries.iter().find(|p| p.is_dir()) {
-                return Err(refuse(format!(
-                    "--overwrite refused: it holds a sub-directory ({}); remove it yourself",
-                    d.display()
-                )));
-            }
-            for p in &entries {
-                std::fs::remove_file(p).map_err(os(p))?;
-            }
-            log::warn!(
-                "{}: --overwrite removed {} files of an earlier run",
-                out.display(),
-                entries.len()
-            );
+            crate::overwrite::remove_earlier_run(out)?;
         }
     }
     std::fs::create_dir_all(out).map_err(os(out))
@@ -488,6 +552,32 @@ mod tests {
     }
 
     #[test]
+    fn rotation_lists_the_directory_and_ignores_other_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("ck.bin");
+        for name in ["ck.bin.tmp", "ck.bin.01", "ck.bin.x", "ck.bin.7"] {
+            std::fs::write(dir.path().join(name), b"other").unwrap();
+        }
+        for i in 0..4u8 {
+            write_container(&p, b"TESTMAGC", 1, &[i; 4], MAX_KEPT).unwrap();
+        }
+        assert_eq!(kept_indices(&p).unwrap(), vec![1, 2, 3, 10]);
+        for (k, want) in [(0, 3u8), (1, 2), (2, 1), (3, 0)] {
+            let got = read_container(&kept_name(&p, k), b"TESTMAGC", 1, "test").unwrap();
+            assert_eq!(got, vec![want; 4]);
+        }
+        for name in ["ck.bin.01", "ck.bin.x"] {
+            assert_eq!(std::fs::read(dir.path().join(name)).unwrap(), b"other");
+        }
+        // keeping 2 of them: only checkpoint.bin and .1 move, .2 and beyond stay
+        write_container(&p, b"TESTMAGC", 1, &[9; 4], 2).unwrap();
+        let got = read_container(&kept_name(&p, 1), b"TESTMAGC", 1, "test").unwrap();
+        assert_eq!(got, vec![3; 4]);
+        let got = read_container(&kept_name(&p, 2), b"TESTMAGC", 1, "test").unwrap();
+        assert_eq!(got, vec![1; 4]);
+    }
+
+    #[test]
     fn out_dir_policy() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("o");
@@ -497,9 +587,11 @@ mod tests {
         assert!(e.contains("--overwrite"), "{e}");
         prepare_out(&out, OutMode::Restart).unwrap();
         assert!(out.join("energy.csv").exists());
+        std::fs::write(out.join("notes.txt"), b"mine").unwrap();
         prepare_out(&out, OutMode::Overwrite).unwrap();
         assert!(!out.join("energy.csv").exists());
-        std::fs::write(out.join("notes.txt"), b"mine").unwrap();
+        assert!(out.join("notes.txt").exists(), "a user's file removed");
+        // a directory that never held a run is not emptied
         let e = prepare_out(&out, OutMode::Overwrite)
             .unwrap_err()
             .to_string();
