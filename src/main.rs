@@ -43,6 +43,21 @@ enum Command {
     Config(commands::config::ConfigArgs),
 }
 
+/// The message of an error and its causes, `outer: cause: ...`, a cause left out where the
+/// message before it already holds its text (the file errors of the libraries repeat their
+/// cause in their own message).
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !text.contains(&c) {
+            text.push_str(": ");
+            text.push_str(&c);
+        }
+    }
+    text
+}
+
 /// A rayon pool with `threads` threads (all cores when `None`).
 pub fn thread_pool(threads: Option<usize>) -> Result<rayon::ThreadPool> {
     Ok(vortex_engine::thread_pool(threads)?)
@@ -120,7 +135,7 @@ fn main() {
     };
     match result {
         Err(e) => {
-            crate::errln!("error: {e:#}");
+            crate::errln!("error: {}", error_text(&e));
             std::process::exit(1);
         }
         Ok(Some(sig)) => {

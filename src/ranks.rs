@@ -48,13 +48,15 @@ pub fn with_comm<R>(f: impl FnOnce(&dyn Comm, usize) -> Result<R>) -> Result<R> 
 /// The number of ranks a launcher (mpirun, srun) started, with the variable that says so,
 /// when more than one.
 pub fn launched_ranks() -> Option<(usize, &'static str)> {
-    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"].into_iter().find_map(|var| {
-        std::env::var(var)
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .filter(|&n| n > 1)
-            .map(|n| (n, var))
-    })
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"]
+        .into_iter()
+        .find_map(|var| {
+            std::env::var(var)
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+                .filter(|&n| n > 1)
+                .map(|n| (n, var))
+        })
 }
 
 /// This process's rank as a launcher numbered it (0 when not launched as one of several).

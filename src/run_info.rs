@@ -7,8 +7,8 @@ use anyhow::{Context, Result};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::Path;
-use vortex_spectral::overwrite::Stamp;
 use std::time::{SystemTime, UNIX_EPOCH};
+use vortex_spectral::overwrite::Stamp;
 
 /// UTC time as `YYYY-MM-DDTHH:MM:SSZ` (civil-from-days of H. Hinnant's date algorithms).
 pub fn iso8601(t: SystemTime) -> String {
@@ -62,14 +62,15 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// From what a run returned: its summary's signal, or its error.
-    pub fn of<T, E: std::fmt::Display>(
+    /// From what a run returned: its summary's signal, or its error (as `text` words it).
+    pub fn of<T, E>(
         r: &std::result::Result<T, E>,
         signal: impl Fn(&T) -> Option<usize>,
+        text: impl Fn(&E) -> String,
     ) -> Outcome {
         match r {
             Ok(s) => signal(s).map_or(Outcome::Completed, Outcome::Interrupted),
-            Err(e) => Outcome::Failed(format!("{e:#}")),
+            Err(e) => Outcome::Failed(text(e)),
         }
     }
 

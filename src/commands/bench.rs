@@ -325,7 +325,10 @@ fn bench_m2l(b: &M2lBench) -> Result<()> {
     );
     crate::outln!(
         "{:>3} {:>12} {:>12} {:>8}",
-        "p", "rotation", "direct", "speedup"
+        "p",
+        "rotation",
+        "direct",
+        "speedup"
     );
     for p in orders {
         let (rot, dir) = time_m2l(p, b.count, (b.count / 4).max(1));

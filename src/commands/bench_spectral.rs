@@ -130,7 +130,11 @@ fn time_steps(s: &mut dyn Stepper, steps: usize, n: usize) -> Result<(f64, f64)>
 
 pub fn run(b: &SpectralBench) -> Result<()> {
     use super::bench::need_work;
-    need_work("--steps", b.steps, "no step would be timed (the median of nothing)")?;
+    need_work(
+        "--steps",
+        b.steps,
+        "no step would be timed (the median of nothing)",
+    )?;
     need_work(
         "--check-steps",
         b.check_steps,
@@ -182,7 +186,13 @@ fn run_in_pool(b: &SpectralBench) -> Result<()> {
     }
     crate::outln!(
         "{:>6} {:>6} {:>24} {:>12} {:>12} {:>14} {:>12}",
-        "n", "m", "backend", "median_ms", "min_ms", "Mpoints*step/s", "bytes/point"
+        "n",
+        "m",
+        "backend",
+        "median_ms",
+        "min_ms",
+        "Mpoints*step/s",
+        "bytes/point"
     );
     for &n in &b.n {
         let f: VelocityField = initial::taylor_green(n);

@@ -76,7 +76,7 @@ pub fn run(args: &RunArgs) -> Result<Option<usize>> {
                 // stops the job at the first non-zero exit)
                 several = true;
                 if comm.rank() == 0 {
-                    crate::errln!("error: {e:#}");
+                    crate::errln!("error: {}", crate::error_text(e));
                 }
                 comm.barrier();
             }
@@ -129,7 +129,7 @@ fn record(
             backend,
             ranks,
             threads: rayon::current_num_threads(),
-            outcome: crate::run_info::Outcome::of(r, |(s, _)| s.interrupted),
+            outcome: crate::run_info::Outcome::of(r, |(s, _)| s.interrupted, crate::error_text),
         },
     );
     match r {

@@ -69,7 +69,7 @@ pub fn run(args: &SpectralArgs) -> anyhow::Result<Option<usize>> {
     let claim =
         crate::run_info::begin(&opts.out, mode, args.restart.as_deref(), "spectral", start)?;
     let r = vortex_spectral::run::run_config(&cfg, &opts);
-    let outcome = crate::run_info::Outcome::of(&r, |s| s.interrupted);
+    let outcome = crate::run_info::Outcome::of(&r, |s| s.interrupted, |e| e.to_string());
     let backend = match &r {
         Ok(s) => s.backend.clone(),
         Err(_) => format!("{:?}", cfg.backend).to_lowercase(),

@@ -497,8 +497,8 @@ fn bad(file: &str, key: &str, msg: impl Into<String>) -> Error {
 impl Config {
     /// Reads and validates a configuration file.
     pub fn from_file(path: &Path) -> Result<Config> {
-        let text = vortex_spectral::inputs::read_config(path)
-            .map_err(|e| Error::Other(e.to_string()))?;
+        let text =
+            vortex_spectral::inputs::read_config(path).map_err(|e| Error::Other(e.to_string()))?;
         Self::from_str_named(&text, &path.display().to_string())
     }
 
@@ -860,7 +860,8 @@ impl Config {
             ("initial.energy", i.energy),
             (
                 "initial.strength",
-                i.strength.map(|s| s.iter().map(|x| x * x).sum::<f64>().sqrt()),
+                i.strength
+                    .map(|s| s.iter().map(|x| x * x).sum::<f64>().sqrt()),
             ),
         ] {
             if let Some(v) = v.filter(|&v| v < MIN_MAGNITUDE) {

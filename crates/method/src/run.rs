@@ -901,16 +901,22 @@ impl<'c> RunLoop<'c> {
 }
 
 /// Logs the step count of the run and its estimated duration before the first step (a warning
-/// for a long one, `vortex_spectral::durable::announce_steps`): a rough model of the step,
-/// about 2e-8 s per particle on a GPU and 3e-6 s per particle and thread on the CPU (FMM,
-/// two evaluations per AB2/Heun step, re-interpolation), plus 1 ms.
+/// for a long one, `vortex_spectral::durable::announce_steps`); returns the estimate in
+/// seconds. A rough model of the step (FMM, two evaluations per AB2/Heun step,
+/// re-interpolation, diagnostics), fitted to runs on a 2-core CPU (Taylor-Green 8^3 and 16^3,
+/// a ring of 55,000 particles: 0.6 to 8 s a step) and to the 256^3 step on an H100
+/// (BENCHMARKS.md): 4e-4 s per particle and thread on the CPU, plus 1 thread-second a step in a
+/// periodic box (the image sums and the diagnostics grid); 6e-8 s per particle on a GPU. The
+/// run measures itself after the first steps and announces again when this is off
+/// ([`vortex_spectral::estimate::Estimate`]).
 fn announce(cfg: &Config, steps: u64, n: usize, backend: &str) -> f64 {
-    let per_particle = if backend.contains("cuda") || backend.contains("GPU") {
-        2e-8
+    let s_per_step = if backend.contains("cuda") || backend.contains("GPU") {
+        1e-2 + n as f64 * 6e-8
     } else {
-        3e-6 / rayon::current_num_threads() as f64
+        let threads = rayon::current_num_threads() as f64;
+        let fixed = if cfg.domain.periodic { 1.0 } else { 0.01 };
+        (fixed + n as f64 * 4e-4) / threads
     };
-    let s_per_step = 1e-3 + n as f64 * per_particle;
     durable::announce_steps(
         &format!("the run to t_end = {} with dt = {}", cfg.t_end, cfg.dt),
         steps as f64,
@@ -1270,8 +1276,7 @@ fn plot(
     spectra: &[(f64, Vec<(f64, f64)>)],
     out: &Path,
 ) {
-    let rows: Vec<(f64, f64, f64)> = match vortex_spectral::inputs::read_own_text(csv_path, "CSV")
-    {
+    let rows: Vec<(f64, f64, f64)> = match vortex_spectral::inputs::read_own_text(csv_path, "CSV") {
         Ok(text) => text
             .lines()
             .skip(1)

@@ -496,7 +496,9 @@ impl Config {
                 &self.spectrum_times,
                 crate::io::spectrum_file_name as fn(f64) -> String,
             ),
-            ("field_times", &self.field_times, crate::io::field_time_tag),
+            ("field_times", &self.field_times, |t| {
+                format!("velocity_{}.npy", crate::io::field_time_tag(t))
+            }),
         ] {
             if let Some((a, b, f)) = colliding_names(times, name) {
                 return Err(bad(

@@ -277,8 +277,9 @@ pub fn read_container(
     // the payload and its decoded copy
     crate::outdir::check_memory(&format!("{what} {}", path.display()), 2.0 * len as f64)
         .map_err(bad)?;
-    let mut bytes = crate::outdir::try_vec(&format!("{what} {}", path.display()), len as usize, 0u8)
-        .map_err(bad)?;
+    let mut bytes =
+        crate::outdir::try_vec(&format!("{what} {}", path.display()), len as usize, 0u8)
+            .map_err(bad)?;
     // in pieces, the checksum as it goes: a signal stops a long read within a piece
     let mut h = FNV_OFFSET;
     for piece in bytes.chunks_mut(READ_PIECE) {

@@ -4,8 +4,8 @@
 //! Before a long job starts, [`crate::outdir::announce_steps`] logs its step count and a
 //! duration from a rough model of the step (or nothing where the count is not known: adaptive
 //! steps). [`Estimate`] then measures: after the first step (which carries the warm-up: plans,
-//! kernels, the initial solve) it takes the rate of the steps that follow, projects the total
-//! from the fraction of the work done, and announces it again when the projection differs from
+//! kernels, the initial solve) it takes the rate of the steps since its last look, projects the
+//! total from the fraction of the work done, and announces it again when the projection differs from
 //! the last announcement by more than a factor 1.5 at the first calibration and 2 afterwards
 //! (looked at at geometrically spaced times, so a run of any length checks a few dozen times).
 //! The last announcement is thus within a factor 2 of the projection at each look, and a job
@@ -33,7 +33,7 @@ pub struct Estimate {
     start: Instant,
     /// The last announced total duration in seconds (`None`: none yet).
     announced: Option<f64>,
-    /// Wall seconds and fraction done after the first step.
+    /// Wall seconds and fraction done at the last look (the first: after the first step).
     base: Option<(f64, f64)>,
     /// Wall seconds of the next look.
     next_look: f64,
@@ -80,10 +80,17 @@ impl Estimate {
             return None;
         }
         self.next_look = wall * 1.25 + CALIBRATE_S;
+        // the rate since the last look (a quarter of the time so far, or the calibration):
+        // a job that slows down or speeds up is followed
         let rate = (wall - w1) / (done - f1);
+        self.base = Some((wall, done));
         let remaining = rate * (1.0 - done);
         let total = wall + remaining;
-        let limit = if self.calibrated { OFF_LATER } else { OFF_FIRST };
+        let limit = if self.calibrated {
+            OFF_LATER
+        } else {
+            OFF_FIRST
+        };
         self.calibrated = true;
         let off = self
             .announced
@@ -116,15 +123,17 @@ impl Estimate {
 mod tests {
     use super::*;
 
-    /// A job of `steps` steps of `s` seconds after a first step of `first` seconds, announced
-    /// as `announced`: the last announcement against the true duration.
-    fn last_announcement(announced: Option<f64>, first: f64, s: f64, steps: usize) -> (f64, f64) {
+    /// A job of `steps` steps, step `k` taking `s(k)` seconds, announced as `announced`: the
+    /// last announcement against the true duration.
+    fn last_announcement(
+        announced: Option<f64>,
+        s: impl Fn(usize) -> f64,
+        steps: usize,
+    ) -> (f64, f64) {
         let mut e = Estimate::new("test", announced);
-        let mut wall = first;
+        let mut wall = 0.0;
         for k in 1..=steps {
-            if k > 1 {
-                wall += s;
-            }
+            wall += s(k);
             e.progress_at(wall, k as f64 / steps as f64);
         }
         (e.announced().unwrap_or(f64::NAN), wall)
@@ -132,14 +141,28 @@ mod tests {
 
     #[test]
     fn announcements_end_within_3x_of_the_duration() {
+        let steady = |s: f64, first: f64| move |k: usize| if k == 1 { first } else { s };
         // models 100 times too low and too high, none at all, a slow first step
-        for (announced, first, s, steps) in [
-            (Some(0.01 * 1000.0 * 0.9), 0.9, 0.9, 1000),
-            (Some(100.0 * 1000.0 * 0.01), 0.01, 0.01, 5000),
-            (None, 0.5, 0.2, 300),
-            (Some(30.0), 60.0, 0.05, 2000),
-        ] {
-            let (a, total) = last_announcement(announced, first, s, steps);
+        let cases: Vec<(Option<f64>, Box<dyn Fn(usize) -> f64>, usize)> = vec![
+            (Some(9.0), Box::new(steady(0.9, 0.9)), 1000),
+            (Some(5000.0), Box::new(steady(0.01, 0.01)), 5000),
+            (None, Box::new(steady(0.2, 0.5)), 300),
+            (Some(30.0), Box::new(steady(0.05, 60.0)), 2000),
+            // a step that slows down tenfold over the run (particles multiply)
+            (
+                Some(1.0),
+                Box::new(|k| 0.1 * (1.0 + 9.0 * k as f64 / 400.0)),
+                400,
+            ),
+            // every tenth step ten times slower (re-interpolation)
+            (
+                Some(1.0),
+                Box::new(|k| if k % 10 == 0 { 1.0 } else { 0.1 }),
+                500,
+            ),
+        ];
+        for (announced, s, steps) in cases {
+            let (a, total) = last_announcement(announced, s, steps);
             let off = (a / total).max(total / a);
             assert!(off < 3.0, "{announced:?}: announced {a}, took {total}");
         }

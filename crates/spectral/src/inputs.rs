@@ -154,12 +154,17 @@ mod tests {
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         // no writer: a blocking open would never return
         let e = read_config(&fifo).unwrap_err().to_string();
-        assert!(e.contains("FIFO") && e.contains("configuration file"), "{e}");
+        assert!(
+            e.contains("FIFO") && e.contains("configuration file"),
+            "{e}"
+        );
         let e = read_config(Path::new("/dev/zero")).unwrap_err().to_string();
         assert!(e.contains("character device"), "{e}");
         let e = read_config(dir.path()).unwrap_err().to_string();
         assert!(e.contains("directory"), "{e}");
-        let e = read_config(&dir.path().join("absent")).unwrap_err().to_string();
+        let e = read_config(&dir.path().join("absent"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("does not exist"), "{e}");
     }
 

@@ -70,7 +70,9 @@ pub fn is_output_name(name: &str) -> bool {
     }
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     let time = |s: &str| {
-        !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit() || b == b'.') && s.parse::<f64>().is_ok()
+        !s.is_empty()
+            && s.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+            && s.parse::<f64>().is_ok()
     };
     let between = |pre: &str, suf: &str| name.strip_prefix(pre).and_then(|r| r.strip_suffix(suf));
     if let Some(i) = name.strip_prefix("checkpoint.bin.") {
@@ -165,11 +167,7 @@ pub fn remove_earlier_run(out: &Path) -> Result<(), DurableError> {
             format!(
                 "; kept {} entries it did not write: {}",
                 kept.len(),
-                kept.iter()
-                    .take(5)
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                kept.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
                     + if kept.len() > 5 { ", ..." } else { "" }
             )
         }

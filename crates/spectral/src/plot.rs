@@ -141,7 +141,7 @@ pub fn plot_energy(path: &Path, rows: &[(f64, f64, f64)]) -> Result<(), IoError>
             .map(|r| (r.0, r.2)),
         &RED,
     ))
-        .map_err(perr(path))?;
+    .map_err(perr(path))?;
     root.present().map_err(perr(path))?;
     Ok(())
 }
@@ -226,15 +226,35 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let tiny = f64::from_bits(1); // the smallest denormal
         let cases: Vec<(&str, Vec<(f64, f64, f64)>)> = vec![
-            ("energy decaying to 0", (0..50).map(|i| (0.02 * i as f64, (-15.0 * i as f64).exp(), 1e-300)).collect()),
-            ("denormal energies", vec![(0.0, tiny, tiny), (1.0, 2.0 * tiny, 0.0)]),
+            (
+                "energy decaying to 0",
+                (0..50)
+                    .map(|i| (0.02 * i as f64, (-15.0 * i as f64).exp(), 1e-300))
+                    .collect(),
+            ),
+            (
+                "denormal energies",
+                vec![(0.0, tiny, tiny), (1.0, 2.0 * tiny, 0.0)],
+            ),
             ("all zero", vec![(0.0, 0.0, 0.0), (1.0, 0.0, 0.0)]),
             ("huge", vec![(0.0, 1e308, f64::MAX), (1.0, 1e300, 1e308)]),
-            ("non-finite", vec![(0.0, f64::NAN, f64::INFINITY), (f64::NAN, 1.0, f64::NEG_INFINITY)]),
+            (
+                "non-finite",
+                vec![
+                    (0.0, f64::NAN, f64::INFINITY),
+                    (f64::NAN, 1.0, f64::NEG_INFINITY),
+                ],
+            ),
             ("one row", vec![(0.5, 1.0, 1.0)]),
             ("no rows", vec![]),
-            ("a time span of 1e-300", vec![(0.0, 1.0, 1.0), (1e-300, 0.5, 1.0)]),
-            ("times near 1e308", vec![(1e307, 1.0, 1.0), (1e308, 0.5, 1.0)]),
+            (
+                "a time span of 1e-300",
+                vec![(0.0, 1.0, 1.0), (1e-300, 0.5, 1.0)],
+            ),
+            (
+                "times near 1e308",
+                vec![(1e307, 1.0, 1.0), (1e308, 0.5, 1.0)],
+            ),
         ];
         for (what, rows) in cases {
             let p = dir.path().join(format!("{}.png", what.replace(' ', "_")));

@@ -722,11 +722,7 @@ fn announce(cfg: &Config, t0: f64, gpu: bool) -> Option<f64> {
     } else {
         1e9 * rayon::current_num_threads() as f64
     };
-    Some(durable::announce_steps(
-        "spectral run",
-        steps,
-        flops / rate,
-    ))
+    Some(durable::announce_steps("spectral run", steps, flops / rate))
 }
 
 /// The number of fixed steps `dt` from `t0` to `t_end` when every output time is landed on
