@@ -11,6 +11,7 @@
 //! checkpoint was written.
 
 mod commands;
+mod console;
 mod io;
 mod planner;
 mod ranks;
@@ -41,6 +42,21 @@ enum Command {
     Spectral(commands::spectral::SpectralArgs),
     /// Print a complete, commented configuration: `vortex config --defaults [vortex|spectral]`.
     Config(commands::config::ConfigArgs),
+}
+
+/// The message of an error and its causes, `outer: cause: ...`, a cause left out where the
+/// message before it already holds its text (the file errors of the libraries repeat their
+/// cause in their own message).
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !text.contains(&c) {
+            text.push_str(": ");
+            text.push_str(&c);
+        }
+    }
+    text
 }
 
 /// A rayon pool with `threads` threads (all cores when `None`).
@@ -77,6 +93,24 @@ fn install_signal_handlers() -> Result<()> {
         signal_hook::flag::register(sig, pending.clone())?;
         signal_hook::flag::register_usize(sig, flag.clone(), sig as usize)?;
     }
+    // the signal is acknowledged at once (within 100 ms), whatever the run is doing: a step
+    // can take minutes, and the user must know the signal was seen
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(|| loop {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            if let Some(sig) = vortex_spectral::durable::interrupted() {
+                if ranks::launched_rank() == 0 {
+                    log::warn!(
+                        "signal {sig} received: the run stops at the end of its current step \
+                         and writes a checkpoint (exit status {}); a second signal stops it at \
+                         once without one (exit status 130)",
+                        vortex_spectral::durable::EXIT_INTERRUPTED
+                    );
+                }
+                break;
+            }
+        })?;
     Ok(())
 }
 
@@ -87,7 +121,7 @@ fn main() {
     let cli = Cli::parse();
     if matches!(cli.command, Command::Run(_) | Command::Spectral(_)) {
         if let Err(e) = install_signal_handlers() {
-            eprintln!("error: installing the signal handlers: {e:#}");
+            crate::errln!("error: installing the signal handlers: {e:#}");
             std::process::exit(1);
         }
     }
@@ -102,11 +136,11 @@ fn main() {
     };
     match result {
         Err(e) => {
-            eprintln!("error: {e:#}");
+            crate::errln!("error: {}", error_text(&e));
             std::process::exit(1);
         }
         Ok(Some(sig)) => {
-            eprintln!(
+            crate::errln!(
                 "stopped by signal {sig} after writing a checkpoint; exit status {} (continue \
                  with --restart OUT/checkpoint.bin; `vortex run` also takes --restart OUT)",
                 vortex_spectral::durable::EXIT_INTERRUPTED

@@ -162,4 +162,54 @@ if mpi 3 "$bin" run "$tmp/tg.toml" --out "$tmp/fail" --restart "$tmp/missing.bin
 fi
 cat "$tmp/err"
 test "$(grep -c 'missing.bin' "$tmp/err")" -eq 1
-echo "ci-mpi: vortex run is independent of the number of ranks"
+# in the background: run_bg OUT ARGS... (mpirun itself, so that signals reach it); the ranks'
+# process ids are those whose command line names OUT, less mpirun's
+run_bg() {
+    local out=$1
+    shift
+    mpirun --oversubscribe "$@" > "$out.log" 2>&1 &
+    mp=$!
+    for _ in $(seq 600); do [ -f "$out/config.toml" ] && break; sleep 0.1; done
+    sleep 1
+    ranks=$(pgrep -f -- "--out $out" | grep -v "^$mp\$" || true)
+}
+# waits for mpirun at most 60 s (then kills the job: a hang); sets status
+wait_bg() {
+    for _ in $(seq 600); do kill -0 "$mp" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$mp" 2>/dev/null; then
+        kill -KILL "$mp" $ranks 2>/dev/null || true
+        echo "mpirun did not end within 60 s" >&2
+        exit 1
+    fi
+    set +e
+    wait "$mp"
+    status=$?
+    set -e
+}
+sed 's/^t_end = 0.5/t_end = 1000.0/' "$tmp/tg.toml" > "$tmp/long.toml"
+
+echo "== a checkpointed signal: SIGUSR1 to mpirun (forwarded to every rank) ends it with status 75"
+run_bg "$tmp/sig" -np 2 "$bin" run "$tmp/long.toml" --out "$tmp/sig" --backend cpu
+kill -USR1 "$mp"
+wait_bg
+test "$status" -eq 75
+python3 -c "import json,sys; s=json.load(open(sys.argv[1]))['invocations'][-1]['status']; assert s == 'interrupted', s" "$tmp/sig/run.json"
+echo "== SIGTERM to the ranks (scancel --signal, kill of the ranks): status 75 too"
+run_bg "$tmp/sigr" -np 2 "$bin" run "$tmp/long.toml" --out "$tmp/sigr" --backend cpu
+kill -TERM $(echo $ranks | awk '{print $NF}')
+wait_bg
+test "$status" -eq 75
+
+echo "== a stopped rank: the others' watchdog ends the job (VORTEX_WATCHDOG_SECONDS=2)"
+export VORTEX_WATCHDOG_SECONDS=2
+run_bg "$tmp/dog" -x VORTEX_WATCHDOG_SECONDS -np 2 "$bin" run "$tmp/long.toml" --out "$tmp/dog" --backend cpu
+kill -STOP $(echo $ranks | awk '{print $NF}')
+wait_bg
+unset VORTEX_WATCHDOG_SECONDS
+test "$status" -ne 0
+grep -q "stopped answering" "$tmp/dog.log"
+if pgrep -f -- "--out $tmp/dog" >/dev/null; then
+    echo "a rank of the stopped job is still there" >&2
+    exit 1
+fi
+echo "ci-mpi: vortex run is independent of the number of ranks; signals and a stopped rank end the job"

@@ -149,13 +149,11 @@ pub fn run(args: &ConfigArgs) -> Result<()> {
             "nothing to do: `vortex config --defaults [vortex|spectral]` prints a configuration"
         );
     }
-    print!(
-        "{}",
-        match args.solver {
-            Solver::Vortex => VORTEX,
-            Solver::Spectral => SPECTRAL,
-        }
-    );
+    let text = match args.solver {
+        Solver::Vortex => VORTEX,
+        Solver::Spectral => SPECTRAL,
+    };
+    crate::console::out(text.trim_end_matches('\n'));
     Ok(())
 }
 

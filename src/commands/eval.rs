@@ -177,6 +177,26 @@ const RESULTS: [&str; 3] = ["velocity.npy", "stretching.npy", "timing.json"];
 fn claim_out(args: &EvalArgs) -> Result<vortex_spectral::durable::OutLock> {
     let start = std::time::SystemTime::now();
     let lock = vortex_spectral::durable::lock_out(&args.out, &crate::run_info::holder(start))?;
+    // the rule of every output directory: nothing that is not an earlier evaluation's is
+    // replaced or mixed with (a run's checkpoint, a user's files), --overwrite or not
+    let foreign: Vec<String> = std::fs::read_dir(&args.out)
+        .with_context(|| format!("output directory {}", args.out.display()))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| {
+            let base = n.strip_suffix(".tmp").unwrap_or(n);
+            n != vortex_spectral::durable::LOCK_FILE && !RESULTS.contains(&base)
+        })
+        .collect();
+    if let Some(f) = foreign.first() {
+        anyhow::bail!(
+            "output directory {}: holds {} entries that an evaluation does not write (e.g. {f}): \
+             choose another --out (--overwrite replaces only an earlier evaluation's {})",
+            args.out.display(),
+            foreign.len(),
+            RESULTS.join(", ")
+        );
+    }
     let present: Vec<&str> = RESULTS
         .into_iter()
         .filter(|f| args.out.join(f).exists())

@@ -13,9 +13,12 @@ pub struct ParticlesArgs {
     /// Seed of the random generator.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Output `.npy` file, shape (N, 7).
+    /// Output `.npy` file, shape (N, 7) (an existing file is refused unless --overwrite).
     #[arg(long)]
     pub out: PathBuf,
+    /// Replace an existing --out file.
+    #[arg(long)]
+    pub overwrite: bool,
     /// Subtract the mean strength (zero total circulation, for periodic runs).
     #[arg(long)]
     pub periodic: bool,
@@ -38,6 +41,20 @@ fn parse_count(s: &str) -> Result<usize, String> {
 pub fn run(args: &ParticlesArgs) -> Result<()> {
     if args.n == 0 {
         bail!("--n must be at least 1");
+    }
+    // the rule of every output: nothing is replaced without --overwrite (checked again by the
+    // rename's target being absent is not possible portably; a file appearing meanwhile is
+    // replaced)
+    match std::fs::symlink_metadata(&args.out) {
+        Ok(m) if m.is_dir() => bail!(
+            "--out {}: is a directory; give the path of the .npy file to write",
+            args.out.display()
+        ),
+        Ok(_) if !args.overwrite => bail!(
+            "--out {}: exists; pass --overwrite to replace it or choose another file",
+            args.out.display()
+        ),
+        _ => {}
     }
     // the set (7 f64) and the array written from it (7 f64), before anything is allocated
     vortex_method::health::check_memory(

@@ -70,10 +70,10 @@ pub fn run(args: &RunArgs) -> Result<Option<usize>> {
         } else {
             Ok(None)
         };
-        let _lock = crate::ranks::agree(comm, lock)?;
+        let claim = crate::ranks::agree(comm, lock)?.flatten();
         let r = run_ranks(args, comm, local_rank);
         if comm.rank() == 0 {
-            record(args, start, &r)?;
+            record(args, start, claim.as_ref(), &r)?;
         }
         let r = r.map(|(s, _)| s.interrupted);
         if let Err(e) = &r {
@@ -82,7 +82,7 @@ pub fn run(args: &RunArgs) -> Result<Option<usize>> {
                 // stops the job at the first non-zero exit)
                 several = true;
                 if comm.rank() == 0 {
-                    eprintln!("error: {e:#}");
+                    crate::errln!("error: {}", crate::error_text(e));
                 }
                 comm.barrier();
             }
@@ -107,6 +107,7 @@ fn out_dir(args: &RunArgs) -> PathBuf {
 fn record(
     args: &RunArgs,
     start: std::time::SystemTime,
+    claim: Option<&crate::run_info::Claim>,
     r: &Result<(vortex_method::run::RunSummary, serde_json::Value)>,
 ) -> Result<()> {
     let out = match r {
@@ -126,6 +127,7 @@ fn record(
     };
     let rec = crate::run_info::record(
         &out,
+        claim,
         &crate::run_info::Invocation {
             command: "run",
             start,
@@ -133,7 +135,7 @@ fn record(
             backend,
             ranks,
             threads: rayon::current_num_threads(),
-            outcome: crate::run_info::Outcome::of(r, |(s, _)| s.interrupted),
+            outcome: crate::run_info::Outcome::of(r, |(s, _)| s.interrupted, crate::error_text),
         },
     );
     match r {
@@ -155,8 +157,7 @@ fn run_ranks(
     let root = comm.rank() == 0;
     vortex_method::parallel::check_same(comm, "command-line options", &format!("{args:?}"))?;
     let text = if root {
-        std::fs::read_to_string(&args.config)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", args.config.display()))
+        vortex_spectral::inputs::read_config(&args.config).map_err(anyhow::Error::from)
     } else {
         Ok(String::new())
     };
@@ -314,14 +315,14 @@ fn run_and_report<'c>(
     let summary =
         vortex_method::run::run(comm, config, &out, args.restart.as_deref(), opts, build)?;
     if comm.rank() == 0 {
-        eprintln!(
+        crate::errln!(
             "{} [backend {}, {} rank(s)]",
             summary.report(),
             summary.backend,
             comm.size()
         );
         if summary.steps > 0 {
-            eprintln!("{}", summary.phases.report());
+            crate::errln!("{}", summary.phases.report());
         }
     }
     Ok(summary)

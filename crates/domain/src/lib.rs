@@ -2,6 +2,8 @@
 //!
 //! * [`comm`]: the [`Comm`] trait and its implementations ([`SelfComm`], [`ThreadComm`],
 //!   `MpiComm` with the `mpi` feature);
+//! * [`watchdog`]: ends the job when a rank stops answering (a wait in a collective longer than
+//!   a timeout), over any communicator;
 //! * [`partition`]: the replicated partition tree, branch cells and their owners along the Morton
 //!   curve, weighted by work;
 //! * [`redistribute_sources`] / [`redistribute_targets`]: moving particles to their owners (keeping
@@ -20,6 +22,7 @@ pub mod essential;
 pub mod evaluator;
 pub mod ext_tree;
 pub mod partition;
+pub mod watchdog;
 pub mod wire;
 
 #[cfg(feature = "mpi")]

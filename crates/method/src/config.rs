@@ -430,6 +430,28 @@ pub enum SnapshotFormat {
     Vtk,
 }
 
+/// The smallest magnitude of a circulation, strength or energy a configuration may give: below
+/// it the vorticity of the particles and the energy underflow (their squares and the
+/// diagnostics' products leave the double range).
+pub const MIN_MAGNITUDE: f64 = 1e-12;
+
+/// The most steps a run may have (`t_end / dt`).
+pub const MAX_STEPS: f64 = 1e12;
+
+/// The range of `initial.overlap` (`sigma0 / h`).
+pub const MIN_OVERLAP: f64 = 0.05;
+/// See [`MIN_OVERLAP`].
+pub const MAX_OVERLAP: f64 = 4.0;
+
+/// The smallest relative residual the re-interpolation may ask for.
+pub const MIN_RBF_TOLERANCE: f64 = 1e-14;
+/// The most conjugate-gradient iterations of a re-interpolation.
+pub const MAX_RBF_ITERATIONS: usize = 100_000;
+
+/// The most the energy of the slowest mode of the periodic box (`|k| = 1`) may decay over a
+/// run, `exp(-2 nu t_end)`: below it the energy and the diagnostics' products underflow.
+pub const MIN_DECAY: f64 = 1e-100;
+
 /// `v > 0` and finite, or the error naming `key`.
 fn positive(file: &str, key: &str, v: f64) -> Result<()> {
     if !(v > 0.0 && v.is_finite()) {
@@ -490,7 +512,8 @@ fn bad(file: &str, key: &str, msg: impl Into<String>) -> Error {
 impl Config {
     /// Reads and validates a configuration file.
     pub fn from_file(path: &Path) -> Result<Config> {
-        let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
+        let text =
+            vortex_spectral::inputs::read_config(path).map_err(|e| Error::Other(e.to_string()))?;
         Self::from_str_named(&text, &path.display().to_string())
     }
 
@@ -628,6 +651,7 @@ impl Config {
         self.validate_run(file)?;
         self.validate_reinterpolation(file)?;
         self.validate_initial(file)?;
+        self.validate_viscosity(file)?;
         self.validate_output(file)
     }
 
@@ -641,8 +665,30 @@ impl Config {
                 format!("the viscosity must be >= 0 (0: inviscid), got {}", self.nu),
             ));
         }
+        if self.nu > MAX_MAGNITUDE {
+            return Err(bad(
+                file,
+                "nu",
+                format!(
+                    "{:e} is above {MAX_MAGNITUDE:e}: no flow in a box of this size has such a \
+                     viscosity",
+                    self.nu
+                ),
+            ));
+        }
         pos("dt", self.dt)?;
         pos("t_end", self.t_end)?;
+        if self.t_end / self.dt > MAX_STEPS {
+            return Err(bad(
+                file,
+                "dt",
+                format!(
+                    "t_end / dt = {:.3e} steps, more than {MAX_STEPS:e}: no run takes that many \
+                     (at a millisecond a step, 30 years); check dt and t_end",
+                    self.t_end / self.dt
+                ),
+            ));
+        }
         if self.t_end < self.dt {
             return Err(bad(
                 file,
@@ -722,18 +768,27 @@ impl Config {
                 format!("the core growth ratio sigma/sigma0 that triggers re-interpolation must be > 1 (or 0 to disable), got {}", r.ratio),
             ));
         }
-        if !(r.tolerance > 0.0 && r.tolerance < 1.0) {
+        if !(r.tolerance >= MIN_RBF_TOLERANCE && r.tolerance < 1.0) {
             return Err(bad(
                 file,
                 "reinterpolation.tolerance",
-                format!("must lie in (0, 1), got {}", r.tolerance),
+                format!(
+                    "must lie in [{MIN_RBF_TOLERANCE:e}, 1), got {:e}: a relative residual \
+                     below about 1e-14 is under the round-off of the Gaussian sums in double \
+                     precision, so no solve reaches it",
+                    r.tolerance
+                ),
             ));
         }
-        if r.max_iterations == 0 {
+        if !(1..=MAX_RBF_ITERATIONS).contains(&r.max_iterations) {
             return Err(bad(
                 file,
                 "reinterpolation.max_iterations",
-                "must be at least 1",
+                format!(
+                    "must lie in 1..={MAX_RBF_ITERATIONS}, got {} (conjugate gradients that \
+                     have not converged in that many iterations are stagnating)",
+                    r.max_iterations
+                ),
             ));
         }
         if !(r.cutoff >= 3.0 && r.cutoff.is_finite()) {
@@ -769,6 +824,20 @@ impl Config {
         // initial condition
         let (i, r) = (&self.initial, &self.reinterpolation);
         pos("initial.overlap", i.overlap)?;
+        if !(MIN_OVERLAP..=MAX_OVERLAP).contains(&i.overlap) {
+            return Err(bad(
+                file,
+                "initial.overlap",
+                format!(
+                    "{:e} is outside [{MIN_OVERLAP}, {MAX_OVERLAP}]: sigma0 / h below it leaves \
+                     the particles without overlap (the blob approximation does not converge), \
+                     above it every Gaussian sum covers more than (2 cutoff overlap)^3 = {:.0e} \
+                     lattice points per particle",
+                    i.overlap,
+                    (2.0 * r.cutoff * MAX_OVERLAP).powi(3)
+                ),
+            ));
+        }
         let need = |key: &str, v: Option<f64>| -> Result<f64> {
             let v = v.ok_or_else(|| {
                 bad(
@@ -800,6 +869,26 @@ impl Config {
         ] {
             if let Some(v) = v {
                 bounded_vector(file, key, &[v])?;
+            }
+        }
+        for (key, v) in [
+            ("initial.circulation", i.circulation.map(f64::abs)),
+            ("initial.energy", i.energy),
+            (
+                "initial.strength",
+                i.strength
+                    .map(|s| s.iter().map(|x| x * x).sum::<f64>().sqrt()),
+            ),
+        ] {
+            if let Some(v) = v.filter(|&v| v < MIN_MAGNITUDE) {
+                return Err(bad(
+                    file,
+                    key,
+                    format!(
+                        "magnitude {v:e} is below {MIN_MAGNITUDE:e}: a field that weak has no \
+                         dynamics, and its vorticity and energy underflow in double precision"
+                    ),
+                ));
             }
         }
         if let Some(h) = r.spacing {
@@ -890,6 +979,68 @@ impl Config {
         self.validate_lattice(file)
     }
 
+    /// The viscosity against the periodic box: the cores must stay narrower than a quarter of
+    /// the box until a re-interpolation resets them (core spreading, `sigma^2 = sigma0^2 +
+    /// 2 nu t` after the last reset, core paper Eq. 11), and the slowest mode of the box may
+    /// not decay below [`MIN_DECAY`] over the run (its energy would underflow).
+    fn validate_viscosity(&self, file: &str) -> Result<()> {
+        let Some(p) = self.periodic() else {
+            return Ok(());
+        };
+        let (sigma0, quarter) = (self.sigma0(), 0.25 * p.box_length);
+        if sigma0 > quarter {
+            return Err(bad(
+                file,
+                "initial.overlap",
+                format!(
+                    "cores of radius sigma0 = overlap * L / n = {sigma0:.4} are wider than a \
+                     quarter of the box (L / 4 = {quarter:.4}): the periodic sums need a box at \
+                     least 4 core radii wide; raise initial.n or lower initial.overlap"
+                ),
+            ));
+        }
+        let r = &self.reinterpolation;
+        // the longest time between two resets of the cores (re-interpolation by core growth
+        // or by count; a reset by strain cannot be foreseen)
+        let mut reset = self.t_end;
+        if r.ratio > 0.0 {
+            let to_ratio = crate::core_spreading::time_to_ratio(sigma0, self.nu, r.ratio);
+            reset = reset.min(to_ratio + self.dt);
+        }
+        if r.every > 0 {
+            reset = reset.min(r.every as f64 * self.dt);
+        }
+        let sigma = crate::core_spreading::sigma_at(sigma0, self.nu, reset.max(self.dt));
+        if !(sigma <= quarter) {
+            return Err(bad(
+                file,
+                "nu",
+                format!(
+                    "nu = {:e}: core spreading (sigma^2 = sigma0^2 + 2 nu t) widens the cores \
+                     from {sigma0:.4} to {sigma:.4e} within {:.4e} time units (before a \
+                     re-interpolation resets them), beyond a quarter of the box (L / 4 = \
+                     {quarter:.4}): lower nu or dt, or re-interpolate more often",
+                    self.nu,
+                    reset.max(self.dt)
+                ),
+            ));
+        }
+        let decay = (-2.0 * self.nu * self.t_end).exp();
+        if decay < MIN_DECAY {
+            return Err(bad(
+                file,
+                "nu",
+                format!(
+                    "nu = {:e} with t_end = {}: the slowest mode of the box (|k| = 1) decays by \
+                     exp(-2 nu t_end) = {decay:.1e}, below {MIN_DECAY:e}: the energy underflows \
+                     long before t_end; lower nu or t_end",
+                    self.nu, self.t_end
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// The periodic lattice of the re-interpolation (points, spacing against the box) and the
     /// diagnostics grid.
     fn validate_lattice(&self, file: &str) -> Result<()> {
@@ -958,11 +1109,16 @@ impl Config {
                 positive(file, key, v)?;
             }
         }
-        if self.output.checkpoints_kept == 0 {
+        let max_kept = vortex_spectral::durable::MAX_KEPT;
+        if !(1..=max_kept).contains(&self.output.checkpoints_kept) {
             return Err(bad(
                 file,
                 "output.checkpoints_kept",
-                "must be at least 1, got 0",
+                format!(
+                    "must lie in 1..={max_kept} (each kept checkpoint is a whole copy of the \
+                     state), got {}",
+                    self.output.checkpoints_kept
+                ),
             ));
         }
         let h = &self.health;

@@ -275,7 +275,7 @@ pub fn host_build<'c, B: Backend + 'c>(
 }
 
 fn csv_rows_before(path: &Path, step: u64) -> Result<Vec<String>> {
-    let text = match std::fs::read_to_string(path) {
+    let text = match vortex_spectral::inputs::read_own_text(path, "CSV of the run") {
         Ok(t) => t,
         Err(_) => return Ok(vec![]),
     };
@@ -296,7 +296,7 @@ fn csv_rows_before(path: &Path, step: u64) -> Result<Vec<String>> {
 
 /// `(step, t, energy)` of every row of a `diagnostics.csv` (none if it cannot be read).
 fn energy_rows(path: &Path) -> Vec<(u64, f64, f64)> {
-    let Ok(text) = std::fs::read_to_string(path) else {
+    let Ok(text) = vortex_spectral::inputs::read_own_text(path, "CSV of the run") else {
         return vec![];
     };
     let mut lines = text.lines();
@@ -578,6 +578,8 @@ struct RunLoop<'c> {
     loop_start: Instant,
     interrupted: Option<usize>,
     backend_name: String,
+    /// The announced duration, measured as the steps go (rank 0).
+    estimate: Option<vortex_spectral::estimate::Estimate>,
 }
 
 impl<'c> RunLoop<'c> {
@@ -623,11 +625,16 @@ impl<'c> RunLoop<'c> {
             .max_steps
             .map_or(cfg.steps(), |k| cfg.steps().min(start_step + k))
             .max(start_step);
-        if root {
-            // the whole run to t_end (also under --steps: a mistyped dt shows at once)
+        // the whole run to t_end (also under --steps: a mistyped dt shows at once), measured
+        // again after the first steps
+        let estimate = root.then(|| {
             let steps = cfg.steps().saturating_sub(start_step);
-            announce(&cfg, steps, sim.n_global(), &sim.describe());
-        }
+            let model = announce(&cfg, steps, sim.n_global(), &sim.describe());
+            vortex_spectral::estimate::Estimate::new(
+                &format!("the run to t_end = {}", cfg.t_end),
+                Some(model),
+            )
+        });
         let outputs = if root {
             open_outputs(out, restart.is_some(), start_step).map(Some)
         } else {
@@ -686,6 +693,7 @@ impl<'c> RunLoop<'c> {
             since_row: PhaseTotals::default(),
             loop_start: Instant::now(),
             interrupted: None,
+            estimate,
         })
     }
 
@@ -842,6 +850,10 @@ impl<'c> RunLoop<'c> {
             .check_finite(&self.last_ck)
             .inspect_err(|_| self.bar.abandon())?;
         let s = self.sim.step_index();
+        if let Some(e) = self.estimate.as_mut() {
+            let total = self.cfg.steps().saturating_sub(self.start_step).max(1);
+            e.progress((s - self.start_step) as f64 / total as f64);
+        }
         let ph = self.sim.phases();
         let d = |a: f64, b: f64| (a - b).max(0.0);
         let mut row = [
@@ -884,8 +896,12 @@ impl<'c> RunLoop<'c> {
         }
         let cfg = &self.cfg;
         if let (Some(o), true) = (&self.outputs, cfg.output.plots && cfg.domain.periodic) {
-            let png = self.out.join("energy.png");
-            plot(&o.csv_path, &png, cfg, &self.spectra, &self.out);
+            // on a thread: a signal ends the wait for the figures
+            let (csv, png) = (o.csv_path.clone(), self.out.join("energy.png"));
+            let (cfg, spectra, out) = (cfg.clone(), self.spectra.clone(), self.out.clone());
+            durable::unless_interrupted("the figures", move || {
+                plot(&csv, &png, &cfg, &spectra, &out)
+            });
         }
         let steps = self.sim.step_index() - self.start_step;
         RunSummary {
@@ -906,21 +922,27 @@ impl<'c> RunLoop<'c> {
 }
 
 /// Logs the step count of the run and its estimated duration before the first step (a warning
-/// for a long one, `vortex_spectral::durable::announce_steps`): a rough model of the step,
-/// about 2e-8 s per particle on a GPU and 3e-6 s per particle and thread on the CPU (FMM,
-/// two evaluations per AB2/Heun step, re-interpolation), plus 1 ms.
-fn announce(cfg: &Config, steps: u64, n: usize, backend: &str) {
-    let per_particle = if backend.contains("cuda") || backend.contains("GPU") {
-        2e-8
+/// for a long one, `vortex_spectral::durable::announce_steps`); returns the estimate in
+/// seconds. A rough model of the step (FMM, two evaluations per AB2/Heun step,
+/// re-interpolation, diagnostics), fitted to runs on a 2-core CPU (Taylor-Green 8^3 and 16^3,
+/// a ring of 55,000 particles: 0.6 to 8 s a step) and to the 256^3 step on an H100
+/// (BENCHMARKS.md): 4e-4 s per particle and thread on the CPU, plus 1 thread-second a step in a
+/// periodic box (the image sums and the diagnostics grid); 6e-8 s per particle on a GPU. The
+/// run measures itself after the first steps and announces again when this is off
+/// ([`vortex_spectral::estimate::Estimate`]).
+fn announce(cfg: &Config, steps: u64, n: usize, backend: &str) -> f64 {
+    let s_per_step = if backend.contains("cuda") || backend.contains("GPU") {
+        1e-2 + n as f64 * 6e-8
     } else {
-        3e-6 / rayon::current_num_threads() as f64
+        let threads = rayon::current_num_threads() as f64;
+        let fixed = if cfg.domain.periodic { 1.0 } else { 0.01 };
+        (fixed + n as f64 * 4e-4) / threads
     };
-    let s_per_step = 1e-3 + n as f64 * per_particle;
     durable::announce_steps(
         &format!("the run to t_end = {} with dt = {}", cfg.t_end, cfg.dt),
         steps as f64,
         s_per_step,
-    );
+    )
 }
 
 /// The simulation of a run on every rank, fresh or from the checkpoint of [`read_restart`],
@@ -992,13 +1014,6 @@ impl Schedules {
             interval,
             dt: cfg.dt,
         };
-        if o.spectra && cfg.domain.periodic && cfg.dt < 1e-4 {
-            log::warn!(
-                "dt = {} < 1e-4: spectra of successive diagnostics rows may share a file name \
-                 (spectrum_TTTTT.TTTT.csv keeps 4 decimals of the time)",
-                cfg.dt
-            );
-        }
         Schedules {
             diagnostics: s(o.diagnostics_every, o.diagnostics_interval),
             snapshot: s(o.snapshot_every, o.snapshot_interval),
@@ -1006,6 +1021,10 @@ impl Schedules {
         }
     }
 }
+
+/// The smallest initial energy a run accepts: below it the diagnostics' products (enstrophy,
+/// spectra, their ratios) underflow.
+pub const MIN_ENERGY: f64 = 1e-30;
 
 /// The energy checks of a diagnostics row: a decaying flow's energy may not rise
 /// ([`EnergyMonitor`]; a warning, then an error) nor exceed `energy_growth_limit` times the
@@ -1018,6 +1037,14 @@ fn check_energy(
     cfg: &Config,
     last_ck: &str,
 ) -> Result<()> {
+    if e0.is_none() && !(d.energy >= MIN_ENERGY && d.energy.is_finite()) {
+        return Err(Error::Other(format!(
+            "the initial field's energy is {:e} (step {step}): not a finite value of at least \
+             {MIN_ENERGY:e}, so every diagnostic of the run would be 0 or NaN; check the scale \
+             of [initial] (circulation, strength, energy, re_lambda with nu)",
+            d.energy
+        )));
+    }
     let e_ref = *e0.get_or_insert(d.energy);
     let blow_up = |what: String| Error::BlowUp {
         step,
@@ -1155,10 +1182,8 @@ fn write_diag_row(
     writeln!(o.csv, "{}", d.csv_row(row.rt)).map_err(Error::io(&o.csv_path))?;
     o.csv.flush().map_err(Error::io(&o.csv_path))?;
     if let (Some(spec), true) = (&d.spectrum, cfg.output.spectra) {
-        diagnostics::write_spectrum(
-            &out.join(vortex_spectral::io::spectrum_file_name(d.t)),
-            spec,
-        )?;
+        let name = vortex_spectral::io::spectrum_file_name_with(d.t, spectrum_decimals(cfg.dt));
+        diagnostics::write_spectrum(&out.join(name), spec)?;
         spectra.push((d.t, spec.clone()));
     }
     if row.snapshot {
@@ -1174,6 +1199,17 @@ fn write_diag_row(
     Ok(())
 }
 
+/// Decimals of the time in the spectra's file names: 4 (`spectrum_TTTTT.TTTT.csv`, as
+/// `vortex spectral` names them) unless steps of `dt` are that close; then enough that two
+/// rows, at least one step apart, never share a name.
+fn spectrum_decimals(dt: f64) -> usize {
+    if dt > 1e-4 * (1.0 + 1e-9) {
+        4
+    } else {
+        (-dt.log10()).floor() as usize + 1
+    }
+}
+
 fn plot(
     csv_path: &Path,
     energy_png: &Path,
@@ -1181,7 +1217,7 @@ fn plot(
     spectra: &[(f64, Vec<(f64, f64)>)],
     out: &Path,
 ) {
-    let rows: Vec<(f64, f64, f64)> = match std::fs::read_to_string(csv_path) {
+    let rows: Vec<(f64, f64, f64)> = match vortex_spectral::inputs::read_own_text(csv_path, "CSV") {
         Ok(text) => text
             .lines()
             .skip(1)

@@ -246,6 +246,22 @@ pub fn spectrum_file_name(t: f64) -> String {
     format!("spectrum_{t:010.4}.csv")
 }
 
+/// The file name of the spectrum at time `t` with `decimals` decimals of the time (at least
+/// 4: [`spectrum_file_name`]); for runs whose outputs are closer than 1e-4 in time.
+pub fn spectrum_file_name_with(t: f64, decimals: usize) -> String {
+    if decimals <= 4 {
+        return spectrum_file_name(t);
+    }
+    let width = 6 + decimals;
+    format!("spectrum_{t:0width$.decimals$}.csv")
+}
+
+/// The time tag of the field files at time `t` (`velocity_TTTTT.TTTT.npy`,
+/// `vorticity_...`, `fields_....vtk`).
+pub fn field_time_tag(t: f64) -> String {
+    format!("{t:010.4}")
+}
+
 /// Write a spectrum as CSV `k,E`.
 pub fn write_spectrum_csv(path: &Path, spec: &[(f64, f64)]) -> Result<(), IoError> {
     let mut s = String::from("k,E\n");
@@ -257,7 +273,7 @@ pub fn write_spectrum_csv(path: &Path, spec: &[(f64, f64)]) -> Result<(), IoErro
 
 /// Read a two-or-more-column numeric CSV with a header; returns the rows.
 pub fn read_csv(path: &Path) -> Result<Vec<Vec<f64>>, IoError> {
-    let text = std::fs::read_to_string(path).map_err(os(path))?;
+    let text = crate::inputs::read_own_text(path, "CSV file").map_err(durable_err)?;
     Ok(text
         .lines()
         .skip(1)
