@@ -310,22 +310,9 @@ pub fn device(backend: BackendChoice, caps: &Capabilities) -> Result<Device, Str
 }
 
 /// Why the uniform grid cannot serve `req` on `device` for a set of `layout`, and whether the
-/// machine or the request stands in the way; `None` when it can.
+/// machine or the request stands in the way; `None` when it can. What no machine would run
+/// (another method, separate targets, a clustered set) is said before a missing GPU.
 fn uniform_unsuited(req: &Request, device: Device, layout: Layout) -> Option<(Cause, String)> {
-    if device != Device::Cuda {
-        // backend cpu asked for is a request the grid cannot serve; auto without a GPU, the machine
-        let cause = if req.backend == BackendChoice::Cpu {
-            Cause::Request
-        } else {
-            Cause::Machine
-        };
-        return Some((
-            cause,
-            "the uniform grid runs on the GPU only and the backend is the CPU \
-             (grid adaptive runs anywhere)"
-                .into(),
-        ));
-    }
     let why = if req.method != Method::Fmm {
         format!(
             "the uniform grid evaluates the FMM only, not the {} (grid adaptive has every method)",
@@ -339,8 +326,23 @@ fn uniform_unsuited(req: &Request, device: Device, layout: Layout) -> Option<(Ca
         "the uniform grid's P2P reads the stretching strengths from the sources' rows: \
          other strengths at the sources need grid adaptive"
             .into()
+    } else if let Some(why) = layout.clustered() {
+        why
+    } else if device != Device::Cuda {
+        // backend cpu asked for is a request the grid cannot serve; auto without a GPU, the machine
+        let cause = if req.backend == BackendChoice::Cpu {
+            Cause::Request
+        } else {
+            Cause::Machine
+        };
+        return Some((
+            cause,
+            "the uniform grid runs on the GPU only and the backend is the CPU \
+             (grid adaptive runs anywhere)"
+                .into(),
+        ));
     } else {
-        layout.clustered()?
+        return None;
     };
     Some((Cause::Request, why))
 }

@@ -86,6 +86,9 @@ fn the_planner_refuses_with_reasons() {
         (req(M::Ppm, B::Cuda, G::Uniform, false, 1, T::Sources), GPU, "FMM only"),
         (req(M::Fmm, B::Cuda, G::Uniform, false, 1, T::Points), GPU, "separate targets"),
         (req(M::Fmm, B::Cuda, G::Uniform, false, 1, T::SourcesWith), GPU, "other strengths"),
+        // what no machine would run is said before a missing GPU
+        (req(M::Fmm, B::Auto, G::Uniform, false, 1, T::Points), NO_GPU, "separate targets"),
+        (req(M::Direct, B::Cpu, G::Uniform, false, 1, T::Sources), NO_GPU, "FMM only"),
         (req(M::Fmm, B::Cpu, G::Adaptive, false, 0, T::Sources), GPU, "no ranks"),
         (req(M::Treecode, B::Cuda, G::Adaptive, true, 1, T::Sources), GPU, "periodic treecode"),
     ];
@@ -140,6 +143,10 @@ fn refusals_name_their_cause() {
     );
     assert_eq!(
         cause(r(B::Cuda, G::Uniform, T::Points), GPU),
+        Cause::Request
+    );
+    assert_eq!(
+        cause(r(B::Auto, G::Uniform, T::Points), NO_GPU),
         Cause::Request
     );
     let mut tree = r(B::Cuda, G::Uniform, T::Sources);
