@@ -110,11 +110,9 @@ fn a_run_without_a_spectral_twin_is_refused_naming_the_key() {
     for (text, key) in [
         (TG8.replace("6.283185307179586", "6.0"), "domain.box_length"),
         (
-            TG8.replace(
-                "kind = \"taylor-green\"\nn = 8",
-                "kind = \"blob\"\nsigma = 0.5\nstrength = [0.0, 0.0, 1.0]",
-            )
-            .replace("periodic = true", "periodic = false"),
+            "nu = 0.01\ndt = 0.1\nt_end = 1.0\n[initial]\nkind = \"blob\"\nsigma = 0.5\n\
+             strength = [0.0, 0.0, 1.0]\n"
+                .to_string(),
             "domain.periodic",
         ),
     ] {

@@ -7,7 +7,7 @@ backend); the CUDA backend is used when a GPU is found (``backend="auto"``).
 
     >>> import pyvortex as pv
     >>> x, alpha, sigma = pv.particles(100_000, seed=1)
-    >>> u, s = pv.evaluate(x, alpha, sigma)              # FMM, p = 10, theta = 0.55
+    >>> u, s = pv.evaluate(x, alpha, sigma)              # FMM, p = 8, theta = 0.55
     >>> run = pv.load_run("runs/out/vortex-taylor-green-16")
     >>> pv.plot_energy(run); pv.plot_spectra(run)
 
@@ -95,7 +95,7 @@ def evaluate(
     method : {"fmm", "treecode", "ppm", "direct"}
         ``direct`` is the O(N^2) f64 reference sum.
     order : int
-        Expansion order p (1..20); default 10 as ``vortex eval``.
+        Expansion order p (1..20); default ``DEFAULT_ORDER`` (8) as ``vortex eval``.
     theta : float
         Opening angle of the multipole acceptance criterion, in (0, 1).
     leaf_size : int

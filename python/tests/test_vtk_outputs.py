@@ -106,6 +106,9 @@ def read_polydata(path):
         r = vtk.vtkXMLPolyDataReader()
     else:
         r = vtk.vtkPolyDataReader()
+        # every SCALARS and VECTORS section, as ParaView reads them (VTK's default: the first)
+        r.ReadAllScalarsOn()
+        r.ReadAllVectorsOn()
     r.SetFileName(path)
     r.Update()
     if hasattr(r, "GetErrorCode"):
