@@ -79,7 +79,7 @@ def plot_isosurfaces(panels, level, spacing, origin, path, title):
         sub = f", marching-cubes step {step}" if step > 1 else ""
         ax.set_title(f"{name}: {len(faces)} triangles{sub}")
     fig.suptitle(title)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return info

@@ -166,12 +166,15 @@ impl Row {
     }
 }
 
+/// `(k, E_vortex(k), E_spectral(k))`.
+pub type SpectrumPair = (f64, f64, f64);
+
 /// The outputs of a vortex run and of its spectral twin.
 pub struct Comparison {
     pub vortex: Vec<(f64, f64, f64)>,
     pub spectral: Vec<(f64, f64, f64)>,
-    pub vortex_spectra: Vec<(f64, Vec<(f64, f64)>)>,
-    pub spectral_spectra: Vec<(f64, Vec<(f64, f64)>)>,
+    pub vortex_spectra: vortex_spectral::io::SpectrumSeries,
+    pub spectral_spectra: vortex_spectral::io::SpectrumSeries,
     pub nu: f64,
 }
 
@@ -214,9 +217,9 @@ impl Comparison {
             .collect()
     }
 
-    /// The times at which both wrote a spectrum, with the two spectra `(k, E_vortex,
-    /// E_spectral)` on their common wavenumbers.
-    pub fn spectra(&self) -> Vec<(f64, Vec<(f64, f64, f64)>)> {
+    /// The times at which both wrote a spectrum, with the two spectra on their common
+    /// wavenumbers.
+    pub fn spectra(&self) -> Vec<(f64, Vec<SpectrumPair>)> {
         self.vortex_spectra
             .iter()
             .filter_map(|(t, v)| {

@@ -255,9 +255,11 @@ pub fn write_spectrum_csv(path: &Path, spec: &[(f64, f64)]) -> Result<(), IoErro
     crate::durable::write_atomic(path, &[s.as_bytes()], 1).map_err(durable_err)
 }
 
-/// Every spectrum `spectrum_TTTTT.TTTT.csv` in `dir` (the files of both solvers), in time order:
-/// `(t, [(k, E)])`.
-pub fn read_spectra(dir: &Path) -> Result<Vec<(f64, Vec<(f64, f64)>)>, IoError> {
+/// Spectra in time order: `(t, [(k, E(k))])`.
+pub type SpectrumSeries = Vec<(f64, Vec<(f64, f64)>)>;
+
+/// Every spectrum `spectrum_TTTTT.TTTT.csv` in `dir` (the files of both solvers), in time order.
+pub fn read_spectra(dir: &Path) -> Result<SpectrumSeries, IoError> {
     let mut found: Vec<(f64, std::path::PathBuf)> = std::fs::read_dir(dir)
         .map_err(os(dir))?
         .filter_map(|e| e.ok().map(|e| e.path()))

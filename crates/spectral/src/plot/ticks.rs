@@ -89,7 +89,7 @@ pub fn log_ticks(lo: f64, hi: f64) -> (Vec<f64>, Vec<f64>) {
 /// Labelled and light tick positions of a linear axis over `[lo, hi]`: about `n` labelled
 /// ticks of a step 1, 2, 2.5 or 5 times a power of ten, four light lines between two.
 pub fn linear_ticks(lo: f64, hi: f64, n: usize) -> (Vec<f64>, Vec<f64>) {
-    if !(hi > lo) || !lo.is_finite() || !hi.is_finite() {
+    if hi <= lo || !lo.is_finite() || !hi.is_finite() {
         return (vec![lo], vec![]);
     }
     let raw = (hi - lo) / n.max(1) as f64;
