@@ -9,16 +9,7 @@ import numpy as np
 import pytest
 
 import pyvortex as pv
-from conftest import run_cli
-
-RNG = np.random.default_rng()
-
-
-def fresh_set(n):
-    x = RNG.uniform(-np.pi, np.pi, (n, 3))
-    alpha = RNG.uniform(0, 1.0 / n, (n, 3))
-    sigma = np.full(n, 2 * np.pi / n ** (1 / 3)) * RNG.uniform(0.8, 1.2, n)
-    return x, alpha, sigma
+from conftest import RNG, fresh_set, run_cli
 
 
 def clustered_set(n=20_000):

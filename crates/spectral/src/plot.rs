@@ -374,37 +374,31 @@ pub fn plot_comparison(
     runs: [(&History, &Spectra); 2],
 ) -> Result<(), IoError> {
     let [(ha, sa), (hb, sb)] = runs;
-    let line = |h: &History, f: fn(&(f64, f64, f64)) -> f64, color, dashed| Curve {
-        label: h.label.to_string(),
-        points: h.rows.iter().map(|r| (r.0, f(r))).collect(),
-        color,
-        dashed,
+    // one quantity of both histories against time (c: 1 energy, 2 enstrophy)
+    let history = |caption, y_desc, c: usize| {
+        let line = |h: &History, color, dashed| Curve {
+            label: h.label.to_string(),
+            points: h
+                .rows
+                .iter()
+                .map(|r| (r.0, if c == 1 { r.1 } else { r.2 }))
+                .collect(),
+            color,
+            dashed,
+        };
+        Panel {
+            caption,
+            x_desc: "time t",
+            y_desc,
+            log_x: false,
+            log_y: false,
+            curves: vec![line(ha, MAIN, false), line(hb, OTHER, true)],
+            legend: SeriesLabelPosition::UpperRight,
+        }
     };
     let panels = [
-        Panel {
-            caption: "Kinetic energy",
-            x_desc: "time t",
-            y_desc: "energy E(t)",
-            log_x: false,
-            log_y: false,
-            curves: vec![
-                line(ha, |r| r.1, MAIN, false),
-                line(hb, |r| r.1, OTHER, true),
-            ],
-            legend: SeriesLabelPosition::UpperRight,
-        },
-        Panel {
-            caption: "Enstrophy",
-            x_desc: "time t",
-            y_desc: "enstrophy Z(t)",
-            log_x: false,
-            log_y: false,
-            curves: vec![
-                line(ha, |r| r.2, MAIN, false),
-                line(hb, |r| r.2, OTHER, true),
-            ],
-            legend: SeriesLabelPosition::UpperRight,
-        },
+        history("Kinetic energy", "energy E(t)", 1),
+        history("Enstrophy", "enstrophy Z(t)", 2),
         Panel {
             caption: "Energy spectra",
             x_desc: "wavenumber k",
