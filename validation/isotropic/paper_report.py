@@ -5,7 +5,8 @@
     paper_report.py configs --out DIR     the two run configurations (from the shipped ones)
     paper_report.py collect --vortex-run V --spectral-run S --results R
                                           the small results from the run directories (numpy)
-    paper_report.py report --results R    R/README.md and the figures (numpy, matplotlib)
+    paper_report.py report --results R    R/README.md and the figures (numpy, matplotlib;
+                                          scikit-image for the isosurfaces of Fig. 13)
 
 `validation/isotropic/paper256.sh` calls all three. `collect` needs numpy only, so that it runs
 where the runs ran; `report` can run anywhere afterwards from the collected files (a few MB).
