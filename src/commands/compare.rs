@@ -80,14 +80,15 @@ fn spectral_backend(b: Option<BackendChoice>) -> vortex_spectral::Backend {
 pub fn run(args: &CompareArgs) -> Result<Option<usize>> {
     let start = std::time::Instant::now();
     let out = out_dir(args);
+    // a configuration without a twin is refused before anything is created
+    let name = args.config.display().to_string();
+    let cfg = vortex_method::Config::from_file(&args.config)?;
+    let (text, twin) = comparison::spectral_twin(&cfg, &name, spectral_backend(args.backend))?;
     let _lock = vortex_spectral::durable::lock_out(
         &out,
         &crate::run_info::holder(std::time::SystemTime::now()),
     )?;
     check_out(&out, args.overwrite)?;
-    let name = args.config.display().to_string();
-    let cfg = vortex_method::Config::from_file(&args.config)?;
-    let (text, twin) = comparison::spectral_twin(&cfg, &name, spectral_backend(args.backend))?;
     let twin_path = out.join("spectral.toml");
     vortex_spectral::durable::write_atomic(&twin_path, &[text.as_bytes()], 1)
         .with_context(|| format!("writing {}", twin_path.display()))?;

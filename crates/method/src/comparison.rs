@@ -400,7 +400,7 @@ mod tests {
     #[test]
     fn runs_without_a_twin_are_refused_naming_the_key() {
         let blob = "nu = 0.01\ndt = 0.1\nt_end = 1.0\n[initial]\nkind = \"blob\"\n\
-                    sigma = 0.5\nstrength = [0.0, 0.0, 1.0]\n";
+                    sigma = 0.5\nstrength = [0.0, 0.0, 1.0]\nspacing = 0.5\n";
         let cases = [
             (ISO.replace("6.283185307179586", "6.0"), "domain.box_length"),
             (blob.to_string(), "domain.periodic"),
