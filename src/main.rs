@@ -2,7 +2,7 @@
 //!
 //! Subcommands: `eval` (one velocity + stretching evaluation), `particles` (test sets),
 //! `bench` (timings and accuracy), `spectral` (the pseudo-spectral reference solver), `run`
-//! (a vortex-method simulation).
+//! (a vortex-method simulation), `compare` (a run and the spectral solver from the same field).
 //!
 //! Exit status: 0 success; 1 error (the message says why); 75 (`EX_TEMPFAIL`) `run` or
 //! `spectral` stopped by SIGINT, SIGTERM, SIGHUP, SIGUSR1 or SIGUSR2 after finishing its step and writing a
@@ -40,6 +40,9 @@ enum Command {
     Run(commands::run::RunArgs),
     /// Pseudo-spectral Navier-Stokes solver (the reference for decaying turbulence).
     Spectral(commands::spectral::SpectralArgs),
+    /// A periodic vortex-method run and the spectral solver from the same initial field, and
+    /// their comparison (energy, enstrophy, E(k); CSV and PNG).
+    Compare(commands::compare::CompareArgs),
     /// Print a complete, commented configuration: `vortex config --defaults [vortex|spectral]`.
     Config(commands::config::ConfigArgs),
 }
@@ -119,7 +122,10 @@ fn main() {
         .format_timestamp_millis()
         .init();
     let cli = Cli::parse();
-    if matches!(cli.command, Command::Run(_) | Command::Spectral(_)) {
+    if matches!(
+        cli.command,
+        Command::Run(_) | Command::Spectral(_) | Command::Compare(_)
+    ) {
         if let Err(e) = install_signal_handlers() {
             crate::errln!("error: installing the signal handlers: {e:#}");
             std::process::exit(1);
@@ -133,6 +139,7 @@ fn main() {
         Command::Config(a) => commands::config::run(a).map(|_| None),
         Command::Spectral(a) => commands::spectral::run(a),
         Command::Run(a) => commands::run::run(a),
+        Command::Compare(a) => commands::compare::run(a),
     };
     match result {
         Err(e) => {

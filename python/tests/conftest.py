@@ -41,3 +41,13 @@ def run_cli(exe, *args, cwd=ROOT):
 
 
 from pyvortex.reference import direct_sum, rel_l2  # noqa: E402,F401  (numpy, engine-free)
+
+RNG = np.random.default_rng()
+
+
+def fresh_set(n):
+    """A new random set every run (uniform in [-pi, pi]^3, the standard strengths and cores)."""
+    x = RNG.uniform(-np.pi, np.pi, (n, 3))
+    alpha = RNG.uniform(0, 1.0 / n, (n, 3))
+    sigma = np.full(n, 2 * np.pi / n ** (1 / 3)) * RNG.uniform(0.8, 1.2, n)
+    return x, alpha, sigma

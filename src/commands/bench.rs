@@ -238,7 +238,7 @@ fn bench_fmm(b: &FmmBench) -> Result<()> {
         let reference = direct(&sources, &sample_targets);
         for &p in &orders {
             let core_cutoff = b.core_cutoff.unwrap_or(match b.grid {
-                GridChoice::Adaptive => EvalParams::default().core_cutoff,
+                GridChoice::Adaptive | GridChoice::Auto => EvalParams::default().core_cutoff,
                 GridChoice::Uniform => uniform_core_cutoff(),
             });
             let params = EvalParams {

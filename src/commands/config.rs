@@ -43,7 +43,7 @@ leaf_size = 64         # largest number of particles in a leaf
 core_cutoff = 4.0      # far interactions only beyond this many core radii
 backend = "auto"       # auto | cpu | cuda (may change at a restart)
 device = 0             # GPU index for cuda
-grid = "adaptive"      # adaptive | uniform (GPU uniform grid, one rank)
+grid = "adaptive"      # adaptive | uniform (GPU uniform grid) | auto (uniform where it runs)
 state = "auto"         # auto | host | device (particles kept on the GPU: uniform grid, periodic, one rank)
 exchange = "auto"      # auto | nccl | pinned (how the GPUs of a multi-GPU run exchange the slab FFT's spectra)
 

@@ -68,11 +68,13 @@ pub fn run(args: &ParticlesArgs) -> Result<()> {
     let s = generate(args.distribution, args.n, args.seed, args.periodic);
     crate::io::write_particles(&args.out, &s)?;
     log::info!(
-        "wrote {} {:?} particles (seed {}) to {}",
+        "wrote {} {:?} particles (seed {}) to {o} (N x 7 float64: x, y, z, alpha, sigma); \
+         evaluate them with `vortex eval --particles {o} --out DIR`, or look at them with numpy: \
+         python3 -c \"import numpy as np; print(np.load('{o}')[:3])\"",
         s.len(),
         args.distribution,
         args.seed,
-        args.out.display()
+        o = args.out.display()
     );
     Ok(())
 }

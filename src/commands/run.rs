@@ -276,7 +276,7 @@ fn resident_state(
             anyhow::bail!("{}: evaluation.state = \"device\": {why}", path.display())
         }
         (StatePlace::Auto, why) => Ok(matches!(engine, Engine::UniformGrid | Engine::UniformSlabs)
-            && config.evaluation.grid == GridChoice::Uniform
+            && config.evaluation.grid != GridChoice::Adaptive
             && why.is_none()),
     }
 }

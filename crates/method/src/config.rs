@@ -19,7 +19,8 @@
 //! core_cutoff = 6.0
 //! backend = "auto"     # auto | cpu | cuda: which vortex_fmm::Backend the binary builds for the run
 //! device = 0           # GPU index for cuda (auto: the GPU when one is usable)
-//! grid = "adaptive"    # adaptive | uniform: uniform = the particles' FMM on a grid built on the GPU
+//! grid = "adaptive"    # adaptive | uniform | auto: uniform = the particles' FMM on a grid
+//!                      # built on the GPU; auto = uniform where the planner finds it runs
 //!
 //! [initial]
 //! kind = "taylor-green"  # taylor-green | taylor-green-2d | isotropic | ring | two-rings | blob
@@ -137,7 +138,8 @@ pub struct EvaluationConfig {
     pub device: usize,
     /// `"adaptive"` (octree built on the host; every method and backend) or `"uniform"` (the
     /// FMM of the particles at themselves on a uniform grid built on the GPU, free space or
-    /// periodic, one rank; other evaluations stay adaptive). Like `backend`, not part of the
+    /// periodic, one rank; other evaluations stay adaptive) or `"auto"` (the uniform grid where
+    /// the planner finds that it runs, else the octree). Like `backend`, not part of the
     /// checkpoint fingerprint.
     #[serde(deserialize_with = "de_grid")]
     pub grid: GridChoice,

@@ -1217,29 +1217,27 @@ fn plot(
     spectra: &[(f64, Vec<(f64, f64)>)],
     out: &Path,
 ) {
-    let rows: Vec<(f64, f64, f64)> = match vortex_spectral::inputs::read_own_text(csv_path, "CSV") {
-        Ok(text) => text
-            .lines()
-            .skip(1)
-            .filter_map(|l| {
-                let v: Vec<f64> = l
-                    .split(',')
-                    .take(3)
-                    .filter_map(|x| x.parse().ok())
-                    .collect();
-                (v.len() == 3).then(|| (v[0], v[1], 2.0 * cfg.nu * v[2]))
-            })
-            .collect(),
+    use vortex_spectral::plot::{History, Spectra};
+    let rows = match diagnostics::read_history(csv_path) {
+        Ok(rows) => rows,
         Err(e) => {
-            log::warn!("energy plot: {}: {e}", csv_path.display());
+            log::warn!("energy plot: {e}");
             return;
         }
     };
-    if let Err(e) = vortex_spectral::plot::plot_energy(energy_png, &rows) {
+    let label = crate::comparison::VORTEX;
+    let h = History {
+        label,
+        rows: &rows,
+        nu: cfg.nu,
+    };
+    if let Err(e) = vortex_spectral::plot::plot_energy(energy_png, &h, None) {
         log::warn!("energy plot: {e}");
     }
     if !spectra.is_empty() {
-        if let Err(e) = vortex_spectral::plot::plot_spectra(&out.join("spectra.png"), spectra) {
+        let s = Spectra { label, spectra };
+        let png = out.join("spectra.png");
+        if let Err(e) = vortex_spectral::plot::plot_spectra(&png, &s, None, cfg.nu) {
             log::warn!("spectra plot: {e}");
         }
     }

@@ -271,6 +271,38 @@ pub fn write_spectrum_csv(path: &Path, spec: &[(f64, f64)]) -> Result<(), IoErro
     crate::durable::write_atomic(path, &[s.as_bytes()], 1).map_err(durable_err)
 }
 
+/// Spectra in time order: `(t, [(k, E(k))])`.
+pub type SpectrumSeries = Vec<(f64, Vec<(f64, f64)>)>;
+
+/// Every spectrum `spectrum_TTTTT.TTTT.csv` in `dir` (the files of both solvers), in time order.
+pub fn read_spectra(dir: &Path) -> Result<SpectrumSeries, IoError> {
+    let mut found: Vec<(f64, std::path::PathBuf)> = std::fs::read_dir(dir)
+        .map_err(os(dir))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter_map(|p| {
+            let name = p.file_name()?.to_str()?;
+            let t: f64 = name
+                .strip_prefix("spectrum_")?
+                .strip_suffix(".csv")?
+                .parse()
+                .ok()?;
+            Some((t, p))
+        })
+        .collect();
+    found.sort_by(|a, b| a.0.total_cmp(&b.0));
+    found
+        .into_iter()
+        .map(|(t, p)| {
+            let s = read_csv(&p)?
+                .into_iter()
+                .filter(|r| r.len() >= 2)
+                .map(|r| (r[0], r[1]))
+                .collect();
+            Ok((t, s))
+        })
+        .collect()
+}
+
 /// Read a two-or-more-column numeric CSV with a header; returns the rows.
 pub fn read_csv(path: &Path) -> Result<Vec<Vec<f64>>, IoError> {
     let text = crate::inputs::read_own_text(path, "CSV file").map_err(durable_err)?;

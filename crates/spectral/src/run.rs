@@ -375,8 +375,8 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
     let wall_s = start.elapsed().as_secs_f64();
     outputs.csv.sync_all().map_err(os(&outputs.energy_path))?;
     // the figures on a thread: a signal ends the wait for them
-    let (o, e) = (out.clone(), outputs.energy_path.clone());
-    if let Some(r) = durable::unless_interrupted("the figures", move || plot_run(&o, &e)) {
+    let (o, e, nu) = (out.clone(), outputs.energy_path.clone(), cfg.nu);
+    if let Some(r) = durable::unless_interrupted("the figures", move || plot_run(&o, &e, nu)) {
         r?;
     }
     Ok(RunSummary {
@@ -794,43 +794,34 @@ fn next_output(cfg: &Config, t: f64) -> f64 {
 
 /// The figures from the files (so a restarted run plots its whole history): `energy.png` and
 /// `spectra.png` (every `spectrum_*.csv`).
-fn plot_run(out: &Path, energy_path: &Path) -> Result<(), RunError> {
-    let rows: Vec<(f64, f64, f64)> = io::read_csv(energy_path)?
-        .into_iter()
-        .filter(|r| r.len() >= 4)
-        .map(|r| (r[0], r[1], r[3]))
-        .collect();
-    if let Err(e) = crate::plot::plot_energy(&out.join("energy.png"), &rows) {
+fn plot_run(out: &Path, energy_path: &Path, nu: f64) -> Result<(), RunError> {
+    let h = read_history(energy_path)?;
+    let history = crate::plot::History {
+        label: "spectral",
+        rows: &h,
+        nu,
+    };
+    if let Err(e) = crate::plot::plot_energy(&out.join("energy.png"), &history, None) {
         log::warn!("{e}");
     }
-    let mut spectra = Vec::new();
-    let mut names: Vec<PathBuf> = std::fs::read_dir(out)
-        .map_err(os(out))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|f| f.to_str())
-                .is_some_and(|f| f.starts_with("spectrum_") && f.ends_with(".csv"))
-        })
-        .collect();
-    names.sort();
-    for p in names {
-        let t: f64 = p
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .and_then(|s| s.trim_start_matches("spectrum_").parse().ok())
-            .unwrap_or(0.0);
-        let s: Vec<(f64, f64)> = io::read_csv(&p)?
-            .into_iter()
-            .filter(|r| r.len() >= 2)
-            .map(|r| (r[0], r[1]))
-            .collect();
-        spectra.push((t, s));
-    }
+    let spectra = io::read_spectra(out)?;
     if !spectra.is_empty() {
-        if let Err(e) = crate::plot::plot_spectra(&out.join("spectra.png"), &spectra) {
+        let s = crate::plot::Spectra {
+            label: "spectral",
+            spectra: &spectra,
+        };
+        if let Err(e) = crate::plot::plot_spectra(&out.join("spectra.png"), &s, None, nu) {
             log::warn!("{e}");
         }
     }
     Ok(())
+}
+
+/// The rows `(t, energy, enstrophy)` of an `energy.csv` ([`Stats::CSV_HEADER`]).
+pub fn read_history(energy_path: &Path) -> Result<Vec<(f64, f64, f64)>, RunError> {
+    Ok(io::read_csv(energy_path)?
+        .into_iter()
+        .filter(|r| r.len() >= 3)
+        .map(|r| (r[0], r[1], r[2]))
+        .collect())
 }
