@@ -778,8 +778,8 @@ fn direct_on_every_rank<C: Comm + ?Sized>(
             return Fields::default();
         }
         match &params.periodic {
-            None => direct::direct(&s, targets),
-            Some(p) => direct::direct_periodic(&s, targets, p),
+            None => direct::direct_core(params.core, &s, targets),
+            Some(p) => direct::direct_periodic_core(params.core, &s, targets, p),
         }
     })
 }

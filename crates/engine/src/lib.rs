@@ -78,6 +78,7 @@ pub fn eval_params(
             GridChoice::Adaptive | GridChoice::Auto => EvalParams::default().core_cutoff,
             GridChoice::Uniform => planner::uniform_core_cutoff(),
         }),
+        core: vortex_fmm::kernel::CoreOrder::Second,
         periodic: periodic.map(|(box_length, image_levels)| Periodic {
             box_length,
             image_levels,

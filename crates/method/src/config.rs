@@ -558,6 +558,7 @@ impl Config {
             theta: self.evaluation.theta,
             leaf_size: self.evaluation.leaf_size,
             core_cutoff: self.evaluation.core_cutoff,
+            core: vortex_fmm::kernel::CoreOrder::default(),
             periodic: self.periodic(),
         }
     }
