@@ -40,6 +40,7 @@
 //! # f(kx) f(ky) f(kz), f(k) = exp(-strength (|k|/k_N)^order) (default: Hou & Li's 36, 36);
 //! # { kind = "none" }: exact interpolation
 //! filter = { kind = "exponential", strength = 36.0, order = 36.0 }
+//! sums = { kind = "direct" }  # | { kind = "spread", tolerance = 1e-6 } (reinterpolation::spreading)
 //!
 //! [output]             # optional
 //! diagnostics_every = 10   # steps between rows of diagnostics.csv; and/or
@@ -62,7 +63,7 @@
 use crate::energy_check::EnergyTolerance;
 use crate::error::{Error, Result};
 use crate::reinterpolation::history::History;
-use crate::reinterpolation::{LatticeFilter, LatticeSpec, RbfSettings, RbfSolver};
+use crate::reinterpolation::{LatticeFilter, LatticeSpec, LatticeSums, RbfSettings, RbfSolver};
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
 use std::path::Path;
@@ -327,6 +328,11 @@ pub struct ReinterpolationConfig {
     /// ([`crate::reinterpolation::filter`]; default: `exp(-36 (|k|/k_N)^36)` per axis; ignored
     /// in free space and for the initial condition).
     pub filter: LatticeFilter,
+    /// How the vorticity of the old blobs at the lattice points is computed
+    /// ([`crate::reinterpolation::spreading`]; not written when direct, the default, so that
+    /// earlier checkpoints restart).
+    #[serde(skip_serializing_if = "LatticeSums::is_direct")]
+    pub sums: LatticeSums,
 }
 
 impl Default for ReinterpolationConfig {
@@ -347,6 +353,7 @@ impl Default for ReinterpolationConfig {
             spacing: None,
             history: History::default(),
             filter: LatticeFilter::default(),
+            sums: LatticeSums::default(),
         }
     }
 }
@@ -575,6 +582,7 @@ impl Config {
                 self.reinterpolation.drop
             },
             filter: self.reinterpolation.filter,
+            sums: self.reinterpolation.sums,
         }
     }
 
@@ -1065,6 +1073,9 @@ impl Config {
                     return Err(bad(file, "reinterpolation.spacing", format!("a lattice of spacing {h} does not fit the box of length {} with n = {n} points", self.domain.box_length)));
                 }
             }
+            r.sums
+                .check_run(Some(n), self.domain.box_length, self.sigma0())
+                .map_err(|(key, e)| bad(file, key, e))?;
             if let Some(g) = self.output.grid {
                 if g < 4 || g % 2 != 0 || g > 1 << 14 {
                     return Err(bad(
@@ -1074,6 +1085,10 @@ impl Config {
                     ));
                 }
             }
+        } else {
+            r.sums
+                .check_run(None, 0.0, self.sigma0())
+                .map_err(|(key, e)| bad(file, key, e))?;
         }
         Ok(())
     }

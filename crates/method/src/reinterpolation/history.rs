@@ -93,6 +93,7 @@
 //! solves instead of one and three, and no evaluation of the right-hand side: the restart's
 //! second evaluation costs far more than two lattice operators.
 
+use super::spreading::{plan_for, SpreadError, MAX_BINS};
 use super::{fresh_particles, lattice_for, solve, Lattice, LatticeSpec, RbfReport, RbfSettings};
 use crate::cells::gaussian_sum;
 use crate::core_spreading::sigma_at;
@@ -129,7 +130,8 @@ pub struct PreviousRates<'a> {
 
 /// `L_c[x] v = A^{-1} G_c[x] v`: the lattice strengths (or values) on `lat` of the field
 /// carried by the particles at `position` with values `v` and cores `cores` (Gaussian sums
-/// truncated at `s.cutoff` core radii, then the lattice solve with the core `sigma0`).
+/// truncated at `s.cutoff` core radii, or by spreading with `s.sums` in a periodic box, then
+/// the lattice solve with the core `sigma0`).
 pub fn lattice_operator(
     lat: &Lattice,
     period: Option<f64>,
@@ -139,6 +141,28 @@ pub fn lattice_operator(
     sigma0: f64,
     s: &RbfSettings,
 ) -> Result<(Vec<[f64; 3]>, RbfReport)> {
+    let t0 = Instant::now();
+    let spread_error = |e: SpreadError| Error::Rbf(format!("reinterpolation.sums: {e}"));
+    if let Some(plan) = plan_for(lat, &s.sums, sigma0).map_err(spread_error)? {
+        match plan.lattice_strengths(position, v, cores, sigma0, &s.filter) {
+            Ok(beta) => {
+                let report = RbfReport {
+                    lattice_points: lat.len(),
+                    kept: lat.len(),
+                    seconds: t0.elapsed().as_secs_f64(),
+                    ..Default::default()
+                };
+                return Ok((beta, report));
+            }
+            Err(SpreadError::TooManyBins) => {
+                log::info!(
+                    "reinterpolation.sums: the particles' cores fall into more than {MAX_BINS} \
+                     bins; this re-interpolation uses the direct sums"
+                );
+            }
+            Err(e) => return Err(spread_error(e)),
+        }
+    }
     let pts = lat.points();
     let field = gaussian_sum(position, v, cores, &pts, s.cutoff, period);
     solve(lat, sigma0, &field, s)

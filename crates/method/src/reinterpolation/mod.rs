@@ -18,7 +18,9 @@
 //! outside the lattice in free space), rayon-parallel and deterministic.
 //!
 //! `omega(y_i)` at the new points comes from the old blobs by the same truncated Gaussian sums
-//! ([`crate::cells::gaussian_sum`], a periodic-aware cell list). In free space the lattice is the
+//! ([`crate::cells::gaussian_sum`], a periodic-aware cell list), or in a periodic box with
+//! `sums = { kind = "spread" }` as its spectrum by spreading and FFT, solved in Fourier space
+//! without lattice values ([`spreading`]). In free space the lattice is the
 //! box around the old particles widened by a few core radii, and strengths below
 //! `drop * max |beta|` are dropped after the solve; in a periodic box the lattice fills the box and
 //! the mean strength is removed (a periodic velocity needs zero total strength).
@@ -27,7 +29,6 @@
 //! ([`filter`]: the transfer function that keeps the lattice-scale content from being amplified
 //! by `1 / S(k)` at every re-interpolation); the residual is then measured against `F omega`.
 
-use crate::cells::gaussian_sum;
 use crate::error::{Error, Result};
 use crate::particles::{chunked_sum, norm, Particles};
 use rayon::prelude::*;
@@ -37,8 +38,10 @@ use std::time::Instant;
 pub mod filter;
 pub mod history;
 pub mod separable;
+pub mod spreading;
 pub use filter::LatticeFilter;
 use separable::SeparableSolver;
+pub use spreading::LatticeSums;
 
 /// A regular lattice of `dims` points `origin + h * (i, j, k)`, stored at `(i*ny + j)*nz + k`
 /// (z fastest, as the spectral grids). `periodic`: the lattice tiles the box `[-L/2, L/2)^3`
@@ -128,6 +131,8 @@ pub struct RbfSettings {
     pub drop: f64,
     /// Transfer function of the periodic solve (ignored in free space).
     pub filter: LatticeFilter,
+    /// How the Gaussian sums at the lattice points are computed (periodic boxes).
+    pub sums: LatticeSums,
 }
 
 impl Default for RbfSettings {
@@ -140,6 +145,7 @@ impl Default for RbfSettings {
             drop: 1e-6,
             // exact interpolation (the initial conditions); runs take `[reinterpolation] filter`
             filter: LatticeFilter::None,
+            sums: LatticeSums::Direct,
         }
     }
 }
@@ -474,8 +480,9 @@ pub fn lattice_for(old: &Particles, spec: &LatticeSpec) -> (Lattice, Option<f64>
     }
 }
 
-/// Re-interpolates `old` onto a fresh lattice with core radius `sigma0`: vorticity of the old blobs
-/// at the lattice points by truncated Gaussian sums, then [`particles_from_lattice_vorticity`].
+/// Re-interpolates `old` onto a fresh lattice with core radius `sigma0`: the vorticity of the
+/// old blobs at the lattice points (truncated Gaussian sums, or their spectrum by spreading:
+/// `s.sums`), the lattice solve ([`history::lattice_operator`]), then the fresh particles.
 pub fn reinterpolate(
     old: &Particles,
     spec: &LatticeSpec,
@@ -484,16 +491,17 @@ pub fn reinterpolate(
 ) -> Result<(Particles, RbfReport)> {
     let t0 = Instant::now();
     let (lat, period) = lattice_for(old, spec);
-    let pts = lat.points();
-    let omega = gaussian_sum(
+    let (beta, mut report) = history::lattice_operator(
+        &lat,
+        period,
         &old.position,
         &old.strength,
         &old.sigma,
-        &pts,
-        s.cutoff,
-        period,
-    );
-    let (p, mut report) = particles_from_lattice_vorticity(&lat, sigma0, &omega, s)?;
+        sigma0,
+        s,
+    )?;
+    let (p, _) = fresh_particles(&lat, sigma0, &beta, s);
+    report.kept = p.len();
     report.seconds = t0.elapsed().as_secs_f64();
     Ok((p, report))
 }
