@@ -172,7 +172,7 @@ mod cuda {
                     per / xfer.max(1e-12) / 1e9,
                 );
             }
-            if !b.no_check && !(err < 1e-12) {
+            if !b.no_check && (err.is_nan() || err >= 1e-12) {
                 bail!("n = {n}: the device solve differs from the CPU twin by {err:.2e} (bound 1e-12)");
             }
         }

@@ -112,6 +112,7 @@ pub fn run(args: &CompareArgs) -> Result<Option<usize>> {
         steps: None,
         backend: args.backend,
         grid: None,
+        exchange: None,
         device: None,
         threads: args.threads,
     };

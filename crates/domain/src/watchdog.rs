@@ -221,10 +221,7 @@ mod tests {
                     .unwrap()
                     .recv_timeout(Duration::from_secs(30))
                     .expect("the watchdog of rank 0 did not fire");
-                assert!(
-                    msg.contains("rank 0") && msg.contains("a barrier"),
-                    "{msg}"
-                );
+                assert!(msg.contains("rank 0") && msg.contains("a barrier"), "{msg}");
                 c.barrier();
                 None
             }
@@ -253,7 +250,11 @@ mod tests {
                 assert_eq!(x[0], 3.0);
             }
         });
-        assert!(fired.lock().unwrap().is_empty(), "{:?}", fired.lock().unwrap());
+        assert!(
+            fired.lock().unwrap().is_empty(),
+            "{:?}",
+            fired.lock().unwrap()
+        );
     }
 
     #[test]
@@ -271,7 +272,10 @@ mod tests {
         {
             let _w = waiting("a device exchange");
             let msg = rx.recv_timeout(Duration::from_secs(30)).unwrap();
-            assert!(msg.contains("rank 7") && msg.contains("a device exchange"), "{msg}");
+            assert!(
+                msg.contains("rank 7") && msg.contains("a device exchange"),
+                "{msg}"
+            );
         }
         install(None);
         // none installed: a no-op

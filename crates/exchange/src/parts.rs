@@ -102,6 +102,7 @@ mod tests {
         assert_eq!(p.recv_extent(), 5);
         assert_eq!(p.sent_to_others(), 2);
         assert!(p.check(2, 4).is_err());
-        assert!(Parts::new(2, vec![0..1], vec![0..1]).is_err());
+        let one: Vec<std::ops::Range<usize>> = std::iter::once(0..1).collect();
+        assert!(Parts::new(2, one.clone(), one).is_err());
     }
 }

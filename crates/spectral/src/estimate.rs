@@ -143,7 +143,8 @@ mod tests {
     fn announcements_end_within_3x_of_the_duration() {
         let steady = |s: f64, first: f64| move |k: usize| if k == 1 { first } else { s };
         // models 100 times too low and too high, none at all, a slow first step
-        let cases: Vec<(Option<f64>, Box<dyn Fn(usize) -> f64>, usize)> = vec![
+        type Case = (Option<f64>, Box<dyn Fn(usize) -> f64>, usize);
+        let cases: Vec<Case> = vec![
             (Some(9.0), Box::new(steady(0.9, 0.9)), 1000),
             (Some(5000.0), Box::new(steady(0.01, 0.01)), 5000),
             (None, Box::new(steady(0.2, 0.5)), 300),

@@ -120,7 +120,11 @@ fn axis_range(vals: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
     } else {
         // a width below 1e-9 of the magnitude cannot carry ticks: widened around the values
         if hi - lo <= 1e-9 * lo.abs().max(hi.abs()) {
-            let d = if lo == 0.0 && hi == 0.0 { 1.0 } else { 0.1 * lo.abs().max(hi.abs()) };
+            let d = if lo == 0.0 && hi == 0.0 {
+                1.0
+            } else {
+                0.1 * lo.abs().max(hi.abs())
+            };
             return (lo - d, hi + d);
         }
         let lo = if lo > 0.0 && lo < 0.3 * hi { 0.0 } else { lo };

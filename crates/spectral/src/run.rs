@@ -583,7 +583,7 @@ impl Progress<'_> {
         let cfg = self.cfg;
         let t = solver.time();
         let info = match solver.step_limited(next_output(cfg, t) - t) {
-            Ok(i) if !(solver.time() > t) => {
+            Ok(i) if solver.time().partial_cmp(&t) != Some(std::cmp::Ordering::Greater) => {
                 self.bar.abandon();
                 return Err(RunError::Solver(SolverError::Invalid(format!(
                     "step {} (t = {t}) did not advance the time: dt = {:e} is below the \

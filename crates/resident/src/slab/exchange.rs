@@ -4,6 +4,7 @@
 //! * [`migrate`]: the particles that left the rank's slab go to their owners with every array
 //!   that travels with them (state, predictor, the Adams-Bashforth history) and their global
 //!   ids; the kept rows are compacted on the device, the arrivals appended in rank order;
+//!
 //! (The halo of the Gaussian sums travels on the device: [`super::halo`].)
 
 #[cfg(doc)]

@@ -6,6 +6,7 @@
 use super::*;
 use crate::emulate;
 use crate::reinterpolation::inverse_eigenvalues;
+use num_complex::Complex64;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::f64::consts::PI;
