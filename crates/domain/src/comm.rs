@@ -268,6 +268,7 @@ pub fn world() -> Option<Box<dyn Comm>> {
 #[cfg(feature = "mpi")]
 mod mpi_comm {
     use super::Comm;
+    use mpi::collective::SystemOperation;
     use mpi::datatype::{Partition, PartitionMut};
     use mpi::topology::{Communicator, SimpleCommunicator};
     use mpi::traits::*;
@@ -287,6 +288,29 @@ mod mpi_comm {
         pub fn raw(&self) -> &SimpleCommunicator {
             &self.comm
         }
+        /// One all-to-all whose counts and displacements fit MPI's i32.
+        fn alltoallv_once(&self, send: &[Vec<u8>]) -> Vec<Vec<u8>> {
+            let n = self.size();
+            assert_eq!(send.len(), n);
+            let scounts: Vec<Count> = send.iter().map(|b| count(b.len())).collect();
+            let mut rcounts = vec![0 as Count; n];
+            self.comm.all_to_all_into(&scounts[..], &mut rcounts[..]);
+            let sd = displs(&scounts);
+            let rd = displs(&rcounts);
+            let mut flat = buffer(0);
+            send.iter().for_each(|b| flat.extend_from_slice(b));
+            let total: usize = rcounts.iter().map(|&c| c as usize).sum();
+            let mut buf = buffer(total);
+            {
+                let spart = Partition::new(&flat[..], &scounts[..], &sd[..]);
+                let mut rpart = PartitionMut::new(&mut buf[..], &rcounts[..], &rd[..]);
+                self.comm.all_to_all_varcount_into(&spart, &mut rpart);
+            }
+            (0..n)
+                .map(|r| buf[rd[r] as usize..rd[r] as usize + rcounts[r] as usize].to_vec())
+                .collect()
+        }
+
         /// Rank within the node (for GPU selection: `local_rank % gpus_per_node`).
         pub fn local_rank(&self) -> usize {
             self.comm.split_shared(self.comm.rank()).rank() as usize
@@ -383,23 +407,43 @@ mod mpi_comm {
         fn alltoallv(&self, send: &[Vec<u8>]) -> Vec<Vec<u8>> {
             let n = self.size();
             assert_eq!(send.len(), n);
-            let scounts: Vec<Count> = send.iter().map(|b| count(b.len())).collect();
-            let mut rcounts = vec![0 as Count; n];
-            self.comm.all_to_all_into(&scounts[..], &mut rcounts[..]);
-            let sd = displs(&scounts);
-            let rd = displs(&rcounts);
-            let mut flat = buffer(0);
-            send.iter().for_each(|b| flat.extend_from_slice(b));
-            let total: usize = rcounts.iter().map(|&c| c as usize).sum();
-            let mut buf = buffer(total);
-            {
-                let spart = Partition::new(&flat[..], &scounts[..], &sd[..]);
-                let mut rpart = PartitionMut::new(&mut buf[..], &rcounts[..], &rd[..]);
-                self.comm.all_to_all_varcount_into(&spart, &mut rpart);
+            // MPI counts and displacements are i32: messages that together pass 2 GiB (the
+            // start of a 512^3 run on 2 ranks scatters 7 GB from rank 0) go in rounds, each
+            // message cut into pieces of at most `piece` bytes so that a round's total fits
+            let lens: Vec<u64> = send.iter().map(|b| b.len() as u64).collect();
+            let mut got = vec![0u64; n];
+            self.comm.all_to_all_into(&lens[..], &mut got[..]);
+            let piece = (i32::MAX as u64 - 1) / n as u64;
+            let mine = lens
+                .iter()
+                .chain(&got)
+                .map(|&l| l.div_ceil(piece))
+                .max()
+                .unwrap_or(0);
+            let mut rounds = 0u64;
+            self.comm
+                .all_reduce_into(&mine, &mut rounds, SystemOperation::max());
+            if rounds <= 1 {
+                return self.alltoallv_once(send);
             }
-            (0..n)
-                .map(|r| buf[rd[r] as usize..rd[r] as usize + rcounts[r] as usize].to_vec())
-                .collect()
+            let mut out: Vec<Vec<u8>> = got
+                .iter()
+                .map(|&l| Vec::with_capacity(l as usize))
+                .collect();
+            for k in 0..rounds {
+                let part: Vec<Vec<u8>> = send
+                    .iter()
+                    .map(|b| {
+                        let a = ((k * piece) as usize).min(b.len());
+                        let e = (((k + 1) * piece) as usize).min(b.len());
+                        b[a..e].to_vec()
+                    })
+                    .collect();
+                for (o, r) in out.iter_mut().zip(self.alltoallv_once(&part)) {
+                    o.extend_from_slice(&r);
+                }
+            }
+            out
         }
         fn alltoallv_f64_into(
             &self,
