@@ -103,18 +103,26 @@ fn install_signal_handlers() -> Result<()> {
         .spawn(|| loop {
             std::thread::sleep(std::time::Duration::from_millis(100));
             if let Some(sig) = vortex_spectral::durable::interrupted() {
-                if ranks::launched_rank() == 0 {
-                    log::warn!(
-                        "signal {sig} received: the run stops at the end of its current step \
-                         and writes a checkpoint (exit status {}); a second signal stops it at \
-                         once without one (exit status 130)",
-                        vortex_spectral::durable::EXIT_INTERRUPTED
-                    );
-                }
+                acknowledge_signal(sig);
                 break;
             }
         })?;
     Ok(())
+}
+
+/// Says once (rank 0) that signal `sig` was seen: from the watcher thread within 100 ms, or
+/// from the exit path when the run stopped sooner than that.
+fn acknowledge_signal(sig: usize) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if SAID.swap(true, std::sync::atomic::Ordering::SeqCst) || ranks::launched_rank() != 0 {
+        return;
+    }
+    log::warn!(
+        "signal {sig} received: the run stops at the end of its current step and writes a \
+         checkpoint (exit status {}); a second signal stops it at once without one (exit \
+         status 130)",
+        vortex_spectral::durable::EXIT_INTERRUPTED
+    );
 }
 
 fn main() {
@@ -147,6 +155,7 @@ fn main() {
             std::process::exit(1);
         }
         Ok(Some(sig)) => {
+            acknowledge_signal(sig);
             crate::errln!(
                 "stopped by signal {sig} after writing a checkpoint; exit status {} (continue \
                  with --restart OUT/checkpoint.bin; `vortex run` also takes --restart OUT)",

@@ -46,9 +46,10 @@ impl Source {
             return current(path);
         }
         let mut magic = [0u8; 8];
-        let n = std::fs::File::open(path)
-            .and_then(|f| f.take(8).read(&mut magic))
-            .map_err(Error::io(path))?;
+        // a FIFO or a device would block or never end: only a regular file is read
+        let (file, _) = vortex_spectral::inputs::open_regular(path, "checkpoint (--restart)")
+            .map_err(super::from_durable)?;
+        let n = file.take(8).read(&mut magic).map_err(Error::io(path))?;
         if n == 8 && &magic == MANIFEST_MAGIC {
             Ok(Source::Manifest(path.to_path_buf()))
         } else if n == 8 && &magic == PIECE_MAGIC {
