@@ -79,11 +79,16 @@ def run_vortex(exe, tmp, fmt, launcher=()):
 
 
 def checkpoints(out):
-    """{step: checkpoint dict} of every checkpoint kept in `out`."""
+    """{step: checkpoint dict} of every checkpoint kept in `out`: the single files of one rank
+    (`checkpoint.bin`, `checkpoint.bin.N`) and the manifests of several (`checkpoint.manifest`,
+    `checkpoint.manifest.N`, each naming its per-rank pieces)."""
     cks = {}
-    for f in glob.glob(str(out / "checkpoint.bin*")):
-        d = pv.read_checkpoint(f)
-        cks[d["step"]] = d
+    for pattern in ("checkpoint.bin*", "checkpoint.manifest*"):
+        for f in glob.glob(str(out / pattern)):
+            if f.endswith(".tmp"):
+                continue
+            d = pv.read_checkpoint(f)
+            cks[d["step"]] = d
     return cks
 
 
