@@ -16,6 +16,8 @@
 //!   [`crate::outdir`] (re-exported here).
 //! * configuration differences at restart, key by key ([`config_diff`]).
 
+use crate::file_error::os;
+pub use crate::file_error::DurableError;
 pub use crate::outdir::{
     announce_steps, available_memory, cap_threads, check_memory, check_memory_against,
     check_restart_into, duration_text, lock_out, try_vec, OutLock, LOCK_FILE,
@@ -29,42 +31,6 @@ use std::sync::{Arc, OnceLock};
 /// Exit status of a run stopped by SIGINT, SIGTERM or SIGUSR1 after writing its checkpoint
 /// (`EX_TEMPFAIL` of `sysexits.h`: "try again", i.e. restart from the checkpoint).
 pub const EXIT_INTERRUPTED: i32 = 75;
-
-/// Errors of the durable-file layer; each names the file.
-#[derive(Debug, thiserror::Error)]
-pub enum DurableError {
-    /// An operating-system error.
-    #[error("{path}: {source}")]
-    Os {
-        /// The file or directory.
-        path: PathBuf,
-        /// Cause.
-        source: std::io::Error,
-    },
-    /// A checkpoint container that cannot be used.
-    #[error("checkpoint {path}: {msg}")]
-    Corrupt {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong.
-        msg: String,
-    },
-    /// An output directory that would mix or lose the files of an earlier run.
-    #[error("output directory {path}: {msg}")]
-    OutDir {
-        /// The directory.
-        path: PathBuf,
-        /// What is wrong and what to do.
-        msg: String,
-    },
-}
-
-fn os(path: &Path) -> impl FnOnce(std::io::Error) -> DurableError + '_ {
-    move |source| DurableError::Os {
-        path: path.to_path_buf(),
-        source,
-    }
-}
 
 const FNV_OFFSET: u64 = 0xcbf29ce484222325;
 

@@ -11,7 +11,7 @@
 //!   [`open_regular`] returns the open file with its length for readers that check a header
 //!   first (checkpoint containers, `.npy`).
 
-use crate::durable::DurableError;
+use crate::file_error::DurableError;
 use std::io::Read;
 use std::path::Path;
 

@@ -26,6 +26,7 @@ pub mod energy_check;
 pub mod estimate;
 pub mod fft;
 pub mod field;
+mod file_error;
 pub mod gpu;
 pub mod initial;
 pub mod inputs;

@@ -14,7 +14,7 @@
 //! * [`check_memory`]: an estimate against `MemAvailable` of `/proc/meminfo`; [`try_vec`]: a
 //!   vector allocated fallibly (`Vec::try_reserve_exact`) where no estimate can be made.
 
-use crate::durable::DurableError;
+use crate::file_error::{os, DurableError};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
@@ -32,13 +32,6 @@ impl OutLock {
     /// The lock file.
     pub fn path(&self) -> &Path {
         &self.path
-    }
-}
-
-fn os(path: &Path) -> impl FnOnce(std::io::Error) -> DurableError + '_ {
-    move |source| DurableError::Os {
-        path: path.to_path_buf(),
-        source,
     }
 }
 

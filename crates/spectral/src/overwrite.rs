@@ -9,7 +9,7 @@
 //! `kill -9`, or written before the lists existed) counts as having written every file whose
 //! name is one of the solvers' output names ([`is_output_name`]).
 
-use crate::durable::DurableError;
+use crate::file_error::DurableError;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
