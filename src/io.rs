@@ -8,9 +8,10 @@ use ndarray_npy::{read_npy, write_npy};
 use std::path::Path;
 use vortex_fmm::{Fields, Sources, Targets};
 
-/// The shape a `.npy` header claims and the offset of its data (format versions 1 to 3); `None`
-/// where the header cannot be read (then `read_npy` names what is wrong).
-fn npy_shape(path: &Path) -> Option<(Vec<u64>, u64)> {
+/// The shape a `.npy` header claims, the offset of its data and its `descr` (the value type,
+/// e.g. `<f8`), format versions 1 to 3; `None` where the header cannot be read (then `read_npy`
+/// names what is wrong).
+fn npy_shape(path: &Path) -> Option<(Vec<u64>, u64, Option<String>)> {
     use std::io::Read;
     let mut f = std::fs::File::open(path).ok()?;
     let mut head = [0u8; 12];
@@ -32,6 +33,11 @@ fn npy_shape(path: &Path) -> Option<(Vec<u64>, u64)> {
     text[..got].copy_from_slice(&rest[..got]);
     f.read_exact(&mut text[got..]).ok()?;
     let text = String::from_utf8_lossy(&text);
+    let descr = text
+        .split("'descr'")
+        .nth(1)
+        .and_then(|d| d.split('\'').nth(1))
+        .map(str::to_string);
     let shape = text.split("'shape'").nth(1)?;
     let inner = shape.split('(').nth(1)?.split(')').next()?;
     let dims = inner
@@ -40,15 +46,22 @@ fn npy_shape(path: &Path) -> Option<(Vec<u64>, u64)> {
         .filter(|x| !x.is_empty())
         .map(|x| x.trim_end_matches('L').parse::<u64>().ok())
         .collect::<Option<Vec<u64>>>()?;
-    Some((dims, (start + len) as u64))
+    Some((dims, (start + len) as u64, descr))
 }
 
 /// Refuses a `.npy` file whose header claims more (or less) data than the file holds, or more
 /// than the memory available, before `read_npy` allocates what the header claims.
 fn check_npy_size(path: &Path, what: &str) -> Result<()> {
-    let Some((dims, offset)) = npy_shape(path) else {
+    let Some((dims, offset, descr)) = npy_shape(path) else {
         return Ok(());
     };
+    if let Some(d) = descr.filter(|d| d != "<f8") {
+        bail!(
+            "{what} file {}: its values are of type '{d}', not little-endian float64 ('<f8'): \
+             convert them, e.g. numpy's a.astype('<f8')",
+            path.display()
+        );
+    }
     let elements = dims
         .iter()
         .try_fold(1u64, |a, &d| a.checked_mul(d))

@@ -235,6 +235,17 @@ case_ "circulation = 1e-300" refused "initial.circulation" -- "$bin" run "$(ring
 case_ "dt_max = inf" refused "dt_max" -- "$bin" spectral "$(sp "dt_max = inf" | sed 's/^dt = 0.01/cfl = 0.5/' | cfg v4)" --out "$tmp/v4"
 case_ "reinterpolation.tolerance = 1e-300" refused "reinterpolation.tolerance" -- "$bin" run "$(tg 0.1 0.2 "" | sed 's/^\[output\]/[reinterpolation]\nsolver = "cg"\ntolerance = 1e-300\nmax_iterations = 100000\n[output]/' | cfg v5)" --out "$tmp/v5"
 case_ "spectral as one of 2 ranks" refused "one of 2 ranks" -- env OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 "$bin" spectral "$tmp/sp.toml" --out "$tmp/v6"
+# the re-probe's variants: sizes and peaks beyond the lattice, an unwritable output, f32 data
+case_ "isotropic k_peak = 1e9 (beyond n/2)" refused "initial.k_peak" -- "$bin" run "$(printf 'nu = 0.01\ndt = 0.01\nt_end = 0.1\n[domain]\nperiodic = true\n[initial]\nkind = "isotropic"\nn = 8\nk_peak = 1e9\nre_lambda = 20.0\nseed = 1\n' | cfg rp1)" --out "$tmp/rp1"
+case_ "initial.n = 1000000000 (memory)" refused "initial.n = 1000000000" -- "$bin" run "$(tg 0.1 0.2 "" | sed 's/^n = 6/n = 1000000000/' | cfg rp2)" --out "$tmp/rp2"
+case_ "--out under /proc (cannot be created)" refused "cannot be created" -- "$bin" run "$tmp/tg.toml" --out /proc/vortex-out
+python3 -c "
+import struct, sys
+h = b\"{'descr': '<f4', 'fortran_order': False, 'shape': (1, 7), }\"
+h += b' ' * (63 - len(h)) + b'\\n'
+sys.stdout.buffer.write(b'\\x93NUMPY\\x01\\x00' + struct.pack('<H', len(h)) + h + struct.pack('<7f', *[0.1] * 7))
+" >"$tmp/f32.npy"
+case_ "eval of float32 particles" refused "'<f4'" -- "$bin" eval --particles "$tmp/f32.npy" --out "$tmp/rp4" --backend cpu
 echo
 echo "$fails case(s) failed"
 [ $fails -eq 0 ]

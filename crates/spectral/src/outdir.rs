@@ -66,7 +66,10 @@ pub fn lock_out(out: &Path, holder: &str) -> Result<OutLock, DurableError> {
             msg: "exists and is not a directory".into(),
         });
     }
-    std::fs::create_dir_all(out).map_err(os(out))?;
+    std::fs::create_dir_all(out).map_err(|e| DurableError::OutDir {
+        path: out.to_path_buf(),
+        msg: format!("cannot be created ({e}): choose an --out in a writable place"),
+    })?;
     let path = out.join(LOCK_FILE);
     let mut file = std::fs::OpenOptions::new()
         .read(true)
@@ -184,9 +187,9 @@ pub fn check_memory_against(what: &str, needed: f64, available: Option<f64>) -> 
     const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
     match available {
         Some(avail) if !fits(needed, avail) => Err(format!(
-            "{what} needs about {:.3} GiB of memory, {:.3} GiB are available (MemAvailable of \
+            "{what} needs about {} GiB of memory, {:.3} GiB are available (MemAvailable of \
              /proc/meminfo); nothing was allocated",
-            needed / GIB,
+            gib_text(needed / GIB),
             avail / GIB
         )),
         None if !fits(needed, 2f64.powi(60)) => Err(format!(
@@ -194,6 +197,15 @@ pub fn check_memory_against(what: &str, needed: f64, available: Option<f64>) -> 
             needed / GIB
         )),
         _ => Ok(()),
+    }
+}
+
+/// A number of GiB as a reader takes it in: three decimals up to a million, then powers of ten.
+fn gib_text(gib: f64) -> String {
+    if gib < 1e6 {
+        format!("{gib:.3}")
+    } else {
+        format!("{gib:.3e}")
     }
 }
 

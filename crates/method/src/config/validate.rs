@@ -313,6 +313,20 @@ impl Config {
                 }
                 if i.kind == InitialKind::Isotropic {
                     need("k_peak", i.k_peak)?;
+                    // the spectral solver's rule (its configuration refuses the same): the
+                    // peak of the model spectrum on the grid's wavenumbers
+                    if let Some(k) = i.k_peak.filter(|&k| !(k > 0.0 && k < n as f64 / 2.0)) {
+                        return Err(bad(
+                            file,
+                            "initial.k_peak",
+                            format!(
+                                "{k} is not between 0 and the lattice's largest wavenumber \
+                                 n/2 = {} (the energy would sit where the particles cannot \
+                                 resolve it)",
+                                n / 2
+                            ),
+                        ));
+                    }
                     if let Some(re) = i.re_lambda {
                         pos("initial.re_lambda", re)?;
                         if self.nu == 0.0 {
@@ -586,5 +600,36 @@ impl Config {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    fn isotropic(n: usize, k_peak: f64) -> String {
+        format!(
+            "nu = 0.01\ndt = 0.01\nt_end = 0.1\n[domain]\nperiodic = true\n[initial]\n\
+             kind = \"isotropic\"\nn = {n}\nk_peak = {k_peak:?}\nre_lambda = 20.0\nseed = 1\n"
+        )
+    }
+
+    /// The peak of the isotropic spectrum must lie on the lattice's wavenumbers: refused by
+    /// key beyond n/2 and at zero, accepted below n/2 (the spectral solver's rule).
+    #[test]
+    fn isotropic_peak_beyond_the_lattice_is_refused_by_key() {
+        for (n, k) in [(8, 4.0), (8, 1e9), (16, 0.0), (16, -1.0)] {
+            let e = Config::from_str_named(&isotropic(n, k), "iso.toml")
+                .expect_err(&format!("n = {n}, k_peak = {k}"))
+                .to_string();
+            assert!(
+                e.contains("initial.k_peak") && e.contains("iso.toml"),
+                "{e}"
+            );
+        }
+        for (n, k) in [(8, 3.0), (16, 4.0)] {
+            Config::from_str_named(&isotropic(n, k), "iso.toml")
+                .unwrap_or_else(|e| panic!("n = {n}, k_peak = {k}: {e}"));
+        }
     }
 }

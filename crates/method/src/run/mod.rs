@@ -218,9 +218,15 @@ fn check_run_memory(cfg: &Config) -> Result<()> {
         )
         .map_err(Error::Memory)?;
     }
+    // name the key that sets the count: the lattice side of a periodic run, the spacing of a
+    // free one
+    let key = match (cfg.domain.periodic, cfg.lattice_n()) {
+        (true, Some(n)) => format!("initial.n = {n}: "),
+        _ => format!("initial.spacing = {:e}: ", cfg.lattice_h()),
+    };
     match n_particles {
         Some(n) => health::check_memory(
-            &format!("a run of about {n:.3e} particles ({BYTES_PER_PARTICLE} B each)"),
+            &format!("{key}a run of about {n:.3e} particles ({BYTES_PER_PARTICLE} B each)"),
             n * BYTES_PER_PARTICLE,
         )
         .map_err(Error::Memory),
