@@ -162,7 +162,6 @@ pub fn bin_rows(
     }
     let mut cell = s.alloc_zeros::<i32>(n.max(1))?;
     let mut counts = s.alloc_zeros::<i32>(ncell)?;
-    let mut starts = s.alloc_zeros::<i32>(ncell + 1)?;
     let [nx, ny, nz] = lat.dims.map(|d| d as i32);
     let (n_i, per) = (n as i32, periodic);
     let o = lat.origin;
@@ -185,12 +184,28 @@ pub fn bin_rows(
     // holds 3 n doubles, cell n ints, counts nx ny nz = ncell (the kernel's cell indices stay below
     // it: clamped or wrapped); threads i >= n return.
     unsafe { b.launch(per_element(n)) }?;
+    sort_into_cells(k, s, p, &cell, counts)
+}
+
+/// The particle rows sorted by `cell` (one cell index per particle, below `counts.len()`;
+/// `counts` the particles per cell, consumed as the fill counters): the exclusive scan of the
+/// counts, the scatter, the particles of each cell in index order, their rows gathered.
+pub fn sort_into_cells(
+    k: &Kernels,
+    s: &Arc<CudaStream>,
+    p: Rows<'_>,
+    cell: &CudaSlice<i32>,
+    counts: CudaSlice<i32>,
+) -> GpuResult<Binned> {
+    let (n, ncell) = (p.n, counts.len());
+    let n_i = n as i32;
+    let mut starts = s.alloc_zeros::<i32>(ncell + 1)?;
     scan(k, s, &counts, ncell, &mut starts)?;
     let mut fill = counts; // reused as the fill counters
     s.memset_zeros(&mut fill)?;
     let mut order = s.alloc_zeros::<i32>(n.max(1))?;
     let mut b = s.launch_builder(&k.bin_scatter);
-    b.arg(&cell)
+    b.arg(cell)
         .arg(&n_i)
         .arg(&starts)
         .arg(&mut fill)

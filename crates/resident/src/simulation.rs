@@ -128,12 +128,15 @@ impl<'c> ResidentSimulation<'c> {
             }
             _ => None,
         };
+        let mut rbf = Reinterpolator::new(&config);
+        let reserved = n_max as f64 * DEVICE_BYTES_PER_PARTICLE;
+        agree(comm, rbf.prepare(&dev, reserved, ranks))?;
         let fmm = agree(comm, device_engine(comm, &config, index))?;
         let name = format!("{}, state resident on the device", fmm.describe());
         Ok(Self {
             comm,
             stepper: Stepper::from_config(&config),
-            rbf: Reinterpolator::new(&config),
+            rbf,
             config,
             periodic,
             dev,
