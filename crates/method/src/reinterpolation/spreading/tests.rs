@@ -282,6 +282,18 @@ fn refusals_name_the_key_and_the_limit() {
     );
     assert!(crate::Config::from_str_named(&text(periodic, "1e-6"), "good.toml").is_ok());
     let plan = SpreadPlan::new(n, l, sigma0, 1e-6).unwrap();
+    // a grid too large for the memory: the key, the grid and both amounts
+    let e = plan
+        .check_memory_against(Some(1024.0))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("reinterpolation.sums")
+            && e.contains(&format!("{}^3", plan.design.fine))
+            && e.contains("GiB are available"),
+        "{e}"
+    );
+    assert!(plan.check_memory_against(Some(1e12)).is_ok());
     let e = plan
         .lattice_spectra(&[[0.0; 3]], &[[1.0; 3]], &[0.5 * sigma0])
         .unwrap_err();
