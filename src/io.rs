@@ -74,9 +74,8 @@ fn check_npy_size(path: &Path, what: &str) -> Result<()> {
 }
 
 fn read_matrix(path: &Path, cols: usize, what: &str) -> Result<Array2<f64>> {
-    if !path.exists() {
-        bail!("{what} file {} does not exist", path.display());
-    }
+    // a FIFO or a device refused by its type before anything is read
+    vortex_spectral::inputs::open_regular(path, &format!("{what} file"))?;
     check_npy_size(path, what)?;
     let a: Array2<f64> = read_npy(path).with_context(|| {
         format!(

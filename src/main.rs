@@ -2,14 +2,16 @@
 //!
 //! Subcommands: `eval` (one velocity + stretching evaluation), `particles` (test sets),
 //! `bench` (timings and accuracy), `spectral` (the pseudo-spectral reference solver), `run`
-//! (a vortex-method simulation).
+//! (a vortex-method simulation), `compare` (a run and the spectral solver from the same field).
 //!
 //! Exit status: 0 success; 1 error (the message says why); 75 (`EX_TEMPFAIL`) `run` or
 //! `spectral` stopped by SIGINT, SIGTERM, SIGHUP, SIGUSR1 or SIGUSR2 after finishing its step and writing a
-//! checkpoint (continue with `--restart OUT/checkpoint.bin`); 130 a second signal before the
+//! checkpoint (continue with `--restart OUT/checkpoint.bin`; `run` also takes `--restart OUT`,
+//! its current checkpoint, whatever the number of ranks); 130 a second signal before the
 //! checkpoint was written.
 
 mod commands;
+mod console;
 mod io;
 mod planner;
 mod ranks;
@@ -38,8 +40,26 @@ enum Command {
     Run(commands::run::RunArgs),
     /// Pseudo-spectral Navier-Stokes solver (the reference for decaying turbulence).
     Spectral(commands::spectral::SpectralArgs),
+    /// A periodic vortex-method run and the spectral solver from the same initial field, and
+    /// their comparison (energy, enstrophy, E(k); CSV and PNG).
+    Compare(commands::compare::CompareArgs),
     /// Print a complete, commented configuration: `vortex config --defaults [vortex|spectral]`.
     Config(commands::config::ConfigArgs),
+}
+
+/// The message of an error and its causes, `outer: cause: ...`, a cause left out where the
+/// message before it already holds its text (the file errors of the libraries repeat their
+/// cause in their own message).
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !text.contains(&c) {
+            text.push_str(": ");
+            text.push_str(&c);
+        }
+    }
+    text
 }
 
 /// A rayon pool with `threads` threads (all cores when `None`).
@@ -76,6 +96,24 @@ fn install_signal_handlers() -> Result<()> {
         signal_hook::flag::register(sig, pending.clone())?;
         signal_hook::flag::register_usize(sig, flag.clone(), sig as usize)?;
     }
+    // the signal is acknowledged at once (within 100 ms), whatever the run is doing: a step
+    // can take minutes, and the user must know the signal was seen
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(|| loop {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            if let Some(sig) = vortex_spectral::durable::interrupted() {
+                if ranks::launched_rank() == 0 {
+                    log::warn!(
+                        "signal {sig} received: the run stops at the end of its current step \
+                         and writes a checkpoint (exit status {}); a second signal stops it at \
+                         once without one (exit status 130)",
+                        vortex_spectral::durable::EXIT_INTERRUPTED
+                    );
+                }
+                break;
+            }
+        })?;
     Ok(())
 }
 
@@ -84,9 +122,12 @@ fn main() {
         .format_timestamp_millis()
         .init();
     let cli = Cli::parse();
-    if matches!(cli.command, Command::Run(_) | Command::Spectral(_)) {
+    if matches!(
+        cli.command,
+        Command::Run(_) | Command::Spectral(_) | Command::Compare(_)
+    ) {
         if let Err(e) = install_signal_handlers() {
-            eprintln!("error: installing the signal handlers: {e:#}");
+            crate::errln!("error: installing the signal handlers: {e:#}");
             std::process::exit(1);
         }
     }
@@ -98,16 +139,17 @@ fn main() {
         Command::Config(a) => commands::config::run(a).map(|_| None),
         Command::Spectral(a) => commands::spectral::run(a),
         Command::Run(a) => commands::run::run(a),
+        Command::Compare(a) => commands::compare::run(a),
     };
     match result {
         Err(e) => {
-            eprintln!("error: {e:#}");
+            crate::errln!("error: {}", error_text(&e));
             std::process::exit(1);
         }
         Ok(Some(sig)) => {
-            eprintln!(
+            crate::errln!(
                 "stopped by signal {sig} after writing a checkpoint; exit status {} (continue \
-                 with --restart OUT/checkpoint.bin)",
+                 with --restart OUT/checkpoint.bin; `vortex run` also takes --restart OUT)",
                 vortex_spectral::durable::EXIT_INTERRUPTED
             );
             std::process::exit(vortex_spectral::durable::EXIT_INTERRUPTED);

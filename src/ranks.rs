@@ -15,12 +15,13 @@ pub fn with_comm<R>(f: impl FnOnce(&dyn Comm, usize) -> Result<R>) -> Result<R> 
         log::debug!("MPI rank {} of {}", world.rank(), world.size());
         let comm = vortex_domain::MpiComm::new(world);
         let local = comm.local_rank();
+        let timeout = watchdog_timeout()?;
         if comm.size() > 1 {
             // a panic on one rank would leave the others waiting in a collective: abort the job
             let rank = comm.rank();
             let default = std::panic::take_hook();
             std::panic::set_hook(Box::new(move |info| {
-                eprintln!("rank {rank}: fatal: aborting the MPI job");
+                crate::errln!("rank {rank}: fatal: aborting the MPI job");
                 default(info);
                 // SAFETY: MPI is initialised (the universe lives until `f` returns) and
                 // MPI_Abort does not return.
@@ -29,27 +30,87 @@ pub fn with_comm<R>(f: impl FnOnce(&dyn Comm, usize) -> Result<R>) -> Result<R> 
                 }
             }));
         }
-        f(&comm, local)
+        match timeout.filter(|_| comm.size() > 1) {
+            // a rank that stops answering leaves the others waiting in a collective for ever
+            Some(t) => {
+                let dog = vortex_domain::watchdog::Watchdog::start(
+                    comm.rank(),
+                    t,
+                    Box::new(|msg| {
+                        crate::errln!("{msg}");
+                        // SAFETY: MPI is initialised (the universe lives until `f` returns) and
+                        // MPI_Abort does not return; it ends every rank of the job.
+                        unsafe {
+                            mpi::ffi::MPI_Abort(mpi::ffi::RSMPI_COMM_WORLD, 1);
+                        }
+                    }),
+                );
+                vortex_domain::watchdog::install(Some(dog.clone()));
+                let r = f(&vortex_domain::watchdog::Watched::new(&comm, dog), local);
+                vortex_domain::watchdog::install(None);
+                r
+            }
+            None => f(&comm, local),
+        }
     }
     #[cfg(not(feature = "mpi"))]
     {
         // launched as one of several ranks by mpirun/srun, but built without MPI: every process
         // would run the whole problem and write the same files
-        for var in ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"] {
-            if let Some(n) = std::env::var(var)
-                .ok()
-                .and_then(|v| v.parse::<usize>().ok())
-            {
-                if n > 1 {
-                    anyhow::bail!(
-                        "started as one of {n} ranks ({var}) but built without MPI: rebuild with \
-                         `cargo build --release --features mpi`"
-                    );
-                }
-            }
+        // checked even here: a mistyped value is said before an MPI build runs
+        watchdog_timeout()?;
+        if let Some((n, var)) = launched_ranks() {
+            anyhow::bail!(
+                "started as one of {n} ranks ({var}) but built without MPI: rebuild with \
+                 `cargo build --release --features mpi`"
+            );
         }
         f(&vortex_domain::SelfComm, 0)
     }
+}
+
+/// The default of `VORTEX_WATCHDOG_SECONDS`: longer than any legitimate wait of the ranks for
+/// one another (rank 0 writing a large snapshot alone).
+pub const WATCHDOG_DEFAULT_S: f64 = 600.0;
+
+/// The watchdog's timeout of a multi-rank run (`vortex_domain::watchdog`): the environment
+/// variable `VORTEX_WATCHDOG_SECONDS` (seconds a rank may wait in a collective for the others
+/// before the job is ended; 0 turns the watchdog off), [`WATCHDOG_DEFAULT_S`] when unset.
+pub fn watchdog_timeout() -> Result<Option<std::time::Duration>> {
+    let s = match std::env::var("VORTEX_WATCHDOG_SECONDS") {
+        Ok(v) => v.trim().parse::<f64>().map_err(|_| {
+            anyhow::anyhow!(
+                "VORTEX_WATCHDOG_SECONDS={v:?}: not a number of seconds (0 turns the watchdog off)"
+            )
+        })?,
+        Err(_) => WATCHDOG_DEFAULT_S,
+    };
+    if !(s.is_finite() && s >= 0.0) {
+        anyhow::bail!("VORTEX_WATCHDOG_SECONDS={s}: must be a finite number of seconds >= 0");
+    }
+    Ok((s > 0.0).then(|| std::time::Duration::from_secs_f64(s)))
+}
+
+/// The number of ranks a launcher (mpirun, srun) started, with the variable that says so,
+/// when more than one.
+pub fn launched_ranks() -> Option<(usize, &'static str)> {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"]
+        .into_iter()
+        .find_map(|var| {
+            std::env::var(var)
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+                .filter(|&n| n > 1)
+                .map(|n| (n, var))
+        })
+}
+
+/// This process's rank as a launcher numbered it (0 when not launched as one of several).
+pub fn launched_rank() -> usize {
+    ["OMPI_COMM_WORLD_RANK", "PMI_RANK"]
+        .into_iter()
+        .find_map(|var| std::env::var(var).ok().and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
 }
 
 /// Makes every rank agree on the outcome of a step that only rank 0 performed (reading input):

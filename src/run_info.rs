@@ -5,8 +5,10 @@
 
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
+use vortex_spectral::overwrite::Stamp;
 
 /// UTC time as `YYYY-MM-DDTHH:MM:SSZ` (civil-from-days of H. Hinnant's date algorithms).
 pub fn iso8601(t: SystemTime) -> String {
@@ -60,14 +62,15 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// From what a run returned: its summary's signal, or its error.
-    pub fn of<T, E: std::fmt::Display>(
+    /// From what a run returned: its summary's signal, or its error (as `text` words it).
+    pub fn of<T, E>(
         r: &std::result::Result<T, E>,
         signal: impl Fn(&T) -> Option<usize>,
+        text: impl Fn(&E) -> String,
     ) -> Outcome {
         match r {
             Ok(s) => signal(s).map_or(Outcome::Completed, Outcome::Interrupted),
-            Err(e) => Outcome::Failed(format!("{e:#}")),
+            Err(e) => Outcome::Failed(text(e)),
         }
     }
 
@@ -87,7 +90,7 @@ impl Outcome {
 /// The configuration as run (`config.toml` of the output directory) as JSON; null when it
 /// cannot be read.
 pub fn config_json(path: &Path) -> Value {
-    std::fs::read_to_string(path)
+    vortex_spectral::inputs::read_config(path)
         .ok()
         .and_then(|t| toml::from_str::<toml::Value>(&t).ok())
         .and_then(|v| serde_json::to_value(v).ok())
@@ -106,35 +109,48 @@ pub fn holder(start: SystemTime) -> String {
     )
 }
 
+/// An output directory held by this invocation: its lock (released when dropped, after
+/// [`record`]) and the listing of its files when it was taken, against which [`record`] lists
+/// the files this invocation wrote.
+pub struct Claim {
+    _lock: vortex_spectral::durable::OutLock,
+    before: BTreeMap<String, Stamp>,
+}
+
 /// The start of an invocation that writes into `out`: the directory locked (held until the
-/// returned lock is dropped, after [`record`]), prepared for `mode` (a non-empty directory
-/// refused unless overwriting or restarting; a restart only into its checkpoint's directory),
-/// and an entry with `"status": "running"` appended to `run.json`, so that a killed run
-/// leaves a record. A refused directory is left untouched.
+/// returned [`Claim`] is dropped, after [`record`]), prepared for `mode` (a non-empty directory
+/// refused unless overwriting or restarting; a restart only into its checkpoint's directory;
+/// `--overwrite` removes the files the earlier run's `run.json` lists, nothing else), and an
+/// entry with `"status": "running"` appended to `run.json`, so that a killed run leaves a
+/// record. A refused directory is left untouched.
 pub fn begin(
     out: &Path,
     mode: vortex_spectral::durable::OutMode,
     restart: Option<&Path>,
     command: &'static str,
     start: SystemTime,
-) -> Result<vortex_spectral::durable::OutLock> {
+) -> Result<Claim> {
     use vortex_spectral::durable;
     let lock = durable::lock_out(out, &holder(start))?;
     durable::prepare_out(out, mode)?;
     if let Some(ck) = restart {
         durable::check_restart_into(out, ck)?;
     }
+    let before = vortex_spectral::overwrite::listing(out);
     let mut doc = read_doc(out);
     let mut entry = base_entry(command, start);
     entry["status"] = json!("running");
     entry["outcome"] = json!("running (or killed: no end was recorded)");
     push(&mut doc, entry);
     write_doc(out, &doc)?;
-    Ok(lock)
+    Ok(Claim {
+        _lock: lock,
+        before,
+    })
 }
 
 fn read_doc(out: &Path) -> Value {
-    std::fs::read_to_string(out.join("run.json"))
+    vortex_spectral::inputs::read_own_text(&out.join("run.json"), "record of runs")
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
         .unwrap_or_else(|| json!({ "invocations": [] }))
@@ -169,8 +185,9 @@ fn base_entry(command: &str, start: SystemTime) -> Value {
 }
 
 /// Completes this invocation's entry of `out/run.json` (the `"running"` one of [`begin`],
-/// appended when absent; rewritten atomically).
-pub fn record(out: &Path, inv: &Invocation) -> Result<()> {
+/// appended when absent; rewritten atomically), with the files it wrote (`"files"`: new or
+/// changed since `claim` was taken; what a later `--overwrite` removes).
+pub fn record(out: &Path, claim: Option<&Claim>, inv: &Invocation) -> Result<()> {
     let mut doc = read_doc(out);
     let (status, outcome, detail) = inv.outcome.json();
     let mut entry = base_entry(inv.command, inv.start);
@@ -180,6 +197,10 @@ pub fn record(out: &Path, inv: &Invocation) -> Result<()> {
         e.insert("ranks".into(), json!(inv.ranks));
         e.insert("threads".into(), json!(inv.threads));
         e.insert("end".into(), json!(iso8601(SystemTime::now())));
+        if let Some(c) = claim {
+            let files = vortex_spectral::overwrite::changed_since(out, &c.before);
+            e.insert("files".into(), json!(files));
+        }
         e.insert("status".into(), json!(status));
         e.insert("outcome".into(), json!(outcome));
         match &inv.outcome {

@@ -7,7 +7,7 @@ backend); the CUDA backend is used when a GPU is found (``backend="auto"``).
 
     >>> import pyvortex as pv
     >>> x, alpha, sigma = pv.particles(100_000, seed=1)
-    >>> u, s = pv.evaluate(x, alpha, sigma)              # FMM, p = 10, theta = 0.55
+    >>> u, s = pv.evaluate(x, alpha, sigma)              # FMM, p = 8, theta = 0.55
     >>> run = pv.load_run("runs/out/vortex-taylor-green-16")
     >>> pv.plot_energy(run); pv.plot_spectra(run)
 
@@ -71,12 +71,13 @@ def evaluate(
     box_length: float = DEFAULT_BOX_LENGTH,
     image_levels: int = DEFAULT_IMAGE_LEVELS,
     backend: str = "auto",
+    grid: str = "auto",
     device: int = 0,
     threads: Optional[int] = None,
     return_times: bool = False,
 ) -> Union[
     Tuple[np.ndarray, Optional[np.ndarray]],
-    Tuple[np.ndarray, Optional[np.ndarray], Dict[str, Union[float, str]]],
+    Tuple[np.ndarray, Optional[np.ndarray], Dict[str, Any]],
 ]:
     """Velocity and stretching of vortex elements, as ``vortex eval`` computes them.
 
@@ -94,7 +95,7 @@ def evaluate(
     method : {"fmm", "treecode", "ppm", "direct"}
         ``direct`` is the O(N^2) f64 reference sum.
     order : int
-        Expansion order p (1..20); default 10 as ``vortex eval``.
+        Expansion order p (1..20); default ``DEFAULT_ORDER`` (8) as ``vortex eval``.
     theta : float
         Opening angle of the multipole acceptance criterion, in (0, 1).
     leaf_size : int
@@ -110,6 +111,13 @@ def evaluate(
         Levels of periodic images above the root.
     backend : {"auto", "cpu", "cuda"}
         ``auto`` takes the GPU when one is usable, as the binary does.
+    grid : {"auto", "adaptive", "uniform"}
+        As ``vortex eval --grid``. ``uniform``: the FMM on a uniform grid sorted and evaluated
+        on the GPU (the fast path for nearly even sets, free space or periodic, at the elements
+        themselves); ``adaptive``: the octree built on the host (every method, backend, target
+        kind and clustering); ``auto``: the uniform grid where it runs, else the octree. The
+        planner's choice and its reasons are in the ``times`` dict (``return_times=True``:
+        ``engine``, ``planner``).
     device : int
         GPU index among the visible devices.
     threads : int, optional
@@ -117,7 +125,9 @@ def evaluate(
         depend on it.
     return_times : bool
         Also return a dict of the phase times (seconds; ``total`` is what ``vortex eval``
-        writes to ``timing.json``) and the name of the backend that ran.
+        writes to ``timing.json``), the engine that ran (``backend``: in words; ``engine``:
+        ``UniformGrid``, ``Adaptive(Cpu)``, ``Adaptive(Cuda)``, ``Direct``) and the planner's
+        reasons for it (``planner``: a list of str).
 
     Returns
     -------
@@ -130,14 +140,17 @@ def evaluate(
     ------
     ValueError
         Bad shapes, non-finite values, sigma <= 0, parameters out of range (the messages of
-        ``vortex eval``, naming the array, the row and the value).
+        ``vortex eval``, naming the array, the row and the value); ``grid="uniform"`` for what
+        the uniform grid does not evaluate (separate ``targets``, a method other than the FMM,
+        ``backend="cpu"``, a clustered set), with the planner's reason.
     RuntimeError
-        ``backend="cuda"`` without a usable GPU, or a device failure.
+        ``backend="cuda"`` or ``grid="uniform"`` without a usable GPU (the planner's reason),
+        or a device failure.
     """
     t = None if targets is None else _f64(targets)
     u, s, times = _native.evaluate(
         _f64(x), _f64(alpha), _f64(sigma), t, method, order, theta, leaf_size, core_cutoff,
-        periodic, box_length, image_levels, backend, device, threads,
+        periodic, box_length, image_levels, backend, grid, device, threads,
     )
     if return_times:
         return u, s, times
@@ -159,9 +172,14 @@ def particles(
 
 
 def read_checkpoint(path) -> dict:
-    """A checkpoint of ``vortex run`` or ``vortex spectral`` (``checkpoint.bin``) as a dict.
+    """A checkpoint of ``vortex run`` or ``vortex spectral`` as a dict.
 
-    Read by the solvers' own Rust readers (format version and checksum checked).
+    ``path``: a ``checkpoint.bin`` (or a kept older copy), the ``checkpoint.manifest`` of a run
+    on several ranks (or a kept older copy), or a run's output directory (its current
+    checkpoint). Read by the solvers' own Rust readers (format version and checksum checked);
+    the pieces of a manifest are checked against it (length, checksum, step, particle count;
+    a missing or corrupt piece is refused naming it) and the whole state assembled in
+    global-id order, as one rank would have written it.
 
     vortex: ``solver="vortex"``, ``step``, ``dt``, ``t``, ``position``, ``strength`` (N, 3),
     ``sigma``, ``sigma0`` (N,), ``previous_velocity``/``previous_stretching`` (N, 3 or None:
@@ -172,8 +190,8 @@ def read_checkpoint(path) -> dict:
     ``velocity`` (3, n, n, n) on the grid ``-pi + 2 pi i / n`` (z fastest) and
     ``velocity_hat`` (3, n, n, n//2 + 1) complex Fourier coefficients.
 
-    Raises ``FileNotFoundError`` for a missing file, ``ValueError`` for anything else that is
-    not a readable checkpoint.
+    Raises ``FileNotFoundError`` for a missing file or directory, ``ValueError`` for anything
+    else that is not a readable checkpoint.
     """
     import os
 

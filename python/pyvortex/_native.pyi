@@ -1,6 +1,6 @@
 """Type stubs of the compiled module ``pyvortex._native`` (Rust, PyO3). Use the wrappers of
 ``pyvortex``, which convert the inputs to float64 arrays and document the arguments."""
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 import numpy.typing as npt
@@ -26,12 +26,13 @@ def evaluate(
     box_length: float,
     image_levels: int,
     backend: str,
+    grid: str,
     device: int,
     threads: Optional[int],
 ) -> Tuple[
     npt.NDArray[np.float64],
     Optional[npt.NDArray[np.float64]],
-    Dict[str, Union[float, str]],
+    Dict[str, Any],
 ]: ...
 def particles(
     n: int, seed: int, periodic: bool, distribution: str

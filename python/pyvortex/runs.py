@@ -56,7 +56,10 @@ class Run:
     timings : structured array of ``timing.csv`` (vortex runs), else None.
     spectra : ``{t: structured array with fields k, E}``, sorted by time.
     config : the ``config.toml`` of the run as a dict (None when absent).
-    checkpoint : path of ``checkpoint.bin`` (None when absent); read it with
+    checkpoint : the run's checkpoint (None when absent): ``checkpoint.bin`` (one rank, and
+        ``vortex spectral``), ``checkpoint.manifest`` (several ranks: a manifest and one piece
+        per rank), or the directory itself when it holds both (a run continued on another number
+        of ranks; :func:`pyvortex.read_checkpoint` then reads the later one). Read it with
         :func:`pyvortex.read_checkpoint`.
     """
 
@@ -127,7 +130,10 @@ def load_run(path) -> Run:
         else:
             t = float(tag)
         spectra[t] = read_csv(f)
-    ck = os.path.join(d, "checkpoint.bin")
+    single = os.path.join(d, "checkpoint.bin")
+    manifest = os.path.join(d, "checkpoint.manifest")
+    have = [p for p in (single, manifest) if os.path.exists(p)]
+    ck = have[0] if len(have) == 1 else (d if have else None)
     return Run(
         path=d,
         solver=solver,
@@ -135,5 +141,5 @@ def load_run(path) -> Run:
         timings=timings,
         spectra=dict(sorted(spectra.items())),
         config=config,
-        checkpoint=ck if os.path.exists(ck) else None,
+        checkpoint=ck,
     )

@@ -13,19 +13,34 @@ use pyo3::types::PyDict;
 use std::borrow::Cow;
 use std::path::PathBuf;
 use vortex_engine::EngineError;
+use vortex_fmm::planner::Cause;
 use vortex_fmm::testsets::{generate, Distribution};
 use vortex_fmm::{BackendChoice, GridChoice, Method};
 
-fn to_py(e: EngineError) -> PyErr {
+/// The Python exception of an engine error: `ValueError` for bad input and for requests the
+/// planner refuses as such (the uniform grid for separate targets, another method, a clustered
+/// set), `RuntimeError` for what the machine cannot do (no GPU) and device failures. A
+/// refusal names the argument that asked for it (`grid="uniform"`, `backend="cuda"`).
+fn to_py(e: EngineError, grid: GridChoice, backend: BackendChoice) -> PyErr {
     match e {
         EngineError::Input(_) => PyValueError::new_err(e.to_string()),
         EngineError::Fmm(vortex_fmm::FmmError::Backend(_)) => {
             PyRuntimeError::new_err(e.to_string())
         }
         EngineError::Fmm(_) => PyValueError::new_err(e.to_string()),
-        EngineError::Domain(_) | EngineError::Backend(_) | EngineError::Refused(_) => {
-            PyRuntimeError::new_err(e.to_string())
+        EngineError::Refused(r) => {
+            let arg = if grid == GridChoice::Uniform && r.reason.contains("uniform grid") {
+                format!("grid=\"{grid}\"")
+            } else {
+                format!("backend=\"{backend}\"")
+            };
+            let msg = format!("{arg}: {r}");
+            match r.cause {
+                Cause::Machine => PyRuntimeError::new_err(msg),
+                Cause::Request => PyValueError::new_err(msg),
+            }
         }
+        EngineError::Domain(_) | EngineError::Backend(_) => PyRuntimeError::new_err(e.to_string()),
     }
 }
 
@@ -62,7 +77,7 @@ fn vectors<'py>(py: Python<'py>, v: Vec<[f64; 3]>) -> PyResult<Bound<'py, PyArra
 /// the arguments).
 #[pyfunction]
 #[pyo3(signature = (x, alpha, sigma, targets, method, order, theta, leaf_size, core_cutoff,
-                    periodic, box_length, image_levels, backend, device, threads))]
+                    periodic, box_length, image_levels, backend, grid, device, threads))]
 #[allow(clippy::too_many_arguments)]
 fn evaluate<'py>(
     py: Python<'py>,
@@ -79,18 +94,20 @@ fn evaluate<'py>(
     box_length: f64,
     image_levels: usize,
     backend: &str,
+    grid: &str,
     device: usize,
     threads: Option<usize>,
 ) -> PyResult<EvalOutput<'py>> {
     let method: Method = method.parse().map_err(PyValueError::new_err)?;
     let choice: BackendChoice = backend.parse().map_err(PyValueError::new_err)?;
+    let grid: GridChoice = grid.parse().map_err(PyValueError::new_err)?;
     let params = vortex_engine::eval_params(
         method,
         order,
         theta,
         leaf_size,
         core_cutoff,
-        GridChoice::Adaptive,
+        grid,
         periodic.then_some((box_length, image_levels)),
     );
     let (xs, al, sg) = (values(&x), values(&alpha), values(&sigma));
@@ -108,14 +125,24 @@ fn evaluate<'py>(
                 )?),
                 None => None,
             };
-            crate::evaluate(choice, device, &params, &sources, targets.as_ref(), threads)
+            crate::evaluate(
+                choice,
+                grid,
+                device,
+                &params,
+                &sources,
+                targets.as_ref(),
+                threads,
+            )
         })
-        .map_err(to_py)?;
+        .map_err(|e| to_py(e, grid, choice))?;
     let times = PyDict::new(py);
     for (k, v) in run.evaluation.times.entries() {
         times.set_item(k, v)?;
     }
     times.set_item("backend", run.backend)?;
+    times.set_item("engine", format!("{:?}", run.choice.engine))?;
+    times.set_item("planner", run.choice.reasons)?;
     let f = run.evaluation.fields;
     let velocity = vectors(py, f.velocity)?;
     let stretching = if with_stretching {

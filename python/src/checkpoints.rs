@@ -1,13 +1,16 @@
 //! Reading the checkpoints of both solvers through their own readers
-//! (`vortex_method::checkpoint::read`, `vortex_spectral::io::read_checkpoint`), told apart by their magic
-//! bytes.
+//! (`vortex_method::checkpoint::read_whole`, `vortex_spectral::io::read_checkpoint`), told apart by their magic
+//! bytes. A `vortex run` of several ranks writes a manifest and one piece per rank: its
+//! pieces are checked against the manifest and the whole state assembled in global-id order;
+//! a run directory stands for its current checkpoint.
 
 use std::path::Path;
 
 /// A checkpoint of either solver.
 #[derive(Debug)]
 pub enum AnyCheckpoint {
-    /// `vortex run` (`checkpoint.bin`, magic `VXMETHOD`).
+    /// `vortex run` (`checkpoint.bin`, magic `VXMETHOD`, or `checkpoint.manifest`, magic
+    /// `VXMMANIF`, with its pieces).
     Vortex(vortex_method::checkpoint::Checkpoint),
     /// `vortex spectral` (`checkpoint.bin`, magic `VXSPECCK`).
     Spectral(vortex_spectral::io::Checkpoint),
@@ -15,6 +18,9 @@ pub enum AnyCheckpoint {
 
 /// Reads a checkpoint of either solver; the error names the file and what is wrong.
 pub fn read(path: &Path) -> Result<AnyCheckpoint, String> {
+    if path.is_dir() {
+        return read_run_directory(path);
+    }
     let mut magic = [0u8; 8];
     {
         use std::io::Read;
@@ -26,8 +32,11 @@ pub fn read(path: &Path) -> Result<AnyCheckpoint, String> {
             )
         })?;
     }
-    if &magic == vortex_method::checkpoint::MAGIC {
-        vortex_method::checkpoint::read(path)
+    if &magic == vortex_method::checkpoint::MAGIC
+        || &magic == vortex_method::checkpoint::pieces::MANIFEST_MAGIC
+        || &magic == vortex_method::checkpoint::pieces::PIECE_MAGIC
+    {
+        vortex_method::checkpoint::read_whole(path)
             .map(AnyCheckpoint::Vortex)
             .map_err(|e| e.to_string())
     } else if &magic == vortex_spectral::io::CHECKPOINT_MAGIC {
@@ -40,6 +49,18 @@ pub fn read(path: &Path) -> Result<AnyCheckpoint, String> {
             path.display(),
             String::from_utf8_lossy(&magic)
         ))
+    }
+}
+
+/// The current checkpoint of a run directory: `vortex run`'s (`checkpoint.bin` or
+/// `checkpoint.manifest`, the later), else `vortex spectral`'s `checkpoint.bin`.
+fn read_run_directory(dir: &Path) -> Result<AnyCheckpoint, String> {
+    match vortex_method::checkpoint::current(dir) {
+        Ok(vortex_method::checkpoint::Source::Single(p)) => read(&p),
+        Ok(src) => vortex_method::checkpoint::read_whole(src.path())
+            .map(AnyCheckpoint::Vortex)
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
     }
 }
 

@@ -15,11 +15,13 @@ use vortex_engine::{EngineError, Run};
 use vortex_fmm::{BackendChoice, EvalParams, GridChoice, Sources, Targets};
 
 /// The one call through which the package evaluates: `vortex_engine::evaluate`, the call of
-/// `vortex eval`, on one rank (the planner chooses and builds the engine; `targets: None`
-/// evaluates the sources themselves, velocity and stretching). `threads` sizes a local rayon
-/// pool (all cores when `None`). Results do not depend on the thread count.
+/// `vortex eval`, on one rank (the planner chooses and builds the engine for `backend` and
+/// `grid`; `targets: None` evaluates the sources themselves, velocity and stretching).
+/// `threads` sizes a local rayon pool (all cores when `None`). Results do not depend on the
+/// thread count.
 pub fn evaluate(
     backend: BackendChoice,
+    grid: GridChoice,
     device: usize,
     params: &EvalParams,
     sources: &Sources,
@@ -34,7 +36,7 @@ pub fn evaluate(
             0,
             device,
             backend,
-            GridChoice::Adaptive,
+            grid,
             params,
             sources.len(),
             sources,

@@ -6,17 +6,7 @@ import numpy as np
 import pytest
 
 import pyvortex as pv
-from conftest import direct_sum, rel_l2, run_cli
-
-RNG = np.random.default_rng()
-
-
-def fresh_set(n):
-    """A new random set every run (uniform in [-pi, pi]^3, the standard strengths and cores)."""
-    x = RNG.uniform(-np.pi, np.pi, (n, 3))
-    alpha = RNG.uniform(0, 1.0 / n, (n, 3))
-    sigma = np.full(n, 2 * np.pi / n ** (1 / 3)) * RNG.uniform(0.8, 1.2, n)
-    return x, alpha, sigma
+from conftest import RNG, direct_sum, fresh_set, rel_l2, run_cli
 
 
 def test_against_a_numpy_direct_sum_n500():

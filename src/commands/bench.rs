@@ -40,6 +40,8 @@ pub enum BenchKind {
     /// Re-interpolation with the Gaussian sums by spreading: time per phase and error against
     /// the direct sums, per lattice size.
     Reinterp(super::bench_reinterp::ReinterpBench),
+    /// The slab-decomposed FFT of the re-interpolation over the GPUs of the job (mpirun).
+    SlabFft(super::bench_slab::SlabFftBench),
 }
 
 #[derive(Args, Debug)]
@@ -171,6 +173,32 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         BenchKind::M2l(b) => bench_m2l(b),
         BenchKind::Spectral(b) => super::bench_spectral::run(b),
         BenchKind::Reinterp(b) => super::bench_reinterp::run(b),
+        BenchKind::SlabFft(b) => super::bench_slab::run(b),
+    }
+}
+
+/// Refuses a count of zero for `flag`: no work would be done, and a table of numbers (an error
+/// of 0, a median of nothing) would be printed anyway.
+pub fn need_work(flag: &str, count: usize, what: &str) -> Result<()> {
+    if count == 0 {
+        bail!("{flag} 0: {what}; give at least 1");
+    }
+    Ok(())
+}
+
+/// Logs the estimated duration of `what` when it is above 10 s (before the work starts,
+/// measured from a first part of it).
+pub fn announce(what: &str, secs: f64) {
+    if secs > 10.0 {
+        let text = format!(
+            "{what}: estimated {} (measured on the first of them)",
+            vortex_spectral::durable::duration_text(secs)
+        );
+        if secs > vortex_spectral::outdir::LONG_RUN_S {
+            log::warn!("{text}: a long benchmark");
+        } else {
+            log::info!("{text}");
+        }
     }
 }
 
@@ -178,9 +206,15 @@ fn bench_fmm(b: &FmmBench) -> Result<()> {
     // the global pool: an evaluator (a GPU context, a communicator) stays on this thread
     let orders = parse_orders(&b.orders)?;
     check_sizes(&b.n)?;
+    need_work(
+        "--samples",
+        b.samples,
+        "no target would be compared with the direct sum (the error columns would be empty)",
+    )?;
+    need_work("--repeat", b.repeat, "no evaluation would be timed")?;
     crate::set_global_threads(b.threads)?;
     select_uniform_m2l(b.m2l);
-    println!(
+    crate::outln!(
         "# vortex bench fmm: backend {:?} grid {:?} (M2L {:?}) method {} theta {} leaf {} dist {:?} threads {} commit {}",
         resolve(b.backend),
         b.grid,
@@ -192,7 +226,7 @@ fn bench_fmm(b: &FmmBench) -> Result<()> {
         rayon::current_num_threads(),
         env!("VORTEX_GIT_COMMIT")
     );
-    println!(
+    crate::outln!(
         "{:>9} {:>3} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>10} {:>10} {:>9} {:>10} {:>10} {:>8}",
         "N", "p", "tree", "lists", "P2M", "M2M", "M2L", "M2P", "L2L", "L2P", "P2P", "total", "err_vel", "err_str", "far", "far/s", "pairs/s", "vs CPU"
     );
@@ -209,7 +243,7 @@ fn bench_fmm(b: &FmmBench) -> Result<()> {
         let reference = direct(&sources, &sample_targets);
         for &p in &orders {
             let core_cutoff = b.core_cutoff.unwrap_or(match b.grid {
-                GridChoice::Adaptive => EvalParams::default().core_cutoff,
+                GridChoice::Adaptive | GridChoice::Auto => EvalParams::default().core_cutoff,
                 GridChoice::Uniform => uniform_core_cutoff(),
             });
             let params = EvalParams {
@@ -224,8 +258,15 @@ fn bench_fmm(b: &FmmBench) -> Result<()> {
             let mut engine =
                 crate::planner::plan(&vortex_domain::SelfComm, 0, b.device, &req, &params)?;
             let mut best: Option<Evaluation> = None;
-            for _ in 0..b.repeat.max(1) {
+            for k in 0..b.repeat {
+                let t0 = Instant::now();
                 let ev = engine.evaluate(&sources, TargetSpec::Sources)?;
+                if k == 0 {
+                    announce(
+                        &format!("the other {} evaluations of N = {n}, p = {p}", b.repeat - 1),
+                        t0.elapsed().as_secs_f64() * (b.repeat - 1) as f64,
+                    );
+                }
                 if best.as_ref().is_none_or(|r| ev.times.total < r.times.total) {
                     best = Some(ev);
                 }
@@ -248,7 +289,7 @@ fn bench_fmm(b: &FmmBench) -> Result<()> {
             } else {
                 t.m2l
             };
-            println!(
+            crate::outln!(
                 "{:>9} {:>3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>9.3} {:>10.3e} {:>10.3e} {:>9} {:>10.3e} {:>10.3e} {:>8}",
                 n, p, t.tree, t.lists, t.p2m, t.m2m, t.m2l, t.m2p, t.l2l, t.l2p, t.p2p, t.total,
                 relative_l2_error(&vel, &reference.velocity),
@@ -258,47 +299,80 @@ fn bench_fmm(b: &FmmBench) -> Result<()> {
                 ev.stats.p2p_interactions as f64 / t.p2p.max(1e-12),
                 speedup
             );
+            if crate::console::stdout_closed() {
+                return Ok(());
+            }
         }
     }
     Ok(())
 }
 
 fn bench_m2l(b: &M2lBench) -> Result<()> {
-    println!(
+    let orders = parse_orders(&b.orders)?;
+    need_work("--count", b.count, "no translation would be timed")?;
+    // a first few translations of every order time the whole run before it starts
+    let probe = b.count.min(16);
+    let estimate: f64 = orders
+        .iter()
+        .map(|&p| {
+            let (rot, dir) = time_m2l(p, probe, probe.div_ceil(4));
+            rot * b.count as f64 + dir * (b.count / 4).max(1) as f64
+        })
+        .sum();
+    announce(
+        &format!(
+            "{} translations of each of {} orders",
+            b.count,
+            orders.len()
+        ),
+        estimate,
+    );
+    crate::outln!(
         "# vortex bench m2l: seconds per M2L (3 components), commit {}",
         env!("VORTEX_GIT_COMMIT")
     );
-    println!(
+    crate::outln!(
         "{:>3} {:>12} {:>12} {:>8}",
-        "p", "rotation", "direct", "speedup"
+        "p",
+        "rotation",
+        "direct",
+        "speedup"
     );
-    for p in parse_orders(&b.orders)? {
-        let ops = Operators::new(p);
-        let len = expansion_len(p);
-        let m: Vec<Complex64> = (0..len)
-            .map(|i| Complex64::new((i as f64 * 0.37).sin(), (i as f64 * 0.11).cos()))
-            .collect();
-        let mut l = vec![Complex64::new(0.0, 0.0); len];
-        let mut scratch = Scratch::new(p);
-        let (src, tgt) = ([0.1, -0.2, 0.05], [2.1, 1.3, -0.9]);
-        let count = b.count.max(1);
-        // the driver caches one rotation per direction: time the translation itself
-        let v: [f64; 3] = std::array::from_fn(|k| tgt[k] - src[k]);
-        let dist = (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
-        let rot = ops.rotation(v);
-        let t0 = Instant::now();
-        for _ in 0..count {
-            ops.m2l_with_rotation(&rot, dist, &m, &mut l, &mut scratch);
+    for p in orders {
+        let (rot, dir) = time_m2l(p, b.count, (b.count / 4).max(1));
+        crate::outln!("{:>3} {:>12.3e} {:>12.3e} {:>8.2}", p, rot, dir, dir / rot);
+        if crate::console::stdout_closed() {
+            break;
         }
-        let rot = t0.elapsed().as_secs_f64() / count as f64;
-        let direct_count = (count / 4).max(1);
-        let t0 = Instant::now();
-        for _ in 0..direct_count {
-            ops.m2l_direct(src, tgt, &m, &mut l);
-        }
-        let dir = t0.elapsed().as_secs_f64() / direct_count as f64;
-        std::hint::black_box(&l);
-        println!("{:>3} {:>12.3e} {:>12.3e} {:>8.2}", p, rot, dir, dir / rot);
     }
     Ok(())
+}
+
+/// Seconds of one M2L translation of order `p`, rotation-based (the mean of `count`) and plain
+/// (the mean of `direct_count`).
+fn time_m2l(p: usize, count: usize, direct_count: usize) -> (f64, f64) {
+    let ops = Operators::new(p);
+    let len = expansion_len(p);
+    let m: Vec<Complex64> = (0..len)
+        .map(|i| Complex64::new((i as f64 * 0.37).sin(), (i as f64 * 0.11).cos()))
+        .collect();
+    let mut l = vec![Complex64::new(0.0, 0.0); len];
+    let mut scratch = Scratch::new(p);
+    let (src, tgt) = ([0.1, -0.2, 0.05], [2.1, 1.3, -0.9]);
+    // the driver caches one rotation per direction: time the translation itself
+    let v: [f64; 3] = std::array::from_fn(|k| tgt[k] - src[k]);
+    let dist = (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
+    let rot = ops.rotation(v);
+    let t0 = Instant::now();
+    for _ in 0..count {
+        ops.m2l_with_rotation(&rot, dist, &m, &mut l, &mut scratch);
+    }
+    let rot = t0.elapsed().as_secs_f64() / count as f64;
+    let t0 = Instant::now();
+    for _ in 0..direct_count {
+        ops.m2l_direct(src, tgt, &m, &mut l);
+    }
+    let dir = t0.elapsed().as_secs_f64() / direct_count as f64;
+    std::hint::black_box(&l);
+    (rot, dir)
 }

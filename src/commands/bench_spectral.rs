@@ -107,12 +107,19 @@ fn check(b: &SpectralBench) -> Result<f64> {
     Ok(rel_diff(c.state()?, &gs))
 }
 
-fn time_steps(s: &mut dyn Stepper, steps: usize) -> Result<(f64, f64)> {
-    for _ in 0..2 {
+fn time_steps(s: &mut dyn Stepper, steps: usize, n: usize) -> Result<(f64, f64)> {
+    for k in 0..2 {
+        let t0 = Instant::now();
         s.step()?; // warm-up (plans, caches, clocks)
+        if k == 1 {
+            super::bench::announce(
+                &format!("{steps} timed steps of n = {n}"),
+                t0.elapsed().as_secs_f64() * steps as f64,
+            );
+        }
     }
     let mut t = Vec::with_capacity(steps);
-    for _ in 0..steps.max(1) {
+    for _ in 0..steps {
         let t0 = Instant::now();
         s.step()?; // the GPU step ends with a device-to-host read: the time is the device's
         t.push(t0.elapsed().as_secs_f64());
@@ -122,6 +129,20 @@ fn time_steps(s: &mut dyn Stepper, steps: usize) -> Result<(f64, f64)> {
 }
 
 pub fn run(b: &SpectralBench) -> Result<()> {
+    use super::bench::need_work;
+    need_work(
+        "--steps",
+        b.steps,
+        "no step would be timed (the median of nothing)",
+    )?;
+    need_work(
+        "--check-steps",
+        b.check_steps,
+        "the GPU-vs-CPU check would compare two unchanged initial fields",
+    )?;
+    if !(b.tol.is_finite() && b.tol >= 0.0) {
+        bail!("--tol {}: must be a finite value >= 0", b.tol);
+    }
     // every size estimated before the first allocation
     for &n in b.n.iter().chain([&b.check_n]) {
         if n < 8 || n % 2 != 0 || n > 1 << 16 {
@@ -141,7 +162,7 @@ fn run_in_pool(b: &SpectralBench) -> Result<()> {
         vortex_spectral::backend::cuda_usable()
             .map_err(|e| anyhow::anyhow!("--backend cuda: {e}"))?;
     }
-    println!(
+    crate::outln!(
         "# vortex bench spectral: backend {backend} dealias {:?} steps {} threads {} commit {}",
         b.dealias,
         b.steps,
@@ -150,7 +171,7 @@ fn run_in_pool(b: &SpectralBench) -> Result<()> {
     );
     if backend == Backend::Cuda {
         let d = check(b).context("GPU-vs-CPU check")?;
-        println!(
+        crate::outln!(
             "# check: GPU vs CPU, isotropic field {}^3, {} steps: relative L2 difference {d:.3e} (tolerance {:.1e})",
             b.check_n, b.check_steps, b.tol
         );
@@ -163,18 +184,24 @@ fn run_in_pool(b: &SpectralBench) -> Result<()> {
             );
         }
     }
-    println!(
+    crate::outln!(
         "{:>6} {:>6} {:>24} {:>12} {:>12} {:>14} {:>12}",
-        "n", "m", "backend", "median_ms", "min_ms", "Mpoints*step/s", "bytes/point"
+        "n",
+        "m",
+        "backend",
+        "median_ms",
+        "min_ms",
+        "Mpoints*step/s",
+        "bytes/point"
     );
     for &n in &b.n {
         let f: VelocityField = initial::taylor_green(n);
         let mut s = stepper_with_field(&f, NU, b.dealias, StepMode::Fixed(1e-3), backend)
             .with_context(|| format!("n = {n}"))?;
-        let (med, min) = time_steps(s.as_mut(), b.steps)?;
+        let (med, min) = time_steps(s.as_mut(), b.steps, n)?;
         let (m, _) = product_grid(n, b.dealias);
         log::info!("n = {n}: energy after the timed steps {:.12}", s.energy()?);
-        println!(
+        crate::outln!(
             "{:>6} {:>6} {:>24} {:>12.3} {:>12.3} {:>14.1} {:>12.0}",
             n,
             m,
@@ -184,6 +211,9 @@ fn run_in_pool(b: &SpectralBench) -> Result<()> {
             (n * n * n) as f64 / med / 1e6,
             bytes_per_point(n, b.dealias, backend)
         );
+        if crate::console::stdout_closed() {
+            break;
+        }
     }
     Ok(())
 }

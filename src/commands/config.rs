@@ -43,8 +43,9 @@ leaf_size = 64         # largest number of particles in a leaf
 core_cutoff = 4.0      # far interactions only beyond this many core radii
 backend = "auto"       # auto | cpu | cuda (may change at a restart)
 device = 0             # GPU index for cuda
-grid = "adaptive"      # adaptive | uniform (GPU uniform grid, one rank)
+grid = "adaptive"      # adaptive | uniform (GPU uniform grid) | auto (uniform where it runs)
 state = "auto"         # auto | host | device (particles kept on the GPU: uniform grid, periodic, one rank)
+exchange = "auto"      # auto | nccl | pinned (how the GPUs of a multi-GPU run exchange the slab FFT's spectra)
 
 [initial]
 kind = "taylor-green"  # taylor-green | taylor-green-2d | isotropic | ring | two-rings | blob (required)
@@ -93,7 +94,7 @@ snapshot_format = "vtp"  # vtp (binary XML VTK + particles.pvd with the times) |
 checkpoint_every = 0   # checkpoints every this many steps (0: at the end and by wall time)
 # checkpoint_interval = 1.0  # ... and/or every this much simulation time
 checkpoint_wall_minutes = 30.0  # also a checkpoint this often by wall time (0: off)
-checkpoints_kept = 2   # checkpoint.bin, checkpoint.bin.1, ...
+checkpoints_kept = 2   # checkpoint.bin, checkpoint.bin.1, ... (several ranks: checkpoint.manifest, ...)
 energy_growth_limit = 10.0  # stop when the energy exceeds this times its initial value
 energy_rise_warn = 0.001    # decaying flow: warn when E rises above its lowest value by this
 energy_rise_limit = 0.02    # ... and stop with an error above this
@@ -148,13 +149,11 @@ pub fn run(args: &ConfigArgs) -> Result<()> {
             "nothing to do: `vortex config --defaults [vortex|spectral]` prints a configuration"
         );
     }
-    print!(
-        "{}",
-        match args.solver {
-            Solver::Vortex => VORTEX,
-            Solver::Spectral => SPECTRAL,
-        }
-    );
+    let text = match args.solver {
+        Solver::Vortex => VORTEX,
+        Solver::Spectral => SPECTRAL,
+    };
+    crate::console::out(text.trim_end_matches('\n'));
     Ok(())
 }
 

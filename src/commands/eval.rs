@@ -45,10 +45,11 @@ pub struct EvalArgs {
     /// GPU index among the visible devices (CUDA_VISIBLE_DEVICES is honoured).
     #[arg(long, default_value_t = 0)]
     pub device: usize,
+    /// auto (the uniform grid where it runs, else the octree: the planner logs which and why),
     /// adaptive (octree, lists on the host) or uniform (grid built and evaluated on the GPU:
-    /// CUDA, FMM, free space or --periodic (one rank), no --targets; under MPI split into z
-    /// slabs, one GPU per rank; for nearly uniform particle sets).
-    #[arg(long, default_value = "adaptive")]
+    /// CUDA, FMM, free space or --periodic, no --targets, a set that is not clustered; under
+    /// MPI split into z slabs, one GPU per rank).
+    #[arg(long, default_value = "auto")]
     pub grid: GridChoice,
     /// Evaluate at these points instead of at the particles: `.npy` float64 of shape (M, 3).
     /// Plain points carry no strength, so only velocity.npy is written.
@@ -110,7 +111,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
             &local_sources,
             args.targets.as_ref().map(|_| &local_targets),
         )?;
-        let (ev, backend) = (run.evaluation, run.backend);
+        let (ev, backend) = (&run.evaluation, &run.backend);
         let fields = vortex_domain::gather_to_root(comm, &ev.fields);
         let Some(fields) = fields else {
             return Ok(());
@@ -135,6 +136,11 @@ pub fn run(args: &EvalArgs) -> Result<()> {
             serde_json::json!(params.method.to_string()),
         );
         timing.insert("backend".into(), serde_json::json!(backend.to_string()));
+        timing.insert(
+            "engine".into(),
+            serde_json::json!(format!("{:?}", run.choice.engine)),
+        );
+        timing.insert("planner".into(), serde_json::json!(run.choice.reasons));
         timing.insert(
             "commit".into(),
             serde_json::json!(env!("VORTEX_GIT_COMMIT")),
@@ -164,6 +170,20 @@ pub fn run(args: &EvalArgs) -> Result<()> {
             ev.comm.bytes_m2l,
             args.out.display()
         );
+        log::info!(
+            "wrote {d}/velocity.npy{} and {d}/timing.json (seconds per phase, the planner's \
+             choice); look at them with numpy: python3 -c \"import numpy as np; \
+             u = np.load('{d}/velocity.npy'); print(u.shape, u[:3])\"",
+            if args.targets.is_none() {
+                format!(
+                    ", {}/stretching.npy (N x 3 float64, input order)",
+                    args.out.display()
+                )
+            } else {
+                " (M x 3 float64, target order)".into()
+            },
+            d = args.out.display()
+        );
         Ok(())
     })
 }
@@ -177,6 +197,26 @@ const RESULTS: [&str; 3] = ["velocity.npy", "stretching.npy", "timing.json"];
 fn claim_out(args: &EvalArgs) -> Result<vortex_spectral::durable::OutLock> {
     let start = std::time::SystemTime::now();
     let lock = vortex_spectral::durable::lock_out(&args.out, &crate::run_info::holder(start))?;
+    // the rule of every output directory: nothing that is not an earlier evaluation's is
+    // replaced or mixed with (a run's checkpoint, a user's files), --overwrite or not
+    let foreign: Vec<String> = std::fs::read_dir(&args.out)
+        .with_context(|| format!("output directory {}", args.out.display()))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| {
+            let base = n.strip_suffix(".tmp").unwrap_or(n);
+            n != vortex_spectral::durable::LOCK_FILE && !RESULTS.contains(&base)
+        })
+        .collect();
+    if let Some(f) = foreign.first() {
+        anyhow::bail!(
+            "output directory {}: holds {} entries that an evaluation does not write (e.g. {f}): \
+             choose another --out (--overwrite replaces only an earlier evaluation's {})",
+            args.out.display(),
+            foreign.len(),
+            RESULTS.join(", ")
+        );
+    }
     let present: Vec<&str> = RESULTS
         .into_iter()
         .filter(|f| args.out.join(f).exists())

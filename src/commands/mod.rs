@@ -2,7 +2,9 @@
 
 pub mod bench;
 pub mod bench_reinterp;
+pub mod bench_slab;
 pub mod bench_spectral;
+pub mod compare;
 pub mod config;
 pub mod eval;
 pub mod particles;

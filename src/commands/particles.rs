@@ -13,9 +13,12 @@ pub struct ParticlesArgs {
     /// Seed of the random generator.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Output `.npy` file, shape (N, 7).
+    /// Output `.npy` file, shape (N, 7) (an existing file is refused unless --overwrite).
     #[arg(long)]
     pub out: PathBuf,
+    /// Replace an existing --out file.
+    #[arg(long)]
+    pub overwrite: bool,
     /// Subtract the mean strength (zero total circulation, for periodic runs).
     #[arg(long)]
     pub periodic: bool,
@@ -39,6 +42,20 @@ pub fn run(args: &ParticlesArgs) -> Result<()> {
     if args.n == 0 {
         bail!("--n must be at least 1");
     }
+    // the rule of every output: nothing is replaced without --overwrite (checked again by the
+    // rename's target being absent is not possible portably; a file appearing meanwhile is
+    // replaced)
+    match std::fs::symlink_metadata(&args.out) {
+        Ok(m) if m.is_dir() => bail!(
+            "--out {}: is a directory; give the path of the .npy file to write",
+            args.out.display()
+        ),
+        Ok(_) if !args.overwrite => bail!(
+            "--out {}: exists; pass --overwrite to replace it or choose another file",
+            args.out.display()
+        ),
+        _ => {}
+    }
     // the set (7 f64) and the array written from it (7 f64), before anything is allocated
     vortex_method::health::check_memory(
         &format!(
@@ -51,11 +68,13 @@ pub fn run(args: &ParticlesArgs) -> Result<()> {
     let s = generate(args.distribution, args.n, args.seed, args.periodic);
     crate::io::write_particles(&args.out, &s)?;
     log::info!(
-        "wrote {} {:?} particles (seed {}) to {}",
+        "wrote {} {:?} particles (seed {}) to {o} (N x 7 float64: x, y, z, alpha, sigma); \
+         evaluate them with `vortex eval --particles {o} --out DIR`, or look at them with numpy: \
+         python3 -c \"import numpy as np; print(np.load('{o}')[:3])\"",
         s.len(),
         args.distribution,
         args.seed,
-        args.out.display()
+        o = args.out.display()
     );
     Ok(())
 }

@@ -23,7 +23,9 @@ pub struct RunArgs {
     /// Output directory (default: runs/out/<config file stem>).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Continue from this checkpoint (DIR/checkpoint.bin of an earlier run, any number of ranks).
+    /// Continue from this checkpoint, on any number of ranks: DIR/checkpoint.bin (one rank),
+    /// DIR/checkpoint.manifest (several ranks: a manifest and one piece per rank), a kept
+    /// older copy of either, or DIR itself (its current checkpoint).
     #[arg(long)]
     pub restart: Option<PathBuf>,
     /// Replace the files of an earlier run in --out (a non-empty --out is otherwise refused
@@ -40,6 +42,10 @@ pub struct RunArgs {
     /// host) or uniform (built and evaluated on the GPU; under MPI z slabs, one GPU per rank).
     #[arg(long)]
     pub grid: Option<GridChoice>,
+    /// How the GPUs of a multi-GPU run exchange device buffers, overriding
+    /// `evaluation.exchange`: auto (NCCL where it starts, else pinned), nccl, pinned.
+    #[arg(long)]
+    pub exchange: Option<vortex_domain::TransportChoice>,
     /// GPU index, overriding `evaluation.device` (one rank; under MPI the node-local rank
     /// chooses).
     #[arg(long)]
@@ -64,10 +70,10 @@ pub fn run(args: &RunArgs) -> Result<Option<usize>> {
         } else {
             Ok(None)
         };
-        let _lock = crate::ranks::agree(comm, lock)?;
+        let claim = crate::ranks::agree(comm, lock)?.flatten();
         let r = run_ranks(args, comm, local_rank);
         if comm.rank() == 0 {
-            record(args, start, &r)?;
+            record(args, start, claim.as_ref(), &r)?;
         }
         let r = r.map(|(s, _)| s.interrupted);
         if let Err(e) = &r {
@@ -76,7 +82,7 @@ pub fn run(args: &RunArgs) -> Result<Option<usize>> {
                 // stops the job at the first non-zero exit)
                 several = true;
                 if comm.rank() == 0 {
-                    eprintln!("error: {e:#}");
+                    crate::errln!("error: {}", crate::error_text(e));
                 }
                 comm.barrier();
             }
@@ -101,6 +107,7 @@ fn out_dir(args: &RunArgs) -> PathBuf {
 fn record(
     args: &RunArgs,
     start: std::time::SystemTime,
+    claim: Option<&crate::run_info::Claim>,
     r: &Result<(vortex_method::run::RunSummary, serde_json::Value)>,
 ) -> Result<()> {
     let out = match r {
@@ -120,6 +127,7 @@ fn record(
     };
     let rec = crate::run_info::record(
         &out,
+        claim,
         &crate::run_info::Invocation {
             command: "run",
             start,
@@ -127,7 +135,7 @@ fn record(
             backend,
             ranks,
             threads: rayon::current_num_threads(),
-            outcome: crate::run_info::Outcome::of(r, |(s, _)| s.interrupted),
+            outcome: crate::run_info::Outcome::of(r, |(s, _)| s.interrupted, crate::error_text),
         },
     );
     match r {
@@ -149,8 +157,7 @@ fn run_ranks(
     let root = comm.rank() == 0;
     vortex_method::parallel::check_same(comm, "command-line options", &format!("{args:?}"))?;
     let text = if root {
-        std::fs::read_to_string(&args.config)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", args.config.display()))
+        vortex_spectral::inputs::read_config(&args.config).map_err(anyhow::Error::from)
     } else {
         Ok(String::new())
     };
@@ -169,6 +176,9 @@ fn run_ranks(
     }
     if let Some(g) = args.grid {
         config.evaluation.grid = g;
+    }
+    if let Some(x) = args.exchange {
+        config.evaluation.exchange = x;
     }
     let e = &config.evaluation;
     // the engine of the particles at themselves, chosen once for every rank
@@ -266,7 +276,7 @@ fn resident_state(
             anyhow::bail!("{}: evaluation.state = \"device\": {why}", path.display())
         }
         (StatePlace::Auto, why) => Ok(matches!(engine, Engine::UniformGrid | Engine::UniformSlabs)
-            && config.evaluation.grid == GridChoice::Uniform
+            && config.evaluation.grid != GridChoice::Adaptive
             && why.is_none()),
     }
 }
@@ -305,14 +315,14 @@ fn run_and_report<'c>(
     let summary =
         vortex_method::run::run(comm, config, &out, args.restart.as_deref(), opts, build)?;
     if comm.rank() == 0 {
-        eprintln!(
+        crate::errln!(
             "{} [backend {}, {} rank(s)]",
             summary.report(),
             summary.backend,
             comm.size()
         );
         if summary.steps > 0 {
-            eprintln!("{}", summary.phases.report());
+            crate::errln!("{}", summary.phases.report());
         }
     }
     Ok(summary)

@@ -34,6 +34,17 @@ fn parse_backend(s: &str) -> Result<vortex_spectral::Backend, String> {
 
 /// Run the command; returns the signal that stopped it early, if any.
 pub fn run(args: &SpectralArgs) -> anyhow::Result<Option<usize>> {
+    if let Some((n, var)) = crate::ranks::launched_ranks() {
+        // every rank would run the whole problem into one directory; rank 0 says why, the
+        // others end with the same status quietly
+        if crate::ranks::launched_rank() != 0 {
+            std::process::exit(1);
+        }
+        anyhow::bail!(
+            "vortex spectral runs in one process (threads and one GPU), but was started as one \
+             of {n} ranks ({var}): start it without mpirun/srun, or with -np 1"
+        );
+    }
     let out = args.out.clone().unwrap_or_else(|| {
         let stem = args
             .config
@@ -55,16 +66,17 @@ pub fn run(args: &SpectralArgs) -> anyhow::Result<Option<usize>> {
     let start = std::time::SystemTime::now();
     // the output directory is this process's from here to the end (its lock)
     let mode = vortex_spectral::durable::OutMode::of(args.restart.is_some(), args.overwrite);
-    let _lock =
+    let claim =
         crate::run_info::begin(&opts.out, mode, args.restart.as_deref(), "spectral", start)?;
     let r = vortex_spectral::run::run_config(&cfg, &opts);
-    let outcome = crate::run_info::Outcome::of(&r, |s| s.interrupted);
+    let outcome = crate::run_info::Outcome::of(&r, |s| s.interrupted, |e| e.to_string());
     let backend = match &r {
         Ok(s) => s.backend.clone(),
         Err(_) => format!("{:?}", cfg.backend).to_lowercase(),
     };
     let rec = crate::run_info::record(
         &opts.out,
+        Some(&claim),
         &crate::run_info::Invocation {
             command: "spectral",
             start,
@@ -85,6 +97,6 @@ pub fn run(args: &SpectralArgs) -> anyhow::Result<Option<usize>> {
         _ => {}
     }
     let s = r?;
-    println!("{}", s.report());
+    crate::outln!("{}", s.report());
     Ok(s.interrupted)
 }

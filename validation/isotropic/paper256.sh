@@ -15,7 +15,8 @@
 # --results  the small results, README.md and figures (default validation/isotropic/results/256)
 # --bin      the `vortex` binary, built with the `cuda` feature (default target/release/vortex,
 #            else `vortex` on the PATH)
-# --report-only  only the report from --results (needs matplotlib)
+# --report-only  only the report from --results (needs matplotlib; scikit-image for the
+#                isosurfaces of Fig. 13, which are left out, with the reason, without it)
 # --test-size N  a test of the pipeline on the CPU: N^3, T = 0.01 (CI)
 #
 # A second invocation continues: a finished run (OUT/NAME/finished) is kept, an interrupted one
@@ -37,7 +38,7 @@ while [ $# -gt 0 ]; do
         --bin) bin="$2"; shift 2 ;;
         --report-only) report_only=1; shift ;;
         --test-size) test_size="$2"; shift 2 ;;
-        -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
         *) echo "paper256.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done

@@ -5,7 +5,8 @@
     paper_report.py configs --out DIR     the two run configurations (from the shipped ones)
     paper_report.py collect --vortex-run V --spectral-run S --results R
                                           the small results from the run directories (numpy)
-    paper_report.py report --results R    R/README.md and the figures (numpy, matplotlib)
+    paper_report.py report --results R    R/README.md and the figures (numpy, matplotlib;
+                                          scikit-image for the isosurfaces of Fig. 13)
 
 `validation/isotropic/paper256.sh` calls all three. `collect` needs numpy only, so that it runs
 where the runs ran; `report` can run anywhere afterwards from the collected files (a few MB).
@@ -31,6 +32,8 @@ import paper_data as pd  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 WALL_LIMIT_S = 15 * 60
+# grid points per side of the cubes of II kept for the isosurfaces (1 MB each in float32)
+CUBE = 64
 
 
 def cmd_configs(a):
@@ -137,7 +140,12 @@ def collect_fields(vdir, sdir, length, sigma_of):
                      "filtered": float(np.sqrt(np.mean(ii_f ** 2)))}}
     k = n // 2
     slices = {"vortex": ii_v[:, :, k], "spectral": ii_s[:, :, k], "filtered": ii_f[:, :, k]}
-    return stats, {name: a.astype(np.float32) for name, a in slices.items()}
+    # the isosurfaces of Fig. 13: II of both runs on the cube of CUBE^3 grid points (the whole
+    # box up to 64^3) at the lower corner of the box
+    m = min(n, CUBE)
+    cubes = {"vortex_cube": ii_v[:m, :m, :m], "spectral_cube": ii_s[:m, :m, :m]}
+    stats["cube"] = {"points": m, "origin": -0.5 * length, "spacing": length / n}
+    return stats, {name: a.astype(np.float32) for name, a in (slices | cubes).items()}
 
 
 def cmd_collect(a):
@@ -332,6 +340,34 @@ def plot_invariant(fields, stats, path):
     plt.close(fig)
 
 
+def plot_isosurfaces(fields, stats, path):
+    """Fig. 13 as the core paper draws it: isosurfaces of the second invariant of both runs
+    (one level, `Q = -II / 2 = rms(II)` of the spectral run over the box), on the cube kept by
+    `collect`. Returns a line for the README, or the reason there is no figure."""
+    cube = stats.get("cube")
+    if cube is None or "vortex_cube" not in fields:
+        return None, ("the collected results hold no cube of II (collected before the "
+                      "isosurfaces): `paper_report.py collect` again from the run directories")
+    try:
+        import skimage  # noqa: F401
+    except ImportError:
+        return None, "scikit-image is not installed where the report was drawn (pip install scikit-image)"
+    import isosurface
+
+    q_level = stats["rms"]["spectral"]
+    h, o, m = cube["spacing"], cube["origin"], cube["points"]
+    # Q = -II / 2 > level: the vortex cores
+    panels = [("vortex method", -0.5 * fields["vortex_cube"]),
+              ("spectral", -0.5 * fields["spectral_cube"])]
+    info = isosurface.plot_isosurfaces(
+        panels, q_level, (h, h, h), (o, o, o), path,
+        f"Fig. 13: isosurfaces Q = -II/2 = {q_level:.3g} (the rms of II of the spectral run) at "
+        f"t = {stats['t']:.2f}, the cube [{o:.2f}, {o + h * (m - 1):.2f}]^3 ({m}^3 points)")
+    text = "; ".join(f"{name} {faces} triangles" + (f" (marching-cubes step {step})" if step > 1 else "")
+                     for name, faces, step in info)
+    return info, text
+
+
 def pf(ok):
     return "not measured" if ok is None else "**PASS**" if ok else "**FAIL**"
 
@@ -361,6 +397,9 @@ def cmd_report(a):
     plot_history(h, turnover, os.path.join(res, "fig11_energy_enstrophy.png"))
     plot_spectra(rows, os.path.join(res, "fig12_spectra.png"))
     plot_invariant(d["fields_npz"], d["fields"], os.path.join(res, "fig13_second_invariant.png"))
+    iso, iso_text = plot_isosurfaces(d["fields_npz"], d["fields"],
+                                     os.path.join(res, "fig13_isosurfaces.png"))
+    d["isosurfaces"] = (iso, iso_text)
     text, checks = readme(d, h, rows, matplotlib.__version__)
     with open(os.path.join(res, "README.md"), "w") as f:
         f.write(text)
@@ -371,6 +410,8 @@ def cmd_report(a):
         for name in ("the two grids aligned at t = 0", "II of the vortex run's file = -2 Q"):
             if not dict(checks).get(name):
                 raise SystemExit(f"report --check: {name} failed")
+        if iso is None or any(faces == 0 for _, faces, _ in iso):
+            raise SystemExit(f"report --check: no isosurfaces of II: {iso_text}")
 
 
 def fmt_pct(x):
@@ -508,11 +549,21 @@ def readme(d, h, rows, mpl_version):
                    f"{fmt_pct(r['raw3'][0])} | {fmt_pct(r['fil3'][0])} | "
                    f"{fmt_pct(r['share'])} |")
     vs, vf = f["vortex_vs_spectral"], f["vortex_vs_filtered"]
-    out += ["", "## Fig. 13: the second invariant II = u_ij u_ji at t/T = 10", "",
-            "![Fig. 13](fig13_second_invariant.png)", "",
-            "On the mid-plane z = 0 (no isosurface renderer was available where the figures were",
-            "drawn); II from both velocities by the same spectral derivatives (`fields.npz`",
-            "holds the three slices). Over the whole box:", "",
+    iso, iso_text = d.get("isosurfaces", (None, "not drawn"))
+    if iso is None:
+        iso_lines = [f"No isosurfaces: {iso_text}.", ""]
+    else:
+        iso_lines = ["![Fig. 13, isosurfaces](fig13_isosurfaces.png)", "",
+                     "Isosurfaces `Q = -II / 2` at one level for both runs, the rms of II of the",
+                     "spectral run over the box (vortex cores are `Q > 0`), on the cube of",
+                     f"{f['cube']['points']}^3 grid points at the lower corner of the box (marching",
+                     "cubes of scikit-image, drawn by matplotlib off-screen; `fields.npz` holds the",
+                     f"two cubes): {iso_text}. Beside them, the mid-plane z = 0:", ""]
+    out += ["", "## Fig. 13: the second invariant II = u_ij u_ji at t/T = 10", ""]
+    out += iso_lines
+    out += ["![Fig. 13, mid-plane](fig13_second_invariant.png)", "",
+            "II from both velocities by the same spectral derivatives (`fields.npz` holds the",
+            "three mid-plane slices). Over the whole box:", "",
             "| | relative L2 difference | correlation | rms of II |", "|---|---|---|---|",
             f"| vortex method against spectral | {vs['rel_l2']:.3f} | {vs['correlation']:.3f} "
             f"| {f['rms']['vortex']:.2f} against {f['rms']['spectral']:.2f} |",
@@ -531,7 +582,7 @@ def readme(d, h, rows, mpl_version):
                 f"{tl.get('runs_done', math.nan) - tl['start']:.0f} s)."]
     out += ["", "## Files", "",
             "`vortex-diagnostics.csv`, `vortex-timing.csv`, `spectral-energy.csv` (histories),",
-            "`*-spectrum_T.csv` (E(k) at time T), `fields.npz` (II slices), `runs.json` (steps,",
+            "`*-spectrum_T.csv` (E(k) at time T), `fields.npz` (II slices and cubes), `runs.json` (steps,",
             "times, field statistics), `*-run.json`, `*-config.toml`, `machine.txt`,",
             "`timeline.txt`. Fields and checkpoints stay in the run directories.", ""]
     return "\n".join(out), [(n, ok) for n, ok in checks]

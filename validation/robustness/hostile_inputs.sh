@@ -4,7 +4,7 @@
 # status and the first error line) and fails when a case panics (101), aborts (134), is killed
 # (137), succeeds where it must be refused, or gives an error that does not name its cause.
 #
-#   bash validation/robustness/hostile_inputs.sh [path/to/vortex]     (about 10 s on 2 cores)
+#   bash validation/robustness/hostile_inputs.sh [path/to/vortex]     (about a minute on 2 cores)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 bin=${1:-${CARGO_TARGET_DIR:-target}/release/vortex}
@@ -24,21 +24,47 @@ ring() { # a free vortex ring: ring CORE CENTER
     printf 'nu = 0.001\ndt = 0.01\nt_end = 0.02\n[domain]\nperiodic = false\n[initial]\nkind = "ring"\nradius = 1.0\ncirculation = 1.0\ncore = %s\nspacing = 0.1\ncenter = %s\n[output]\nprogress = false\n' "$1" "$2"
 }
 
-# case NAME WANT(refused|ok) PATTERN -- COMMAND...: runs COMMAND, checks the outcome
+# case NAME WANT(refused|ok) PATTERN -- COMMAND...: runs COMMAND (killed after 60 s: a hang),
+# checks the outcome
 case_() {
     local name=$1 want=$2 pat=$3
     shift 4
     local err rc line
-    err=$("$@" 2>&1 >/dev/null)
+    err=$(timeout -s KILL 60 "$@" 2>&1 >/dev/null)
     rc=$?
     line=$(printf '%s\n' "$err" | grep -m1 -E "error|${pat:-WARN}" | cut -c1-160 | tr '|' '/')
     local verdict=ok
-    case $rc in 101 | 134 | 137) verdict="PANIC/ABORT" ;; esac
-    if [ "$want" = refused ] && [ $rc -ne 1 ]; then verdict="NOT REFUSED"; fi
-    if [ "$want" = ok ] && [ $rc -ne 0 ]; then verdict="FAILED"; fi
+    case $rc in 101 | 134) verdict="PANIC/ABORT" ;; 137) verdict="HANG (killed after 60 s) or OOM" ;; esac
+    if [ "$want" = refused ] && [ $rc -ne 1 ]; then verdict="$verdict; NOT REFUSED"; fi
+    if [ "$want" = ok ] && [ $rc -ne 0 ]; then verdict="$verdict; FAILED"; fi
     if [ -n "$pat" ] && ! printf '%s' "$err" | grep -q -- "$pat"; then verdict="$verdict; cause not named ($pat)"; fi
+    verdict=${verdict#ok; }
     [ "$verdict" = ok ] || fails=$((fails + 1))
     echo "| $name | $rc | ${line:-(none)} | $verdict |"
+}
+
+# ... | cfg NAME: writes the configuration on stdin to a file, prints its path
+cfg() {
+    cat >"$tmp/$1.toml"
+    echo "$tmp/$1.toml"
+}
+
+# check NAME CONDITION-COMMAND...: a row for a condition checked after a case (e.g. the files
+# left in a directory)
+check() {
+    local name=$1
+    shift
+    if "$@"; then
+        echo "| $name | - | - | ok |"
+    else
+        fails=$((fails + 1))
+        echo "| $name | - | - | FAILED |"
+    fi
+}
+
+# status OUT: the status of the last invocation in OUT/run.json
+status() {
+    python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['invocations'][-1]['status'])" "$1/run.json" 2>/dev/null
 }
 
 tg 0.1 1.0 >"$tmp/tg.toml"
@@ -89,17 +115,126 @@ h = h[: nl - 8] + h[nl:]
 open(sys.argv[2], "wb").write(h.encode("latin1") + b[128:])
 PY
 case_ ".npy header claiming more data than the file" refused "header claims shape" -- "$bin" eval --particles "$tmp/lie.npy" --out "$tmp/lie"
-case_ "core = 1e-300" refused "initial.core" -- "$bin" run <(ring 1e-300 "[0.0, 0.0, 0.0]") --out "$tmp/r1"
-case_ "ring centre NaN" refused "initial.center" -- "$bin" run <(ring 0.1 "[nan, 0.0, 0.0]") --out "$tmp/r2"
-case_ "ring centre 1e200" refused "initial.center" -- "$bin" run <(ring 0.1 "[1e200, 0.0, 0.0]") --out "$tmp/r3"
-case_ "amplitude = nan" refused "initial.amplitude" -- "$bin" spectral <(sp "" "amplitude = nan") --out "$tmp/a1"
-case_ "amplitude = 1e200" refused "initial.amplitude" -- "$bin" spectral <(sp "" "amplitude = 1e200") --out "$tmp/a2"
-case_ "amplitude = 0 (inf/NaN scales)" refused "initial.amplitude" -- "$bin" spectral <(sp "" "amplitude = 0.0") --out "$tmp/a3"
-case_ "spectrum time -1" refused "spectrum_times" -- "$bin" spectral <(sp "spectrum_times = [-1.0]") --out "$tmp/a4"
-case_ "diagnostics_interval below dt" refused "diagnostics_interval" -- "$bin" spectral <(sp "diagnostics_interval = 1e-5") --out "$tmp/a5"
+case_ "core = 1e-300" refused "initial.core" -- "$bin" run "$(ring 1e-300 "[0.0, 0.0, 0.0]" | cfg r1)" --out "$tmp/r1"
+case_ "ring centre NaN" refused "initial.center" -- "$bin" run "$(ring 0.1 "[nan, 0.0, 0.0]" | cfg r2)" --out "$tmp/r2"
+case_ "ring centre 1e200" refused "initial.center" -- "$bin" run "$(ring 0.1 "[1e200, 0.0, 0.0]" | cfg r3)" --out "$tmp/r3"
+case_ "amplitude = nan" refused "initial.amplitude" -- "$bin" spectral "$(sp "" "amplitude = nan" | cfg a1)" --out "$tmp/a1"
+case_ "amplitude = 1e200" refused "initial.amplitude" -- "$bin" spectral "$(sp "" "amplitude = 1e200" | cfg a2)" --out "$tmp/a2"
+case_ "amplitude = 0 (inf/NaN scales)" refused "initial.amplitude" -- "$bin" spectral "$(sp "" "amplitude = 0.0" | cfg a3)" --out "$tmp/a3"
+case_ "spectrum time -1" refused "spectrum_times" -- "$bin" spectral "$(sp "spectrum_times = [-1.0]" | cfg a4)" --out "$tmp/a4"
+case_ "diagnostics_interval below dt" refused "diagnostics_interval" -- "$bin" spectral "$(sp "diagnostics_interval = 1e-5" | cfg a5)" --out "$tmp/a5"
 case_ "--threads 5000" ok "capped" -- "$bin" run "$tmp/tg.toml" --out "$tmp/t5000" --threads 5000
 tg 1e-9 1.0 >"$tmp/slow.toml"
 case_ "dt = 1e-9 (announced, then --steps 1)" ok "long run" -- "$bin" run "$tmp/slow.toml" --out "$tmp/slow" --steps 1
+
+# -- runs that never hang, never guess and never delete what is not theirs --
+# panics: an absurd overlap, closed pipes (the work is done, run.json records the outcome)
+case_ "initial.overlap = 1e308 (capacity overflow)" refused "initial.overlap" -- "$bin" run "$(tg 0.1 0.2 "overlap = 1e308" | cfg ov)" --out "$tmp/ov"
+pipe_case() { # pipe_case NAME OUT -- COMMAND...: stdout and stderr into a pipe closed at once
+    local name=$1 out=$2
+    shift 3
+    timeout -s KILL 60 "$@" 2>&1 | true
+    local rc=${PIPESTATUS[0]} verdict=ok
+    case $rc in 0) ;; 137) verdict="HANG" ;; *) verdict="exit $rc (101: panic)" ;; esac
+    if [ -n "$out" ] && [ "$(status "$out")" != completed ]; then verdict="$verdict; run.json: $(status "$out")"; fi
+    [ "$verdict" = ok ] || fails=$((fails + 1))
+    echo "| $name | $rc | - | $verdict |"
+}
+pipe_case "run, stdout and stderr closed" "$tmp/p1" -- "$bin" run "$tmp/tg.toml" --out "$tmp/p1"
+pipe_case "spectral, stdout and stderr closed" "$tmp/p2" -- "$bin" spectral "$tmp/sp.toml" --out "$tmp/p2"
+pipe_case "bench m2l into a closed pipe" "" -- "$bin" bench m2l --count 100 --orders 2..12
+pipe_case "config --defaults into a closed pipe" "" -- "$bin" config --defaults
+# inputs refused by type and by header before anything is read or allocated
+mkfifo "$tmp/fifo"
+case_ "configuration is a FIFO" refused "FIFO" -- "$bin" run "$tmp/fifo" --out "$tmp/f1"
+case_ "spectral configuration is a FIFO" refused "FIFO" -- "$bin" spectral "$tmp/fifo" --out "$tmp/f2"
+case_ "--restart a FIFO" refused "FIFO" -- "$bin" run "$tmp/tg.toml" --out "$tmp/f3" --restart "$tmp/fifo"
+case_ "--restart /dev/urandom" refused "character device" -- "$bin" run "$tmp/tg.toml" --out "$tmp/f4" --restart /dev/urandom
+case_ "spectral --restart /dev/zero" refused "character device" -- "$bin" spectral "$tmp/sp.toml" --out "$tmp/f5" --restart /dev/zero
+case_ "eval --particles /dev/zero" refused "character device" -- "$bin" eval --particles /dev/zero --out "$tmp/f6"
+truncate -s 100G "$tmp/big.bin"
+case_ "--restart a sparse 100 GB non-checkpoint" refused "wrong magic bytes" -- "$bin" run "$tmp/tg.toml" --out "$tmp/f7" --restart "$tmp/big.bin"
+python3 - "$tmp/a/checkpoint.bin" "$tmp/lie.bin" <<'PY'
+import struct, sys
+head = open(sys.argv[1], "rb").read(28)
+with open(sys.argv[2], "wb") as f:  # the header of a real checkpoint, 4 GiB of holes
+    f.write(head[:12] + struct.pack("<Q", 1 << 40) + head[20:28])
+    f.truncate(4 << 30)
+PY
+case_ "--restart a sparse 4 GiB file with a valid header" refused "header says" -- "$bin" run "$tmp/tg.toml" --out "$tmp/f8" --restart "$tmp/lie.bin"
+# hangs: the energy plot of a field decaying towards 0, checkpoint rotation, adaptive steps
+case_ "spectral energy decaying to 1e-130 (plots finish)" ok "" -- "$bin" spectral "$(sp | sed 's/^nu = 0.01/nu = 40.0/; s/^t_end = 0.2/t_end = 1.0/; s/^dt = 0.01/dt = 0.05/' | cfg h1)" --out "$tmp/h1"
+case_ "spectral nu = 1000 (energy underflows)" refused "nu" -- "$bin" spectral "$(sp | sed 's/^nu = 0.01/nu = 1000.0/; s/^t_end = 0.2/t_end = 1.0/' | cfg h2)" --out "$tmp/h2"
+case_ "checkpoints_kept = 1000000000" refused "checkpoints_kept" -- "$bin" spectral "$(sp "checkpoints_kept = 1000000000" | cfg h3)" --out "$tmp/h3"
+case_ "output.checkpoints_kept = 100000000" refused "checkpoints_kept" -- "$bin" run "$(tg 0.1 0.2 "" | sed 's/^\[output\]/[output]\ncheckpoints_kept = 100000000/' | cfg h4)" --out "$tmp/h4"
+case_ "cfl = 1e-9" refused "cfl" -- "$bin" spectral "$(sp | sed 's/^dt = 0.01/cfl = 1e-9/' | cfg h5)" --out "$tmp/h5"
+case_ "cfl = 0.5 (adaptive step announced)" ok "adaptive steps" -- env RUST_LOG=info "$bin" spectral "$(sp | sed 's/^dt = 0.01/cfl = 0.5/' | cfg h6)" --out "$tmp/h6"
+python3 -c "print('spectrum_times = [' + ','.join('%.6f' % (i * 1e-6) for i in range(1, 200001)) + ']')" >"$tmp/times.txt"
+case_ "200000 spectrum_times 1e-6 apart" refused "spectrum_times" -- "$bin" spectral "$(sp "$(cat "$tmp/times.txt")" | cfg h7)" --out "$tmp/h7"
+times=$(python3 -c "print(','.join('%.3f' % (i * 1e-3) for i in range(1, 201)))")
+case_ "spectrum_times 1e-3 apart with dt = 0.01 (announced)" ok "instead of" -- "$bin" spectral "$(sp "spectrum_times = [$times]" | cfg h8)" --out "$tmp/h8"
+announced() { # announced NAME PATTERN -- COMMAND...: the estimate is logged within 10 s
+    local name=$1 pat=$2
+    shift 3
+    RUST_LOG=info "$@" 2>"$tmp/announced.err" >/dev/null & local pid=$!
+    for _ in $(seq 100); do grep -q -- "$pat" "$tmp/announced.err" && break; sleep 0.1; done
+    kill -KILL $pid 2>/dev/null; wait $pid 2>/dev/null
+    local line verdict=ok
+    line=$(grep -m1 -- "$pat" "$tmp/announced.err" | cut -c1-160 | tr '|' '/')
+    [ -n "$line" ] || { verdict="NOT ANNOUNCED"; fails=$((fails + 1)); }
+    echo "| $name | - | ${line:-(none)} | $verdict |"
+}
+announced "bench m2l --count 300000000 announced" "estimated" -- "$bin" bench m2l --orders 8 --count 300000000
+announced "bench spectral --steps 1000000 announced" "estimated" -- "$bin" bench spectral --n 16 --steps 1000000 --backend cpu
+announced "bench fmm --repeat 100000 announced" "estimated" -- "$bin" bench fmm --n 20000 --orders 4 --repeat 100000 --backend cpu
+# a SIGTERM is acknowledged at once and the run stops at its step's end
+tg 0.01 100.0 >"$tmp/long.toml"
+"$bin" run "$tmp/long.toml" --out "$tmp/sig" 2>"$tmp/sig.err" >/dev/null & pid=$!
+for _ in $(seq 100); do [ -f "$tmp/sig/config.toml" ] && break; sleep 0.05; done
+sleep 0.5; kill -TERM $pid; t0=$(date +%s.%N)
+wait $pid; rc=$?; took=$(echo "$(date +%s.%N) - $t0" | bc)
+verdict=ok
+if [ $rc -ne 75 ] || ! grep -q "signal 15 received" "$tmp/sig.err" || [ "$(echo "$took > 10" | bc)" = 1 ]; then verdict=FAILED; fails=$((fails + 1)); fi
+echo "| SIGTERM during a run: acknowledged, exit 75 after ${took} s | $rc | $(grep -m1 'signal 15 received' "$tmp/sig.err" | cut -c1-120) | $verdict |"
+# silent wrong: near-zero fields, eval into a run's directory, counts that make no work
+case_ "amplitude = 1e-300" refused "initial.amplitude" -- "$bin" spectral "$(sp "" "amplitude = 1e-300" | cfg s1)" --out "$tmp/s1"
+case_ "isotropic re_lambda = 1e-300" refused "initial.re_lambda" -- "$bin" spectral "$(sp | sed 's/^kind = "taylor-green"/kind = "isotropic"\nk_peak = 3.0\nseed = 1\nre_lambda = 1e-300/' | cfg s2)" --out "$tmp/s2"
+case_ "eval --out a run's directory" refused "does not write" -- "$bin" eval --particles "$tmp/p.npy" --out "$tmp/a" --backend cpu
+case_ "eval --out a run's directory --overwrite" refused "does not write" -- "$bin" eval --particles "$tmp/p.npy" --out "$tmp/a" --backend cpu --overwrite
+case_ "bench fmm --samples 0" refused "\-\-samples 0" -- "$bin" bench fmm --n 1000 --orders 4 --samples 0 --backend cpu
+case_ "bench fmm --repeat 0" refused "\-\-repeat 0" -- "$bin" bench fmm --n 1000 --orders 4 --repeat 0 --backend cpu
+case_ "bench spectral --steps 0" refused "\-\-steps 0" -- "$bin" bench spectral --n 8 --steps 0 --backend cpu
+case_ "bench m2l --count 0" refused "\-\-count 0" -- "$bin" bench m2l --count 0
+# data loss: --overwrite keeps what the earlier run did not write; colliding names; particles
+tg 0.1 0.2 "" | sed 's/^\[output\]/[output]\nsnapshot_every = 1/' >"$tmp/snap.toml"
+"$bin" run "$tmp/snap.toml" --out "$tmp/d1" >/dev/null 2>&1
+echo "mine" >"$tmp/d1/notes.txt"; cp "$tmp/p.npy" "$tmp/d1/my_particles.npy"; mkdir "$tmp/d1/mine"
+case_ "run --overwrite over a run with a user's files" ok "kept 3 entries" -- "$bin" run "$tmp/tg.toml" --out "$tmp/d1" --overwrite
+check "  the user's files kept, the earlier snapshot removed" test -f "$tmp/d1/notes.txt" -a -f "$tmp/d1/my_particles.npy" -a -d "$tmp/d1/mine" -a ! -f "$tmp/d1/particles_000001.vtp"
+"$bin" spectral "$tmp/sp.toml" --out "$tmp/d2" >/dev/null 2>&1
+echo "mine" >"$tmp/d2/notes.txt"
+case_ "spectral --overwrite over a run with a user's file" ok "kept 1 entries" -- "$bin" spectral "$tmp/sp.toml" --out "$tmp/d2" --overwrite
+check "  the user's file kept" test -f "$tmp/d2/notes.txt"
+case_ "spectrum_times 0.10001, 0.10002 (one file name)" refused "spectrum_times" -- "$bin" spectral "$(sp "spectrum_times = [0.10001, 0.10002, 0.10003]" | cfg d3)" --out "$tmp/d3"
+case_ "field_times 0.10001, 0.10002 (one file name)" refused "field_times" -- "$bin" spectral "$(sp "field_times = [0.10001, 0.10002]" | cfg d4)" --out "$tmp/d4"
+"$bin" particles --n 500 --out "$tmp/keep.npy" 2>/dev/null
+case_ "particles --out an existing file" refused "--overwrite" -- "$bin" particles --n 10 --out "$tmp/keep.npy"
+check "  the existing particle file kept" test "$(stat -c %s "$tmp/keep.npy")" -gt 20000
+case_ "particles --out an existing file --overwrite" ok "" -- "$bin" particles --n 10 --out "$tmp/keep.npy" --overwrite
+# wrong refusals: a restart with a default written out, and the reverse
+sp | sed 's/^t_end = 0.2/t_end = 0.4/' >"$tmp/sp_long.toml"
+sp "" "amplitude = 1.0" | sed 's/^t_end = 0.2/t_end = 0.4/' >"$tmp/sp_long_a.toml"
+case_ "spectral restart with amplitude = 1.0 written out" ok "" -- "$bin" spectral "$tmp/sp_long_a.toml" --out "$tmp/s" --restart "$tmp/s/checkpoint.bin"
+sp "" "amplitude = 1.0" >"$tmp/sp_a.toml"
+"$bin" spectral "$tmp/sp_a.toml" --out "$tmp/s_c" >/dev/null 2>&1
+case_ "spectral restart with amplitude left out" ok "" -- "$bin" spectral "$tmp/sp_long.toml" --out "$tmp/s_c" --restart "$tmp/s_c/checkpoint.bin"
+# vague errors made specific: each names its key and the reason
+case_ "nu = 1e308 (Taylor-Green)" refused "\`nu\`: 1e308" -- "$bin" run "$(tg 0.1 0.2 "" | sed 's/^nu = 0.05/nu = 1e308/' | cfg v1)" --out "$tmp/v1"
+case_ "nu = 1000 (Taylor-Green)" refused "core spreading" -- "$bin" run "$(tg 0.1 0.2 "" | sed 's/^nu = 0.05/nu = 1000.0/' | cfg v2)" --out "$tmp/v2"
+case_ "circulation = 1e-300" refused "initial.circulation" -- "$bin" run "$(ring 0.1 "[0.0, 0.0, 0.0]" | sed 's/^circulation = 1.0/circulation = 1e-300/' | cfg v3)" --out "$tmp/v3"
+case_ "dt_max = inf" refused "dt_max" -- "$bin" spectral "$(sp "dt_max = inf" | sed 's/^dt = 0.01/cfl = 0.5/' | cfg v4)" --out "$tmp/v4"
+case_ "reinterpolation.tolerance = 1e-300" refused "reinterpolation.tolerance" -- "$bin" run "$(tg 0.1 0.2 "" | sed 's/^\[output\]/[reinterpolation]\nsolver = "cg"\ntolerance = 1e-300\nmax_iterations = 100000\n[output]/' | cfg v5)" --out "$tmp/v5"
+case_ "spectral as one of 2 ranks" refused "one of 2 ranks" -- env OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 "$bin" spectral "$tmp/sp.toml" --out "$tmp/v6"
 echo
 echo "$fails case(s) failed"
 [ $fails -eq 0 ]

@@ -5,7 +5,7 @@
 #               10 steps on 2 GPUs, a checkpoint, 10 more on 4 GPUs, against 20 steps on 1
 #   scaling     the core paper's case (runs/vortex-isotropic-256.toml, 256^3, p = 10) from one
 #               initial checkpoint, STEPS steps on 1, 2, 4 GPUs: mean seconds per step
-#   big         512^3 particles on 4 GPUs, 4 steps
+#   big         512^3 particles on 2 and 4 GPUs (those of RANKS), 4 steps
 # usage: [RANKS="1 2 4"] [STEPS=30] validation/scaling/slabs.sh BIN OUT [invariance] [scaling] [big]
 # (BIN built with --features cuda,mpi; OUT a scratch directory; a summary in OUT/summary.txt)
 set -euo pipefail
@@ -53,11 +53,16 @@ sys.exit(0 if ok else 1)
 PY
 }
 
-mean_step() { # mean s_step of timing.csv rows after the first two steps
-    python3 -c "
-import csv,sys
-r=[float(x['s_step']) for x in csv.DictReader(open('$1/timing.csv'))][2:]
-print(f'{sum(r)/len(r):.4f} s/step over {len(r)} steps')"
+mean_step() { # mean seconds per step and per phase (timing.csv rows after the first two steps)
+    python3 - "$1/timing.csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))[2:]
+def mean(k):
+    return sum(float(r[k]) for r in rows) / len(rows)
+phases = [k for k in rows[0] if k not in ("step", "t", "s_step") and k.startswith("s_")]
+detail = ", ".join(f"{k[2:]} {mean(k):.3f}" for k in phases if mean(k) >= 0.0005)
+print(f"{mean('s_step'):.4f} s/step over {len(rows)} steps ({detail})")
+PY
 }
 
 if [[ " $PARTS " == *" invariance "* ]]; then
@@ -100,11 +105,14 @@ if [[ " $PARTS " == *" scaling "* ]]; then
     done
 fi
 
-if [[ " $PARTS " == *" big "* ]] && [ "$G" -ge 4 ]; then
+if [[ " $PARTS " == *" big "* ]]; then
     cfg="$OUT/vortex-isotropic-512.toml"
     sed -e 's/^n = 256/n = 512/; s/^grid = 128/grid = 256/; s/^checkpoint_every = .*/checkpoint_every = 0/' \
         "$root/runs/vortex-isotropic-256.toml" > "$cfg"
-    rm -rf "$OUT/iso512-r4"
-    mpi 4 run "$cfg" --grid uniform --steps 4 --out "$OUT/iso512-r4" > "$OUT/iso512-r4.log" 2>&1
-    log "512^3 p = 10 on 4 GPUs: $(mean_step "$OUT/iso512-r4")"
+    for r in $(ranks); do
+        [ "$r" -ge 2 ] || continue
+        rm -rf "$OUT/iso512-r$r"
+        mpi "$r" run "$cfg" --grid uniform --steps 4 --out "$OUT/iso512-r$r" > "$OUT/iso512-r$r.log" 2>&1
+        log "512^3 p = 10 on $r GPUs: $(mean_step "$OUT/iso512-r$r")"
+    done
 fi

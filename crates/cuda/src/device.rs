@@ -161,7 +161,9 @@ impl GpuDevice {
         Ok(m)
     }
 
-    /// Kernel `func` of `src` compiled with `defines`.
+    /// Kernel `func` of `src` compiled with `defines`, by name. The typed sets of
+    /// [`crate::launch`] load every kernel of a source at once; this is for launches not yet
+    /// written through a table.
     pub fn function(
         &self,
         src: &KernelSource,

@@ -22,6 +22,11 @@ pub enum GpuError {
     },
     #[error("CUDA driver error: {0}")]
     Driver(String),
+    #[error("launch of the kernel {kernel} failed: {reason}")]
+    Launch {
+        kernel: &'static str,
+        reason: String,
+    },
     #[error("NVRTC compilation of kernels/{name}.cu failed: {log}")]
     Compile { name: &'static str, log: String },
     #[error("{0}")]

@@ -7,6 +7,7 @@
 //! (see [`crate::wire`]); reductions of `f64` are done in rank order from an all-gather, so every
 //! rank gets bitwise the same result whatever the implementation.
 
+use std::ops::Range;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Mutex;
 
@@ -18,6 +19,33 @@ pub enum ReduceOp {
     Max,
 }
 
+/// How device buffers travel between the ranks (configuration `evaluation.exchange`, `vortex
+/// run --exchange`; carried out by the `vortex-exchange` crate).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TransportChoice {
+    /// NCCL where libnccl loads and starts on every rank, else pinned host buffers and MPI
+    /// (with a warning naming the reason).
+    #[default]
+    Auto,
+    /// NCCL, or an error naming the library.
+    Nccl,
+    /// Pinned host buffers and MPI even where NCCL is available.
+    Pinned,
+}
+
+impl std::str::FromStr for TransportChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "nccl" => Ok(Self::Nccl),
+            "pinned" => Ok(Self::Pinned),
+            _ => Err(format!("unknown exchange {s:?}: auto, nccl or pinned")),
+        }
+    }
+}
+
 /// A communicator over `size()` ranks.
 pub trait Comm {
     fn rank(&self) -> usize;
@@ -27,6 +55,46 @@ pub trait Comm {
     fn allgatherv(&self, send: &[u8]) -> Vec<Vec<u8>>;
     /// `send[r]` goes to rank `r`; returns the buffers received, indexed by source rank.
     fn alltoallv(&self, send: &[Vec<u8>]) -> Vec<Vec<u8>>;
+    /// `send[send_parts[r]]` goes to rank `r` and lands in `recv[recv_parts[q]]` of the rank
+    /// that receives it from rank `q`: an all-to-all of doubles whose counts the caller's plan
+    /// already knows (no count exchange, no intermediate vectors where the transport allows:
+    /// MPI sends straight from `send` into `recv`). The lengths must agree pairwise
+    /// (`send_parts[r].len()` on rank `q` = `recv_parts[q].len()` on rank `r`); a mismatch is
+    /// a bug of the caller's plan and panics with both lengths.
+    fn alltoallv_f64_into(
+        &self,
+        send: &[f64],
+        send_parts: &[Range<usize>],
+        recv: &mut [f64],
+        recv_parts: &[Range<usize>],
+    ) {
+        assert_eq!(
+            send_parts.len(),
+            self.size(),
+            "alltoallv: one send part per rank"
+        );
+        assert_eq!(
+            recv_parts.len(),
+            self.size(),
+            "alltoallv: one receive part per rank"
+        );
+        let bufs: Vec<Vec<u8>> = send_parts
+            .iter()
+            .map(|p| bytemuck::cast_slice(&send[p.clone()]).to_vec())
+            .collect();
+        let got = self.alltoallv(&bufs);
+        for (q, (b, p)) in got.iter().zip(recv_parts).enumerate() {
+            assert_eq!(
+                b.len(),
+                8 * p.len(),
+                "alltoallv: rank {} got {} bytes from rank {q}, its plan expects {}",
+                self.rank(),
+                b.len(),
+                8 * p.len()
+            );
+            bytemuck::cast_slice_mut::<f64, u8>(&mut recv[p.clone()]).copy_from_slice(b);
+        }
+    }
     /// Element-wise reduction over ranks, identical on every rank (reduced in rank order).
     fn allreduce_f64(&self, data: &mut [f64], op: ReduceOp) {
         if self.size() == 1 {
@@ -200,10 +268,12 @@ pub fn world() -> Option<Box<dyn Comm>> {
 #[cfg(feature = "mpi")]
 mod mpi_comm {
     use super::Comm;
+    use mpi::collective::SystemOperation;
     use mpi::datatype::{Partition, PartitionMut};
     use mpi::topology::{Communicator, SimpleCommunicator};
     use mpi::traits::*;
     use mpi::Count;
+    use std::ops::Range;
 
     /// A communicator over a system MPI (`mpi` feature).
     pub struct MpiComm {
@@ -218,6 +288,29 @@ mod mpi_comm {
         pub fn raw(&self) -> &SimpleCommunicator {
             &self.comm
         }
+        /// One all-to-all whose counts and displacements fit MPI's i32.
+        fn alltoallv_once(&self, send: &[Vec<u8>]) -> Vec<Vec<u8>> {
+            let n = self.size();
+            assert_eq!(send.len(), n);
+            let scounts: Vec<Count> = send.iter().map(|b| count(b.len())).collect();
+            let mut rcounts = vec![0 as Count; n];
+            self.comm.all_to_all_into(&scounts[..], &mut rcounts[..]);
+            let sd = displs(&scounts);
+            let rd = displs(&rcounts);
+            let mut flat = buffer(0);
+            send.iter().for_each(|b| flat.extend_from_slice(b));
+            let total: usize = rcounts.iter().map(|&c| c as usize).sum();
+            let mut buf = buffer(total);
+            {
+                let spart = Partition::new(&flat[..], &scounts[..], &sd[..]);
+                let mut rpart = PartitionMut::new(&mut buf[..], &rcounts[..], &rd[..]);
+                self.comm.all_to_all_varcount_into(&spart, &mut rpart);
+            }
+            (0..n)
+                .map(|r| buf[rd[r] as usize..rd[r] as usize + rcounts[r] as usize].to_vec())
+                .collect()
+        }
+
         /// Rank within the node (for GPU selection: `local_rank % gpus_per_node`).
         pub fn local_rank(&self) -> usize {
             self.comm.split_shared(self.comm.rank()).rank() as usize
@@ -264,6 +357,16 @@ mod mpi_comm {
         fn alltoallv(&self, send: &[Vec<u8>]) -> Vec<Vec<u8>> {
             self.comm.alltoallv(send)
         }
+        fn alltoallv_f64_into(
+            &self,
+            send: &[f64],
+            send_parts: &[Range<usize>],
+            recv: &mut [f64],
+            recv_parts: &[Range<usize>],
+        ) {
+            self.comm
+                .alltoallv_f64_into(send, send_parts, recv, recv_parts)
+        }
         fn abort(&self, msg: &str) -> ! {
             self.comm.abort(msg)
         }
@@ -304,23 +407,67 @@ mod mpi_comm {
         fn alltoallv(&self, send: &[Vec<u8>]) -> Vec<Vec<u8>> {
             let n = self.size();
             assert_eq!(send.len(), n);
-            let scounts: Vec<Count> = send.iter().map(|b| count(b.len())).collect();
-            let mut rcounts = vec![0 as Count; n];
-            self.comm.all_to_all_into(&scounts[..], &mut rcounts[..]);
-            let sd = displs(&scounts);
-            let rd = displs(&rcounts);
-            let mut flat = buffer(0);
-            send.iter().for_each(|b| flat.extend_from_slice(b));
-            let total: usize = rcounts.iter().map(|&c| c as usize).sum();
-            let mut buf = buffer(total);
-            {
-                let spart = Partition::new(&flat[..], &scounts[..], &sd[..]);
-                let mut rpart = PartitionMut::new(&mut buf[..], &rcounts[..], &rd[..]);
-                self.comm.all_to_all_varcount_into(&spart, &mut rpart);
+            // MPI counts and displacements are i32: messages that together pass 2 GiB (the
+            // start of a 512^3 run on 2 ranks scatters 7 GB from rank 0) go in rounds, each
+            // message cut into pieces of at most `piece` bytes so that a round's total fits
+            let lens: Vec<u64> = send.iter().map(|b| b.len() as u64).collect();
+            let mut got = vec![0u64; n];
+            self.comm.all_to_all_into(&lens[..], &mut got[..]);
+            let piece = (i32::MAX as u64 - 1) / n as u64;
+            let mine = lens
+                .iter()
+                .chain(&got)
+                .map(|&l| l.div_ceil(piece))
+                .max()
+                .unwrap_or(0);
+            let mut rounds = 0u64;
+            self.comm
+                .all_reduce_into(&mine, &mut rounds, SystemOperation::max());
+            if rounds <= 1 {
+                return self.alltoallv_once(send);
             }
-            (0..n)
-                .map(|r| buf[rd[r] as usize..rd[r] as usize + rcounts[r] as usize].to_vec())
-                .collect()
+            let mut out: Vec<Vec<u8>> = got
+                .iter()
+                .map(|&l| Vec::with_capacity(l as usize))
+                .collect();
+            for k in 0..rounds {
+                let part: Vec<Vec<u8>> = send
+                    .iter()
+                    .map(|b| {
+                        let a = ((k * piece) as usize).min(b.len());
+                        let e = (((k + 1) * piece) as usize).min(b.len());
+                        b[a..e].to_vec()
+                    })
+                    .collect();
+                for (o, r) in out.iter_mut().zip(self.alltoallv_once(&part)) {
+                    o.extend_from_slice(&r);
+                }
+            }
+            out
+        }
+        fn alltoallv_f64_into(
+            &self,
+            send: &[f64],
+            send_parts: &[Range<usize>],
+            recv: &mut [f64],
+            recv_parts: &[Range<usize>],
+        ) {
+            let n = self.size();
+            assert_eq!(send_parts.len(), n, "alltoallv: one send part per rank");
+            assert_eq!(recv_parts.len(), n, "alltoallv: one receive part per rank");
+            let counts =
+                |p: &[Range<usize>]| -> Vec<Count> { p.iter().map(|r| count(r.len())).collect() };
+            let starts =
+                |p: &[Range<usize>]| -> Vec<Count> { p.iter().map(|r| count(r.start)).collect() };
+            let (sc, sd) = (counts(send_parts), starts(send_parts));
+            let (rc, rd) = (counts(recv_parts), starts(recv_parts));
+            // an empty slice points at a dangling address that OpenMPI may take for MPI_IN_PLACE
+            let mut dummy = [0.0f64; 1];
+            let sbuf: &[f64] = if send.is_empty() { &[0.0] } else { send };
+            let rbuf: &mut [f64] = if recv.is_empty() { &mut dummy } else { recv };
+            let spart = Partition::new(sbuf, &sc[..], &sd[..]);
+            let mut rpart = PartitionMut::new(rbuf, &rc[..], &rd[..]);
+            self.comm.all_to_all_varcount_into(&spart, &mut rpart);
         }
         fn abort(&self, msg: &str) -> ! {
             eprintln!("rank {}: fatal: {msg}", self.rank());

@@ -409,6 +409,7 @@ pub(crate) fn evaluate_owned_with<C: Comm + ?Sized, B: Backend>(
     let ext_src = merged.as_ref().unwrap_or(src);
     let plan = Plan {
         order: params.order,
+        core: params.core,
         far_field: far.far_field(),
         source_tree: ext.tree,
         target_tree: tt.tree,

@@ -2,6 +2,8 @@
 //!
 //! * [`comm`]: the [`Comm`] trait and its implementations ([`SelfComm`], [`ThreadComm`],
 //!   `MpiComm` with the `mpi` feature);
+//! * [`watchdog`]: ends the job when a rank stops answering (a wait in a collective longer than
+//!   a timeout), over any communicator;
 //! * [`partition`]: the replicated partition tree, branch cells and their owners along the Morton
 //!   curve, weighted by work;
 //! * [`redistribute_sources`] / [`redistribute_targets`]: moving particles to their owners (keeping
@@ -20,11 +22,12 @@ pub mod essential;
 pub mod evaluator;
 pub mod ext_tree;
 pub mod partition;
+pub mod watchdog;
 pub mod wire;
 
 #[cfg(feature = "mpi")]
 pub use comm::MpiComm;
-pub use comm::{world, Comm, ReduceOp, SelfComm, ThreadComm};
+pub use comm::{world, Comm, ReduceOp, SelfComm, ThreadComm, TransportChoice};
 pub use essential::{evaluate_owned, OwnedSources, OwnedTargets};
 pub use evaluator::{DistributedEvaluator, OwnedEvaluator};
 pub use partition::Partition;
@@ -775,8 +778,8 @@ fn direct_on_every_rank<C: Comm + ?Sized>(
             return Fields::default();
         }
         match &params.periodic {
-            None => direct::direct(&s, targets),
-            Some(p) => direct::direct_periodic(&s, targets, p),
+            None => direct::direct_core(params.core, &s, targets),
+            Some(p) => direct::direct_periodic_core(params.core, &s, targets, p),
         }
     })
 }

@@ -13,7 +13,7 @@ pub mod planner;
 
 use vortex_domain::Comm;
 use vortex_fmm::periodic::Periodic;
-use vortex_fmm::planner::Request;
+use vortex_fmm::planner::{Choice, Layout, Request};
 use vortex_fmm::{BackendChoice, EvalParams, Evaluation, GridChoice, Method, Sources, TargetKind};
 use vortex_fmm::{TargetSpec, Targets};
 
@@ -72,10 +72,13 @@ pub fn eval_params(
         order,
         theta,
         leaf_size,
+        // (grid auto: the octree's; the uniform grid never takes less than its own,
+        // `vortex_gpu::uniform::evaluator::grid_params`)
         core_cutoff: core_cutoff.unwrap_or(match grid {
-            GridChoice::Adaptive => EvalParams::default().core_cutoff,
+            GridChoice::Adaptive | GridChoice::Auto => EvalParams::default().core_cutoff,
             GridChoice::Uniform => planner::uniform_core_cutoff(),
         }),
+        core: vortex_fmm::kernel::CoreOrder::Second,
         periodic: periodic.map(|(box_length, image_levels)| Periodic {
             box_length,
             image_levels,
@@ -111,13 +114,37 @@ pub struct Run {
     pub evaluation: Evaluation,
     /// What ran (`vortex_fmm::Evaluator::describe`).
     pub backend: String,
+    /// The planner's choice: the engine and why.
+    pub choice: Choice,
+}
+
+/// The crowding of the sources over all ranks of `comm` (`vortex_fmm::layout`: each rank's
+/// histogram over the common bounding cube, summed). Collective.
+pub fn measure_layout(comm: &dyn Comm, sources: &Sources) -> Layout {
+    use vortex_domain::ReduceOp;
+    use vortex_fmm::layout;
+    let (mut lo, mut hi) = layout::bounds(&sources.position);
+    comm.allreduce_f64(&mut lo, ReduceOp::Min);
+    comm.allreduce_f64(&mut hi, ReduceOp::Max);
+    let mut n = [sources.len() as f64];
+    comm.allreduce_f64(&mut n, ReduceOp::Sum);
+    if n[0] == 0.0 {
+        return Layout::Crowding(1.0);
+    }
+    let (lo, side) = layout::cube(lo, hi);
+    let m = layout::cells_per_side(n[0] as usize);
+    let mut h = layout::histogram(&sources.position, lo, side, m);
+    comm.allreduce_f64(&mut h, ReduceOp::Sum);
+    Layout::Crowding(layout::crowding(&h))
 }
 
 /// The one evaluation of `vortex eval` (on every rank of `comm`) and of `pyvortex.evaluate`
 /// (on `vortex_domain::SelfComm`): the planner chooses and builds the engine for `backend`, `grid`,
 /// the ranks of `comm` and the targets (`None`: the sources themselves, velocity and
 /// stretching; `Some`: separate points), which evaluates this rank's `sources`. `n` is the
-/// number of sources over all ranks (for the planner's log). Collective under MPI.
+/// number of sources over all ranks (for the planner's log). For `grid` auto or uniform with
+/// the FMM at the sources the planner is given the crowding of the set ([`measure_layout`]:
+/// a clustered set is refused the uniform grid). Collective under MPI.
 #[allow(clippy::too_many_arguments)]
 pub fn evaluate(
     comm: &dyn Comm,
@@ -143,7 +170,13 @@ pub fn evaluate(
         },
         n,
     };
-    let mut engine = planner::plan(comm, local_rank, device, &req, params)?;
+    let layout =
+        if grid != GridChoice::Adaptive && targets.is_none() && params.method == Method::Fmm {
+            measure_layout(comm, sources)
+        } else {
+            Layout::Unmeasured
+        };
+    let (mut engine, choice) = planner::plan_for(comm, local_rank, device, &req, params, layout)?;
     let spec = match targets {
         Some(t) => TargetSpec::Points(t),
         None => TargetSpec::Sources,
@@ -152,5 +185,6 @@ pub fn evaluate(
     Ok(Run {
         evaluation,
         backend: engine.describe(),
+        choice,
     })
 }

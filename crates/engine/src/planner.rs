@@ -8,7 +8,9 @@
 
 use crate::{EngineError, Result};
 use vortex_domain::Comm;
-use vortex_fmm::planner::{choose, log_choice, Capabilities, Device, Engine, Request};
+use vortex_fmm::planner::{
+    choose_for, log_choice, Capabilities, Choice, Device, Engine, Layout, Request,
+};
 use vortex_fmm::{BackendChoice, DirectEvaluator, EvalParams, Evaluator, PlanEvaluator};
 
 /// Whether this binary was built with the CUDA backend and a GPU is usable here (probed
@@ -60,7 +62,19 @@ pub fn plan<'c>(
     req: &Request,
     params: &EvalParams,
 ) -> Result<Box<dyn Evaluator + 'c>> {
-    let choice = choose(req, &capabilities(comm))?;
+    plan_for(comm, local_rank, device, req, params, Layout::Unmeasured).map(|(e, _)| e)
+}
+
+/// [`plan`] for a set of `layout` (`vortex_fmm::planner::choose_for`), with the choice.
+pub fn plan_for<'c>(
+    comm: &'c dyn Comm,
+    local_rank: usize,
+    device: usize,
+    req: &Request,
+    params: &EvalParams,
+    layout: Layout,
+) -> Result<(Box<dyn Evaluator + 'c>, Choice)> {
+    let choice = choose_for(req, &capabilities(comm), layout)?;
     if comm.rank() == 0 {
         log_choice(req, &choice);
     }
@@ -76,7 +90,7 @@ pub fn plan<'c>(
         Ok(_) if bad[0] > 0.0 => Err(EngineError::Backend(
             "another rank could not open its engine (see its message)".into(),
         )),
-        Ok(ev) => Ok(ev),
+        Ok(ev) => Ok((ev, choice)),
     }
 }
 

@@ -29,6 +29,17 @@ pub enum FmmError {
         value: String,
         reason: &'static str,
     },
+    /// A core of order above 2 with a far-field gap too small for its tail.
+    #[error(
+        "core_cutoff = {core_cutoff} is too small for cores of order {core}: the singular far \
+         field is accepted only where |1 - q| <= 1.14e-3 (the Gaussian's at 4 core radii), i.e. \
+         core_cutoff >= {min}"
+    )]
+    CutoffTooSmall {
+        core_cutoff: f64,
+        core: crate::kernel::CoreOrder,
+        min: f64,
+    },
     /// The coordinates span so much that the expansions of order `order` would overflow f64.
     #[error(
         "coordinates span {extent:e} (bounding box edge): the expansions of order {order} would \

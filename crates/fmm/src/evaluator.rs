@@ -155,8 +155,8 @@ impl Evaluator for DirectEvaluator {
         }
         let mut times = PhaseTimes::default();
         let fields = crate::backend::timed(&mut times.p2p, || match &self.params.periodic {
-            None => direct::direct(sources, &targets),
-            Some(p) => direct::direct_periodic(sources, &targets, p),
+            None => direct::direct_core(self.params.core, sources, &targets),
+            Some(p) => direct::direct_periodic_core(self.params.core, sources, &targets, p),
         });
         times.total = t0.elapsed().as_secs_f64();
         Ok(Evaluation {

@@ -17,7 +17,8 @@
 //! * [`evaluators`]: the direct sum, the treecode, the FMM and the PPM driven through the phases
 //!   of a backend;
 //! * [`evaluator`]: the object-safe [`Evaluator`] every engine implements, and [`planner`],
-//!   which chooses the engine.
+//!   which chooses the engine ([`layout`]: how evenly a set fills its cube, which keeps
+//!   clustered sets off the uniform grid).
 
 pub mod backend;
 pub mod error;
@@ -26,6 +27,7 @@ pub mod evaluators;
 pub mod expansions;
 pub mod far;
 pub mod kernel;
+pub mod layout;
 pub mod lists;
 pub mod operators;
 pub mod particles;

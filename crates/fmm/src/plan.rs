@@ -20,6 +20,8 @@ pub enum FarField {
 #[derive(Clone, Debug)]
 pub struct Plan {
     pub order: usize,
+    /// The order of the cores of the near field.
+    pub core: crate::kernel::CoreOrder,
     pub far_field: FarField,
     pub source_tree: Tree,
     pub target_tree: Tree,

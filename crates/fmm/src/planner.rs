@@ -51,6 +51,9 @@ impl std::fmt::Display for BackendChoice {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum GridChoice {
+    /// The uniform grid where it can run (a GPU, the FMM, targets at the sources, a set that
+    /// is not clustered: [`Layout`]), else the adaptive octree; the planner says which and why.
+    Auto,
     /// Adaptive octree; tree, lists and packing on the host (every method, periodic, any
     /// targets, every backend).
     #[default]
@@ -64,9 +67,12 @@ impl std::str::FromStr for GridChoice {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
+            "auto" => Ok(Self::Auto),
             "adaptive" => Ok(Self::Adaptive),
             "uniform" => Ok(Self::Uniform),
-            _ => Err(format!("unknown grid '{s}' (expected adaptive or uniform)")),
+            _ => Err(format!(
+                "unknown grid '{s}' (expected auto, adaptive or uniform)"
+            )),
         }
     }
 }
@@ -74,6 +80,7 @@ impl std::str::FromStr for GridChoice {
 impl std::fmt::Display for GridChoice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
+            Self::Auto => "auto",
             Self::Adaptive => "adaptive",
             Self::Uniform => "uniform",
         })
@@ -139,10 +146,56 @@ pub struct Refusal {
     /// The request in words.
     pub what: String,
     pub reason: String,
+    /// What stands in the way: the machine or the request.
+    pub cause: Cause,
 }
 
-/// Chooses the engine for `req` on a machine with `caps` (see the module documentation).
+/// What stands in the way of a refused request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// This machine or build: no GPU on every rank, the `cuda` feature not built.
+    Machine,
+    /// The request itself: a combination the engines do not evaluate (the uniform grid for
+    /// another method, separate targets, a clustered set), or no ranks.
+    Request,
+}
+
+/// What the caller measured of the particle set before planning.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Layout {
+    /// Not measured (a run's lattice, a benchmark): the grid follows the request alone.
+    Unmeasured,
+    /// The crowding of the set ([`crate::layout`]: the uniform grid's near-field pair work on
+    /// it against an even set's; above [`crate::layout::MAX_CROWDING`] the set is clustered).
+    Crowding(f64),
+}
+
+impl Layout {
+    /// Why the uniform grid does not suit this set, if it is clustered.
+    fn clustered(self) -> Option<String> {
+        match self {
+            Layout::Crowding(c) if c > crate::layout::MAX_CROWDING => Some(format!(
+                "the particle set is clustered: a uniform grid's near field would do {c:.1} \
+                 times the pair work of an even set (at most {} allowed; grid adaptive \
+                 follows the clustering)",
+                crate::layout::MAX_CROWDING
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// Chooses the engine for `req` on a machine with `caps` without a measure of the set
+/// ([`Layout::Unmeasured`]; see [`choose_for`]).
 pub fn choose(req: &Request, caps: &Capabilities) -> Result<Choice, Refusal> {
+    choose_for(req, caps, Layout::Unmeasured)
+}
+
+/// Chooses the engine for `req` on a machine with `caps` for a set of `layout` (see the module
+/// documentation): `grid` uniform is refused where the uniform grid cannot run (the CPU, a
+/// method other than the FMM, separate targets or other strengths, a clustered set), `grid`
+/// auto takes it where it can and the adaptive octree elsewhere, saying why.
+pub fn choose_for(req: &Request, caps: &Capabilities, layout: Layout) -> Result<Choice, Refusal> {
     let what = format!(
         "{} ({} grid, backend {}, {}, {} rank(s), N = {}, at {})",
         req.method,
@@ -157,15 +210,19 @@ pub fn choose(req: &Request, caps: &Capabilities) -> Result<Choice, Refusal> {
         req.n,
         req.targets
     );
-    let refuse = |reason: String| Refusal {
-        what: what.clone(),
-        reason,
+    let refuse = |cause: Cause| {
+        let what = what.clone();
+        move |reason: String| Refusal {
+            what,
+            reason,
+            cause,
+        }
     };
     if req.ranks == 0 {
-        return Err(refuse("no ranks".into()));
+        return Err(refuse(Cause::Request)("no ranks".into()));
     }
     let mut reasons = Vec::new();
-    let mut device = device(req.backend, caps).map_err(refuse)?;
+    let mut device = device(req.backend, caps).map_err(refuse(Cause::Machine))?;
     reasons.push(match (req.backend, device) {
         (BackendChoice::Auto, Device::Cuda) => "backend auto: every rank has a usable GPU".into(),
         (BackendChoice::Auto, Device::Cpu) => {
@@ -177,25 +234,55 @@ pub fn choose(req: &Request, caps: &Capabilities) -> Result<Choice, Refusal> {
         const WHY: &str = "the periodic treecode needs a local-expansion pass for the far images, \
                            which the CUDA backend does not have";
         if req.backend != BackendChoice::Auto {
-            return Err(refuse(format!("{WHY} (backend cpu or auto runs it)")));
+            return Err(refuse(Cause::Request)(format!(
+                "{WHY} (backend cpu or auto runs it)"
+            )));
         }
         reasons.push(format!("{WHY}: the CPU"));
         device = Device::Cpu;
     }
-    let engine = match req.grid {
-        GridChoice::Uniform => uniform(req, device, &mut reasons).map_err(refuse)?,
-        GridChoice::Adaptive if req.ranks > 1 => {
+    let grid = match req.grid {
+        GridChoice::Uniform => {
+            let why = uniform_unsuited(req, device, layout);
+            if let Some((cause, why)) = why {
+                return Err(refuse(cause)(why));
+            }
+            GridChoice::Uniform
+        }
+        GridChoice::Auto => match uniform_unsuited(req, device, layout) {
+            None => {
+                reasons.push(match layout {
+                    Layout::Crowding(c) => format!(
+                        "grid auto: the uniform grid runs here and the set is even enough \
+                         (crowding {c:.2})"
+                    ),
+                    Layout::Unmeasured => {
+                        "grid auto: the uniform grid runs here (the set was not measured)".into()
+                    }
+                });
+                GridChoice::Uniform
+            }
+            Some((_, why)) => {
+                reasons.push(format!("grid auto: the adaptive octree, because {why}"));
+                GridChoice::Adaptive
+            }
+        },
+        GridChoice::Adaptive => GridChoice::Adaptive,
+    };
+    let engine = match grid {
+        GridChoice::Uniform => uniform(req, &mut reasons),
+        GridChoice::Adaptive | GridChoice::Auto if req.ranks > 1 => {
             reasons.push(format!(
                 "{} ranks: locally essential trees over the ranks",
                 req.ranks
             ));
             Engine::Distributed(device)
         }
-        GridChoice::Adaptive if req.method == Method::Direct => {
+        GridChoice::Adaptive | GridChoice::Auto if req.method == Method::Direct => {
             reasons.push("method direct: the f64 direct sum on the CPU".into());
             Engine::Direct
         }
-        GridChoice::Adaptive => {
+        GridChoice::Adaptive | GridChoice::Auto => {
             reasons.push(format!(
                 "adaptive octree (trees and lists on the host) for the {}",
                 req.method
@@ -222,38 +309,49 @@ pub fn device(backend: BackendChoice, caps: &Capabilities) -> Result<Device, Str
     }
 }
 
-/// The uniform grid's conditions; the error is the reason of the refusal.
-fn uniform(req: &Request, device: Device, reasons: &mut Vec<String>) -> Result<Engine, String> {
-    if device != Device::Cuda {
-        return Err(
+/// Why the uniform grid cannot serve `req` on `device` for a set of `layout`, and whether the
+/// machine or the request stands in the way; `None` when it can. What no machine would run
+/// (another method, separate targets, a clustered set) is said before a missing GPU.
+fn uniform_unsuited(req: &Request, device: Device, layout: Layout) -> Option<(Cause, String)> {
+    let why = if req.method != Method::Fmm {
+        format!(
+            "the uniform grid evaluates the FMM only, not the {} (grid adaptive has every method)",
+            req.method
+        )
+    } else if req.targets == TargetKind::Points {
+        "the uniform grid evaluates at the particles: drop the separate targets \
+         (grid adaptive takes any targets)"
+            .into()
+    } else if req.targets == TargetKind::SourcesWith {
+        "the uniform grid's P2P reads the stretching strengths from the sources' rows: \
+         other strengths at the sources need grid adaptive"
+            .into()
+    } else if let Some(why) = layout.clustered() {
+        why
+    } else if device != Device::Cuda {
+        // backend cpu asked for is a request the grid cannot serve; auto without a GPU, the machine
+        let cause = if req.backend == BackendChoice::Cpu {
+            Cause::Request
+        } else {
+            Cause::Machine
+        };
+        return Some((
+            cause,
             "the uniform grid runs on the GPU only and the backend is the CPU \
              (grid adaptive runs anywhere)"
                 .into(),
-        );
-    }
-    if req.method != Method::Fmm {
-        return Err(format!(
-            "the uniform grid evaluates the FMM only, not the {} (grid adaptive has every method)",
-            req.method
         ));
-    }
-    if req.targets == TargetKind::Points {
-        return Err(
-            "the uniform grid evaluates at the particles: drop the separate targets \
-             (grid adaptive takes any targets)"
-                .into(),
-        );
-    }
-    if req.targets == TargetKind::SourcesWith {
-        return Err(
-            "the uniform grid's P2P reads the stretching strengths from the sources' rows: \
-             other strengths at the sources need grid adaptive"
-                .into(),
-        );
-    }
+    } else {
+        return None;
+    };
+    Some((Cause::Request, why))
+}
+
+/// The uniform grid's engine for `req` (one GPU or z slabs over the ranks), its reason pushed.
+fn uniform(req: &Request, reasons: &mut Vec<String>) -> Engine {
     if req.ranks > 1 {
         reasons.push(format!(
-            "uniform grid asked for, {} ranks: z slabs, one GPU per rank ({})",
+            "uniform grid, {} ranks: z slabs, one GPU per rank ({})",
             req.ranks,
             if req.periodic {
                 "periodic box: halo and multipole windows wrap around the seam"
@@ -261,17 +359,17 @@ fn uniform(req: &Request, device: Device, reasons: &mut Vec<String>) -> Result<E
                 "free space"
             }
         ));
-        Ok(Engine::UniformSlabs)
+        Engine::UniformSlabs
     } else {
         reasons.push(format!(
-            "uniform grid asked for: sorted and evaluated on the GPU ({})",
+            "uniform grid: sorted and evaluated on the GPU ({})",
             if req.periodic {
                 "periodic box, far images from the lattice operator"
             } else {
                 "free space"
             }
         ));
-        Ok(Engine::UniformGrid)
+        Engine::UniformGrid
     }
 }
 

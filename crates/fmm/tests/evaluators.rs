@@ -321,3 +321,47 @@ fn other_strengths_at_the_sources_reach_the_engine() {
         .evaluate(&s, TargetSpec::SourcesWith(&doubled[1..]))
         .is_err());
 }
+
+/// The cores of order 4 and 6 in the near field, the singular far field beyond their minimal
+/// cutoff: the FMM (self-evaluation, mutual P2P) and separate targets (one-sided P2P) against
+/// the f64 direct sum of the same core, as accurate as the Gaussian's at its default cutoff;
+/// a cutoff below the order's minimum is refused with the key's name.
+#[test]
+fn high_order_cores_meet_accuracy_against_their_direct_sum() {
+    use vortex_fmm::evaluators::direct::direct_core;
+    use vortex_fmm::kernel::CoreOrder;
+    let s = standard(3000, 41);
+    let pts = Targets::points(standard(400, 42).position);
+    for core in CoreOrder::ALL {
+        let p = EvalParams {
+            core,
+            core_cutoff: core.default_cutoff(EvalParams::default().core_cutoff),
+            ..params(Method::Fmm, 10, 32)
+        };
+        for t in [s.as_targets(), pts.clone()] {
+            let reference = direct_core(core, &s, &t);
+            let ev = evaluate(&CpuBackend, &p, &s, &t).unwrap();
+            let e = relative_l2_error(&ev.fields.velocity, &reference.velocity);
+            assert!(e < 1e-4, "{core:?}: velocity {e:e}");
+            if t.strength.iter().any(|a| a != &[0.0; 3]) {
+                let e = relative_l2_error(&ev.fields.stretching, &reference.stretching);
+                assert!(e < 1e-3, "{core:?}: stretching {e:e}");
+            }
+        }
+        // the cores differ: a high-order core against the Gaussian's direct sum is far off
+        if core != CoreOrder::Second {
+            let gauss = direct(&s, &pts);
+            let e = relative_l2_error(&direct_core(core, &s, &pts).velocity, &gauss.velocity);
+            assert!(e > 1e-3, "{core:?}: {e:e}");
+            let bad = EvalParams {
+                core,
+                core_cutoff: 4.0,
+                ..params(Method::Fmm, 10, 32)
+            };
+            let err = evaluate(&CpuBackend, &bad, &s, &pts)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("core_cutoff") && err.contains("4"), "{err}");
+        }
+    }
+}

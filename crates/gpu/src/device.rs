@@ -3,5 +3,5 @@
 //! `vortex-cuda` crate and re-exported here under their old paths.
 
 pub use vortex_cuda::device::*;
-pub use vortex_cuda::kernels::{KernelSource, FMM, P2P, PPM, UNIFORM};
+pub use vortex_cuda::kernels::KernelSource;
 pub use vortex_cuda::nvrtc::{compile, compile_options};

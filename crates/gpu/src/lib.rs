@@ -13,9 +13,8 @@
 //! * [`uniform`]: the uniform-grid FMM built entirely on the device (sort, lists by stencil,
 //!   every operator), [`UniformFmm`] / [`evaluate_uniform`].
 //!
-//! The CUDA C sources live in `crates/cuda/kernels/*.cu` and are embedded by `vortex-cuda`
-//! (the `kernels/...` paths in this crate's comments are relative to that crate); NVRTC compiles
-//! them at run time (no `nvcc` needed at build time).
+//! The CUDA C sources live in `kernels/*.cu` (the crate `vortex-kernels`); `vortex-cuda`
+//! compiles them with NVRTC at run time (no `nvcc` needed at build time).
 
 pub mod backend;
 pub mod device;
@@ -34,6 +33,7 @@ pub use uniform::{
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vortex_cuda::launch::{Fmm, P2p, Ppm, Uniform};
 
     #[test]
     fn new_without_driver_is_an_error_not_a_panic() {
@@ -68,16 +68,17 @@ mod tests {
              LD_LIBRARY_PATH (.ci/run installs it from PyPI: nvidia-cuda-nvrtc==13.0.*)"
         );
         for cc in [(9, 0), (8, 0)] {
-            device::compile(&device::P2P, cc, &[]).unwrap();
+            device::compile(&P2p::SOURCE, cc, &P2p::defines()).unwrap();
             for p in [4, 10, backend::MAX_GPU_ORDER] {
-                device::compile(&device::FMM, cc, &backend::defines(p)).unwrap();
+                device::compile(&Fmm::SOURCE, cc, &Fmm::defines(p, backend::EVAL_BLOCK)).unwrap();
             }
             for p in [4, 8, 10, 16] {
-                device::compile(&device::PPM, cc, &backend::ppm_defines(p)).unwrap();
+                let k = backend::ppm_count(p);
+                device::compile(&Ppm::SOURCE, cc, &Ppm::defines(k, p)).unwrap();
             }
             for p in [1, 4, 6, 8, 10, 14, backend::MAX_GPU_ORDER] {
-                device::compile(&device::UNIFORM, cc, &uniform::pipeline::uniform_defines(p))
-                    .unwrap();
+                let defines = Uniform::defines(p, uniform::pipeline::UNIFORM_EVAL_BLOCK);
+                device::compile(&Uniform::SOURCE, cc, &defines).unwrap();
             }
             device::compile(&vortex_cuda::SPECTRAL, cc, &[]).unwrap();
             device::compile(&vortex_cuda::RESIDENT, cc, &[]).unwrap();

@@ -1,5 +1,6 @@
-//! `cargo run -p vortex-method --release --example ckdiff -- A.bin B.bin [TOL]`: compares two
-//! checkpoints (same step, same particles in global-id order) and exits with status 1 when a
+//! `cargo run -p vortex-method --release --example ckdiff -- A B [TOL]`: compares two
+//! checkpoints (each a single file, a manifest of per-rank pieces or a run directory: its
+//! current checkpoint; same step, same particles in global-id order) and exits with status 1 when a
 //! position, strength, core radius or AB2 history value differs by more than `TOL` (default
 //! 1e-12) relative to the largest magnitude of its kind. Used by `crates/method/ci-mpi.sh` to
 //! compare runs on different numbers of ranks.
@@ -20,9 +21,9 @@ fn flat(v: &[[f64; 3]]) -> Vec<f64> {
 /// 2 when one cannot be read.
 #[derive(clap::Parser)]
 struct Args {
-    /// First checkpoint (`checkpoint.bin`).
+    /// First checkpoint (`checkpoint.bin`, `checkpoint.manifest` or a run directory).
     a: std::path::PathBuf,
-    /// Second checkpoint.
+    /// Second checkpoint (the same kinds).
     b: std::path::PathBuf,
     /// Largest accepted difference relative to the largest magnitude of each quantity.
     #[arg(default_value_t = 1e-12)]
@@ -32,7 +33,7 @@ struct Args {
 fn main() {
     let args = <Args as clap::Parser>::parse();
     let tol = args.tol;
-    let read = |p: &std::path::Path| match vortex_method::checkpoint::read(p) {
+    let read = |p: &std::path::Path| match vortex_method::checkpoint::read_whole(p) {
         Ok(c) => c.state,
         Err(e) => {
             eprintln!("{e}");

@@ -1,8 +1,10 @@
 //! What the ranks do together outside the evaluation: agreeing on the outcome of a step that
 //! one rank may fail alone ([`agree`]), broadcasting bytes and numbers from rank 0, checking that
 //! every rank holds the same text, and moving particle rows between rank 0 and the owners
-//! ([`gather_rows`], [`scatter_rows`]: the gathers of the re-interpolation, checkpoints and
-//! snapshots, in global-id order).
+//! ([`gather_rows`], [`scatter_rows`]: the gathers of the re-interpolation, one-rank
+//! checkpoints and snapshots, in global-id order), and a state held in any distribution over
+//! the ranks brought to the even split by global id ([`balance_by_gid`]: the pieces of a
+//! checkpoint read on another number of ranks).
 
 use crate::error::{Error, Result};
 use crate::particles::Particles;
@@ -328,4 +330,208 @@ pub fn scatter_state(comm: &dyn Comm, global: Option<State>) -> (State, Vec<u64>
         reinterpolations: head[2] as u64,
     };
     (state, gid, n)
+}
+
+/// This rank's part of a state: its particles with their Adams-Bashforth history rows (when the
+/// state has a history) and their global ids; the step counters are the same on every rank.
+/// What a rank writes as its piece of a checkpoint, and what a simulation starts from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LocalState {
+    /// This rank's particles (and history rows) in the order of `ids`.
+    pub state: State,
+    /// Global ids of the particles (`0..n_global` over all ranks).
+    pub ids: Vec<u64>,
+    /// Particles over all ranks.
+    pub n_global: usize,
+}
+
+impl LocalState {
+    /// A global state in global-id order held by rank 0 (`None` on the other ranks) split over
+    /// the ranks as [`scatter_state`] splits it; on one rank the state itself (no copy).
+    /// Collective.
+    pub fn scatter(comm: &dyn Comm, global: Option<State>) -> Self {
+        if comm.size() == 1 {
+            let state = global.expect("rank 0 holds the state");
+            let n = state.particles.len();
+            return Self {
+                state,
+                ids: (0..n as u64).collect(),
+                n_global: n,
+            };
+        }
+        let (state, ids, n_global) = scatter_state(comm, global);
+        Self {
+            state,
+            ids,
+            n_global,
+        }
+    }
+
+    /// The global state in global-id order on rank 0 (`None` elsewhere), as [`gather_state`]
+    /// assembles it; on one rank whose ids are already `0..n` in order, the state itself.
+    /// Collective.
+    pub fn into_global(self, comm: &dyn Comm) -> Option<State> {
+        let in_order = self.ids.iter().enumerate().all(|(i, &g)| g == i as u64);
+        if comm.size() == 1 && in_order && self.ids.len() == self.n_global {
+            return Some(self.state);
+        }
+        gather_state(comm, &self.ids, self.n_global, &self.state)
+    }
+}
+
+/// The rank `r` of the even split by global id (`n r / R <= g < n (r + 1) / R`) that holds
+/// global id `g < n`.
+fn split_owner(g: usize, n: usize, size: usize) -> usize {
+    let lo = |r: usize| n * r / size;
+    let mut r = ((g as u128 * size as u128) / n.max(1) as u128) as usize;
+    r = r.min(size - 1);
+    while r + 1 < size && lo(r + 1) <= g {
+        r += 1;
+    }
+    while r > 0 && lo(r) > g {
+        r -= 1;
+    }
+    r
+}
+
+/// Brings a state held in any distribution over the ranks (every global id of `0..n_global`
+/// on exactly one rank, in any order; the Adams-Bashforth history on every rank that holds
+/// particles or on none) to the even split of [`scatter_state`]: rank `r` ends with the ids
+/// `n r / R .. n (r + 1) / R` in order, bit for bit the state a scatter of the whole state
+/// in global-id order gives. In rounds of at most 1 GiB. An id out of range, twice or
+/// missing is reported (`Err`, with the ids) after the exchange, so every rank takes part
+/// in every round; the caller agrees on the outcome. Collective.
+pub fn balance_by_gid(
+    comm: &dyn Comm,
+    local: LocalState,
+) -> std::result::Result<LocalState, String> {
+    let (me, size, n) = (comm.rank(), comm.size(), local.n_global);
+    let lo = |r: usize| n * r / size;
+    let (first, count) = (lo(me), lo(me + 1) - lo(me));
+    let mut has = [local.state.previous.is_some() as u8 as f64];
+    comm.allreduce_f64(&mut has, ReduceOp::Max);
+    let extra = if has[0] > 0.0 { 2 } else { 0 };
+    let mut problems: Vec<String> = Vec::new();
+    let st = &local.state;
+    let fields: Vec<&[[f64; 3]]> = match (&st.previous, extra) {
+        (Some(d), 2) => vec![&d.velocity, &d.stretching],
+        (None, 2) if !local.ids.is_empty() => {
+            problems.push("particles without the Adams-Bashforth history of the others".into());
+            vec![]
+        }
+        _ => vec![],
+    };
+    let width = PARTICLE_ROW + 3 * extra;
+    let row = |i: usize, r: &mut [f64]| {
+        particle_row(&st.particles, i, r);
+        for (k, e) in fields.iter().enumerate() {
+            r[PARTICLE_ROW + 3 * k..PARTICLE_ROW + 3 * k + 3].copy_from_slice(&e[i]);
+        }
+    };
+    let mut rows = vec![0.0; count * width];
+    let mut filled = vec![false; count];
+    let mut twice: Vec<u64> = Vec::new();
+    let mut place = |g: usize, src: &[f64]| {
+        let k = g - first;
+        if std::mem::replace(&mut filled[k], true) {
+            twice.push(g as u64);
+        }
+        rows[k * width..(k + 1) * width].copy_from_slice(src);
+    };
+    let m = local.ids.len();
+    let out_of_range: Vec<u64> = local
+        .ids
+        .iter()
+        .copied()
+        .filter(|&g| g as usize >= n)
+        .collect();
+    let mut buf = vec![0.0; width];
+    let usable = fields.len() == extra;
+    if size == 1 {
+        for (i, &g) in local.ids.iter().enumerate() {
+            if (g as usize) < n && usable {
+                row(i, &mut buf);
+                place(g as usize, &buf);
+            }
+        }
+    } else {
+        let mut most = [m as f64];
+        comm.allreduce_f64(&mut most, ReduceOp::Max);
+        let chunk = (MAX_MESSAGE / (size * 8 * (width + 1))).max(1);
+        let rounds = (most[0] as usize).div_ceil(chunk);
+        for k in 0..rounds {
+            let mut w: Vec<Writer> = (0..size).map(|_| Writer::new()).collect();
+            for (i, &g) in local
+                .ids
+                .iter()
+                .enumerate()
+                .take(((k + 1) * chunk).min(m))
+                .skip(k * chunk)
+            {
+                if (g as usize) >= n || !usable {
+                    continue;
+                }
+                row(i, &mut buf);
+                let to = split_owner(g as usize, n, size);
+                w[to].u64(g);
+                w[to].f64s(&buf);
+            }
+            let send: Vec<Vec<u8>> = w.into_iter().map(|w| w.buf).collect();
+            for b in comm.alltoallv(&send) {
+                let mut rd = Reader::new(&b);
+                while !rd.done() {
+                    let g = rd.u64() as usize;
+                    rd.f64s_into(&mut buf);
+                    place(g, &buf);
+                }
+            }
+        }
+    }
+    let few = |v: &[u64]| {
+        let s: Vec<String> = v.iter().take(5).map(|g| g.to_string()).collect();
+        format!("{}{}", s.join(", "), if v.len() > 5 { ", ..." } else { "" })
+    };
+    if !out_of_range.is_empty() {
+        problems.push(format!(
+            "{} global ids at or above the {n} particles ({})",
+            out_of_range.len(),
+            few(&out_of_range)
+        ));
+    }
+    if !twice.is_empty() {
+        problems.push(format!("global ids held twice ({})", few(&twice)));
+    }
+    let missing: Vec<u64> = (0..count)
+        .filter(|&k| !filled[k])
+        .map(|k| (first + k) as u64)
+        .collect();
+    if !missing.is_empty() && twice.is_empty() && out_of_range.is_empty() && usable {
+        problems.push(format!(
+            "{} global ids missing ({})",
+            missing.len(),
+            few(&missing)
+        ));
+    }
+    if !problems.is_empty() {
+        return Err(problems.join("; "));
+    }
+    let (particles, mut ex) = from_rows(&rows, extra);
+    drop(rows);
+    let previous = (extra == 2).then(|| {
+        let stretching = ex.pop().expect("two fields");
+        let velocity = ex.pop().expect("two fields");
+        Derivatives {
+            velocity,
+            stretching,
+        }
+    });
+    Ok(LocalState {
+        state: State {
+            particles,
+            previous,
+            ..local.state
+        },
+        ids: (first as u64..(first + count) as u64).collect(),
+        n_global: n,
+    })
 }

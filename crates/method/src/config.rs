@@ -19,7 +19,8 @@
 //! core_cutoff = 6.0
 //! backend = "auto"     # auto | cpu | cuda: which vortex_fmm::Backend the binary builds for the run
 //! device = 0           # GPU index for cuda (auto: the GPU when one is usable)
-//! grid = "adaptive"    # adaptive | uniform: uniform = the particles' FMM on a grid built on the GPU
+//! grid = "adaptive"    # adaptive | uniform | auto: uniform = the particles' FMM on a grid
+//!                      # built on the GPU; auto = uniform where the planner finds it runs
 //!
 //! [initial]
 //! kind = "taylor-green"  # taylor-green | taylor-green-2d | isotropic | ring | two-rings | blob
@@ -50,7 +51,7 @@
 //! energy_rise_limit = 0.02  # ... and stop with an error above this
 //! snapshot_format = "vtp"  # vtp (binary, with particles.pvd) | vtk (legacy ASCII)
 //! checkpoint_wall_minutes = 30.0  # also a checkpoint this often by wall time (0: off)
-//! checkpoints_kept = 2  # checkpoint.bin (newest), checkpoint.bin.1, ...
+//! checkpoints_kept = 2  # checkpoint.bin (newest), checkpoint.bin.1, ... (or checkpoint.manifest ...)
 //!
 //! [health]             # optional: the per-step stability check (crate::health)
 //! cfl_warn = 1.0       # dt * max|u| / h
@@ -66,6 +67,7 @@ use crate::reinterpolation::{LatticeFilter, LatticeSpec, LatticeSums, RbfSetting
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
 use std::path::Path;
+use vortex_domain::TransportChoice;
 use vortex_fmm::periodic::Periodic;
 use vortex_fmm::{BackendChoice, EvalParams, GridChoice, Method};
 
@@ -137,7 +139,8 @@ pub struct EvaluationConfig {
     pub device: usize,
     /// `"adaptive"` (octree built on the host; every method and backend) or `"uniform"` (the
     /// FMM of the particles at themselves on a uniform grid built on the GPU, free space or
-    /// periodic, one rank; other evaluations stay adaptive). Like `backend`, not part of the
+    /// periodic, one rank; other evaluations stay adaptive) or `"auto"` (the uniform grid where
+    /// the planner finds that it runs, else the octree). Like `backend`, not part of the
     /// checkpoint fingerprint.
     #[serde(deserialize_with = "de_grid")]
     pub grid: GridChoice,
@@ -146,6 +149,12 @@ pub struct EvaluationConfig {
     /// on the host), `"host"` or `"device"` (refused where the resident step does not apply).
     /// Not part of the checkpoint fingerprint.
     pub state: StatePlace,
+    /// How the device buffers of a multi-GPU run travel between the ranks (the transposes of
+    /// the slab FFT): `"auto"` (NCCL where it starts on every rank, else pinned host buffers
+    /// and MPI, warned), `"nccl"` (or an error naming the library) or `"pinned"`. Not part of
+    /// the checkpoint fingerprint.
+    #[serde(deserialize_with = "de_exchange")]
+    pub exchange: TransportChoice,
 }
 
 /// Where the particle state of a run lives (`evaluation.state`).
@@ -193,6 +202,12 @@ fn de_backend<'de, D: serde::Deserializer<'de>>(
     de_choice(d, "evaluation.backend")
 }
 
+fn de_exchange<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<TransportChoice, D::Error> {
+    de_choice(d, "evaluation.exchange")
+}
+
 fn de_grid<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<GridChoice, D::Error> {
     de_choice(d, "evaluation.grid")
 }
@@ -210,6 +225,7 @@ impl Default for EvaluationConfig {
             device: 0,
             grid: GridChoice::Adaptive,
             state: StatePlace::Auto,
+            exchange: TransportChoice::Auto,
         }
     }
 }
@@ -373,6 +389,7 @@ pub struct OutputConfig {
     /// A checkpoint also after this many wall-clock minutes since the last one (0: off).
     pub checkpoint_wall_minutes: f64,
     /// Checkpoints kept: `checkpoint.bin` the newest, `checkpoint.bin.1` the one before ...
+    /// (several ranks: `checkpoint.manifest`, `checkpoint.manifest.1` ... and their pieces).
     pub checkpoints_kept: usize,
     /// Stop when the energy exceeds this factor times its initial value.
     pub energy_growth_limit: f64,
@@ -421,6 +438,28 @@ pub enum SnapshotFormat {
     /// Legacy ASCII VTK (`particles_STEP.vtk`).
     Vtk,
 }
+
+/// The smallest magnitude of a circulation, strength or energy a configuration may give: below
+/// it the vorticity of the particles and the energy underflow (their squares and the
+/// diagnostics' products leave the double range).
+pub const MIN_MAGNITUDE: f64 = 1e-12;
+
+/// The most steps a run may have (`t_end / dt`).
+pub const MAX_STEPS: f64 = 1e12;
+
+/// The range of `initial.overlap` (`sigma0 / h`).
+pub const MIN_OVERLAP: f64 = 0.05;
+/// See [`MIN_OVERLAP`].
+pub const MAX_OVERLAP: f64 = 4.0;
+
+/// The smallest relative residual the re-interpolation may ask for.
+pub const MIN_RBF_TOLERANCE: f64 = 1e-14;
+/// The most conjugate-gradient iterations of a re-interpolation.
+pub const MAX_RBF_ITERATIONS: usize = 100_000;
+
+/// The most the energy of the slowest mode of the periodic box (`|k| = 1`) may decay over a
+/// run, `exp(-2 nu t_end)`: below it the energy and the diagnostics' products underflow.
+pub const MIN_DECAY: f64 = 1e-100;
 
 /// `v > 0` and finite, or the error naming `key`.
 fn positive(file: &str, key: &str, v: f64) -> Result<()> {
@@ -482,7 +521,8 @@ fn bad(file: &str, key: &str, msg: impl Into<String>) -> Error {
 impl Config {
     /// Reads and validates a configuration file.
     pub fn from_file(path: &Path) -> Result<Config> {
-        let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
+        let text =
+            vortex_spectral::inputs::read_config(path).map_err(|e| Error::Other(e.to_string()))?;
         Self::from_str_named(&text, &path.display().to_string())
     }
 
@@ -525,6 +565,7 @@ impl Config {
             theta: self.evaluation.theta,
             leaf_size: self.evaluation.leaf_size,
             core_cutoff: self.evaluation.core_cutoff,
+            core: vortex_fmm::kernel::CoreOrder::default(),
             periodic: self.periodic(),
         }
     }
@@ -599,7 +640,7 @@ impl Config {
     }
 
     /// The keys a restart must keep, flattened (`dotted.key -> value`): everything except
-    /// `t_end`, `[output]`, `[health]` and `evaluation.backend`, `.device`, `.grid`, `.state`.
+    /// `t_end`, `[output]`, `[health]` and `evaluation.backend`, `.device`, `.grid`, `.state`, `.exchange`.
     pub fn restart_keys(&self) -> std::collections::BTreeMap<String, String> {
         let text = toml::to_string(self).unwrap_or_default();
         let mut m = vortex_spectral::durable::flatten_toml(&text).unwrap_or_default();
@@ -610,7 +651,8 @@ impl Config {
                 || k == "evaluation.backend"
                 || k == "evaluation.device"
                 || k == "evaluation.grid"
-                || k == "evaluation.state")
+                || k == "evaluation.state"
+                || k == "evaluation.exchange")
         });
         m
     }
@@ -620,6 +662,7 @@ impl Config {
         self.validate_run(file)?;
         self.validate_reinterpolation(file)?;
         self.validate_initial(file)?;
+        self.validate_viscosity(file)?;
         self.validate_output(file)
     }
 
@@ -633,8 +676,30 @@ impl Config {
                 format!("the viscosity must be >= 0 (0: inviscid), got {}", self.nu),
             ));
         }
+        if self.nu > MAX_MAGNITUDE {
+            return Err(bad(
+                file,
+                "nu",
+                format!(
+                    "{:e} is above {MAX_MAGNITUDE:e}: no flow in a box of this size has such a \
+                     viscosity",
+                    self.nu
+                ),
+            ));
+        }
         pos("dt", self.dt)?;
         pos("t_end", self.t_end)?;
+        if self.t_end / self.dt > MAX_STEPS {
+            return Err(bad(
+                file,
+                "dt",
+                format!(
+                    "t_end / dt = {:.3e} steps, more than {MAX_STEPS:e}: no run takes that many \
+                     (at a millisecond a step, 30 years); check dt and t_end",
+                    self.t_end / self.dt
+                ),
+            ));
+        }
         if self.t_end < self.dt {
             return Err(bad(
                 file,
@@ -714,18 +779,27 @@ impl Config {
                 format!("the core growth ratio sigma/sigma0 that triggers re-interpolation must be > 1 (or 0 to disable), got {}", r.ratio),
             ));
         }
-        if !(r.tolerance > 0.0 && r.tolerance < 1.0) {
+        if !(r.tolerance >= MIN_RBF_TOLERANCE && r.tolerance < 1.0) {
             return Err(bad(
                 file,
                 "reinterpolation.tolerance",
-                format!("must lie in (0, 1), got {}", r.tolerance),
+                format!(
+                    "must lie in [{MIN_RBF_TOLERANCE:e}, 1), got {:e}: a relative residual \
+                     below about 1e-14 is under the round-off of the Gaussian sums in double \
+                     precision, so no solve reaches it",
+                    r.tolerance
+                ),
             ));
         }
-        if r.max_iterations == 0 {
+        if !(1..=MAX_RBF_ITERATIONS).contains(&r.max_iterations) {
             return Err(bad(
                 file,
                 "reinterpolation.max_iterations",
-                "must be at least 1",
+                format!(
+                    "must lie in 1..={MAX_RBF_ITERATIONS}, got {} (conjugate gradients that \
+                     have not converged in that many iterations are stagnating)",
+                    r.max_iterations
+                ),
             ));
         }
         if !(r.cutoff >= 3.0 && r.cutoff.is_finite()) {
@@ -761,6 +835,20 @@ impl Config {
         // initial condition
         let (i, r) = (&self.initial, &self.reinterpolation);
         pos("initial.overlap", i.overlap)?;
+        if !(MIN_OVERLAP..=MAX_OVERLAP).contains(&i.overlap) {
+            return Err(bad(
+                file,
+                "initial.overlap",
+                format!(
+                    "{:e} is outside [{MIN_OVERLAP}, {MAX_OVERLAP}]: sigma0 / h below it leaves \
+                     the particles without overlap (the blob approximation does not converge), \
+                     above it every Gaussian sum covers more than (2 cutoff overlap)^3 = {:.0e} \
+                     lattice points per particle",
+                    i.overlap,
+                    (2.0 * r.cutoff * MAX_OVERLAP).powi(3)
+                ),
+            ));
+        }
         let need = |key: &str, v: Option<f64>| -> Result<f64> {
             let v = v.ok_or_else(|| {
                 bad(
@@ -792,6 +880,26 @@ impl Config {
         ] {
             if let Some(v) = v {
                 bounded_vector(file, key, &[v])?;
+            }
+        }
+        for (key, v) in [
+            ("initial.circulation", i.circulation.map(f64::abs)),
+            ("initial.energy", i.energy),
+            (
+                "initial.strength",
+                i.strength
+                    .map(|s| s.iter().map(|x| x * x).sum::<f64>().sqrt()),
+            ),
+        ] {
+            if let Some(v) = v.filter(|&v| v < MIN_MAGNITUDE) {
+                return Err(bad(
+                    file,
+                    key,
+                    format!(
+                        "magnitude {v:e} is below {MIN_MAGNITUDE:e}: a field that weak has no \
+                         dynamics, and its vorticity and energy underflow in double precision"
+                    ),
+                ));
             }
         }
         if let Some(h) = r.spacing {
@@ -882,6 +990,68 @@ impl Config {
         self.validate_lattice(file)
     }
 
+    /// The viscosity against the periodic box: the cores must stay narrower than a quarter of
+    /// the box until a re-interpolation resets them (core spreading, `sigma^2 = sigma0^2 +
+    /// 2 nu t` after the last reset, core paper Eq. 11), and the slowest mode of the box may
+    /// not decay below [`MIN_DECAY`] over the run (its energy would underflow).
+    fn validate_viscosity(&self, file: &str) -> Result<()> {
+        let Some(p) = self.periodic() else {
+            return Ok(());
+        };
+        let (sigma0, quarter) = (self.sigma0(), 0.25 * p.box_length);
+        if sigma0 > quarter {
+            return Err(bad(
+                file,
+                "initial.overlap",
+                format!(
+                    "cores of radius sigma0 = overlap * L / n = {sigma0:.4} are wider than a \
+                     quarter of the box (L / 4 = {quarter:.4}): the periodic sums need a box at \
+                     least 4 core radii wide; raise initial.n or lower initial.overlap"
+                ),
+            ));
+        }
+        let r = &self.reinterpolation;
+        // the longest time between two resets of the cores (re-interpolation by core growth
+        // or by count; a reset by strain cannot be foreseen)
+        let mut reset = self.t_end;
+        if r.ratio > 0.0 {
+            let to_ratio = crate::core_spreading::time_to_ratio(sigma0, self.nu, r.ratio);
+            reset = reset.min(to_ratio + self.dt);
+        }
+        if r.every > 0 {
+            reset = reset.min(r.every as f64 * self.dt);
+        }
+        let sigma = crate::core_spreading::sigma_at(sigma0, self.nu, reset.max(self.dt));
+        if !(sigma <= quarter) {
+            return Err(bad(
+                file,
+                "nu",
+                format!(
+                    "nu = {:e}: core spreading (sigma^2 = sigma0^2 + 2 nu t) widens the cores \
+                     from {sigma0:.4} to {sigma:.4e} within {:.4e} time units (before a \
+                     re-interpolation resets them), beyond a quarter of the box (L / 4 = \
+                     {quarter:.4}): lower nu or dt, or re-interpolate more often",
+                    self.nu,
+                    reset.max(self.dt)
+                ),
+            ));
+        }
+        let decay = (-2.0 * self.nu * self.t_end).exp();
+        if decay < MIN_DECAY {
+            return Err(bad(
+                file,
+                "nu",
+                format!(
+                    "nu = {:e} with t_end = {}: the slowest mode of the box (|k| = 1) decays by \
+                     exp(-2 nu t_end) = {decay:.1e}, below {MIN_DECAY:e}: the energy underflows \
+                     long before t_end; lower nu or t_end",
+                    self.nu, self.t_end
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// The periodic lattice of the re-interpolation (points, spacing against the box) and the
     /// diagnostics grid.
     fn validate_lattice(&self, file: &str) -> Result<()> {
@@ -957,11 +1127,16 @@ impl Config {
                 positive(file, key, v)?;
             }
         }
-        if self.output.checkpoints_kept == 0 {
+        let max_kept = vortex_spectral::durable::MAX_KEPT;
+        if !(1..=max_kept).contains(&self.output.checkpoints_kept) {
             return Err(bad(
                 file,
                 "output.checkpoints_kept",
-                "must be at least 1, got 0",
+                format!(
+                    "must lie in 1..={max_kept} (each kept checkpoint is a whole copy of the \
+                     state), got {}",
+                    self.output.checkpoints_kept
+                ),
             ));
         }
         let h = &self.health;

@@ -50,6 +50,28 @@ pub const CSV_HEADER: &str = "t,energy,enstrophy,total_strength_x,total_strength
 impulse_x,impulse_y,impulse_z,centroid_x,centroid_y,centroid_z,n_particles,step,re_lambda,max_sigma,\
 s_per_step,t_fmm,t_rbf,t_update,t_diagnostics,t_io";
 
+/// The rows `(t, energy, enstrophy)` of a `diagnostics.csv` ([`CSV_HEADER`]).
+pub fn read_history(path: &Path) -> Result<Vec<(f64, f64, f64)>> {
+    let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
+    let mut rows = vec![];
+    for (i, l) in text.lines().enumerate().skip(1) {
+        let v: Vec<f64> = l
+            .split(',')
+            .take(3)
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        if v.len() != 3 {
+            return Err(Error::Other(format!(
+                "{} line {}: expected t,energy,enstrophy first, found `{l}`",
+                path.display(),
+                i + 1
+            )));
+        }
+        rows.push((v[0], v[1], v[2]));
+    }
+    Ok(rows)
+}
+
 /// Timing columns of a row: mean wall seconds per step since the last row and the shares.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RowTimes {

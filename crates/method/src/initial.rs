@@ -20,6 +20,9 @@ use rayon::prelude::*;
 use std::f64::consts::PI;
 use vortex_spectral::VelocityField;
 
+/// The seed of the isotropic field when `initial.seed` is not given.
+pub const ISOTROPIC_SEED: u64 = 2024;
+
 /// Particles whose blob field interpolates the vorticity of `field` (spectral curl) at the grid
 /// points: one particle per grid point, core `overlap * h`, `h = 2 pi / n`, zero total strength.
 pub fn from_velocity_field(
@@ -163,7 +166,7 @@ pub fn build(config: &Config) -> Result<(Particles, Option<RbfReport>)> {
                 k_peak: i.k_peak.unwrap(),
                 energy: i.energy,
                 re_lambda: i.re_lambda,
-                seed: i.seed.unwrap_or(2024),
+                seed: i.seed.unwrap_or(ISOTROPIC_SEED),
                 nu: config.nu,
             };
             from_field(vortex_spectral::initial::isotropic(i.n.unwrap(), &params))

@@ -27,7 +27,9 @@
 //!   host ranks, or one GPU in the `vortex-resident` crate);
 //! * [`run`]: the `vortex run` command ([`run::run`]: one run on the ranks of any communicator, the simulation made by a [`run::Build`]);
 //! * [`vtp`]: binary particle snapshots (XML VTK PolyData) and their `.pvd` time series;
-//! * [`validate`]: cross-validation against the spectral solver (Taylor-Green, same initial field).
+//! * [`validate`]: cross-validation against the spectral solver (Taylor-Green, same initial field);
+//! * [`comparison`]: `vortex compare`: any periodic run against its spectral twin (the twin's
+//!   configuration, the joined histories and spectra, the comparison figure).
 
 // `!(x > 0.0)` style checks are deliberate: they reject NaN as well.
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
@@ -35,6 +37,7 @@
 pub mod cells;
 pub mod checkpoint;
 pub mod collective;
+pub mod comparison;
 pub mod config;
 pub mod core_spreading;
 pub mod diagnostics;

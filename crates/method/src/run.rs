@@ -8,8 +8,10 @@
 //!   `grid_STEP.vtk` and the particle snapshots
 //!   `particles_STEP.vtp` (binary XML VTK; `particles.pvd` lists them with their times for
 //!   ParaView; on several ranks `particles_STEP.pvtp` and one piece per rank) or `particles_STEP.vtk` (`output.snapshot_format = "vtk"`, legacy ASCII);
-//! * `checkpoint.bin` (checksummed, atomic, the last `output.checkpoints_kept` kept as
-//!   `checkpoint.bin.1` ...; every `output.checkpoint_every` steps, every
+//! * `checkpoint.bin` on one rank, `checkpoint.manifest` and one piece per rank
+//!   `checkpoint-sSTEP-wSERIAL-pRANK.bin` on several ([`crate::checkpoint`]: checksummed,
+//!   atomic, written in parallel, the last `output.checkpoints_kept` kept as `checkpoint.bin.1`
+//!   or `checkpoint.manifest.1` ...; every `output.checkpoint_every` steps, every
 //!   `output.checkpoint_wall_minutes`, at the end and when a signal stops the run; each after a
 //!   diagnostics row of its step that passed the checks);
 //! * `run.json` (written by the binary: what produced the directory);
@@ -20,9 +22,11 @@
 //!
 //! Under MPI ([`run`] with any [`vortex_domain::Comm`]) every rank steps its own particles (see
 //! [`crate::parallel`]) and rank 0 writes every file but the particle snapshots (each rank
-//! writes its piece `particles_STEP_pRANK.vtp`, rank 0 the `particles_STEP.pvtp`); the outputs do not depend on the number of
+//! writes its piece `particles_STEP_pRANK.vtp`, rank 0 the `particles_STEP.pvtp`) and the
+//! checkpoints' pieces; the outputs do not depend on the number of
 //! ranks beyond round-off, and a checkpoint written with `R` ranks continues with any other
-//! number. A restart continues from a checkpoint bit for bit (same number of ranks); rows of
+//! number (`--restart` takes the checkpoint, the manifest or the output directory). A restart
+//! continues from a checkpoint bit for bit (same number of ranks); rows of
 //! `diagnostics.csv` and `timing.csv` after the checkpoint's step are replaced. A blow-up
 //! (non-finite state or field, energy above `output.energy_growth_limit` times its initial value,
 //! an energy that rises in the decaying flow by more than `output.energy_rise_limit`
@@ -33,7 +37,8 @@
 //! SIGINT/SIGTERM/SIGUSR1 (the flag of `vortex_spectral::durable`) end the run after the current step
 //! with a checkpoint ([`RunSummary::interrupted`]).
 
-use crate::checkpoint::{self, Checkpoint};
+use crate::checkpoint::{read_restart, CheckpointWriter, Restart};
+use crate::collective::LocalState;
 use crate::config::{Config, SnapshotFormat};
 use crate::diagnostics::{self, Diagnostics, RowTimes, CSV_HEADER};
 use crate::energy_check::{EnergyMonitor, Verdict as EnergyVerdict};
@@ -41,7 +46,6 @@ use crate::error::{Error, Result};
 use crate::health::{self, Verdict};
 use crate::parallel::{agree, check_same, DistSimulation};
 use crate::simulator::Simulator;
-use crate::stepping::State;
 use crate::vtp;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::Write;
@@ -219,7 +223,7 @@ impl RunSummary {
         if self.steps == 0 {
             return format!(
                 "no step taken (--steps 0): the state at t = {:.4} is in the outputs (diagnostics \
-                 row, checkpoint.bin); {} particles, energy {:.6e}, enstrophy {:.6e}; outputs in {}",
+                 row, checkpoint); {} particles, energy {:.6e}, enstrophy {:.6e}; outputs in {}",
                 self.t,
                 self.n_particles,
                 self.last.energy,
@@ -271,7 +275,7 @@ pub fn host_build<'c, B: Backend + 'c>(
 }
 
 fn csv_rows_before(path: &Path, step: u64) -> Result<Vec<String>> {
-    let text = match std::fs::read_to_string(path) {
+    let text = match vortex_spectral::inputs::read_own_text(path, "CSV of the run") {
         Ok(t) => t,
         Err(_) => return Ok(vec![]),
     };
@@ -292,7 +296,7 @@ fn csv_rows_before(path: &Path, step: u64) -> Result<Vec<String>> {
 
 /// `(step, t, energy)` of every row of a `diagnostics.csv` (none if it cannot be read).
 fn energy_rows(path: &Path) -> Vec<(u64, f64, f64)> {
-    let Ok(text) = std::fs::read_to_string(path) else {
+    let Ok(text) = vortex_spectral::inputs::read_own_text(path, "CSV of the run") else {
         return vec![];
     };
     let mut lines = text.lines();
@@ -350,6 +354,8 @@ fn open_outputs(out: &Path, restart: bool, start_step: u64) -> Result<Outputs> {
     })
 }
 
+/// Prepares the output directory for `mode`; a restart only into the directory of its
+/// checkpoint `restart` (the file read). Rank 0.
 fn setup_out(out: &Path, config: &Config, mode: OutMode, restart: Option<&Path>) -> Result<()> {
     durable::prepare_out(out, mode).map_err(|e| Error::OutDir(e.to_string()))?;
     if let Some(ck) = restart {
@@ -362,8 +368,9 @@ fn setup_out(out: &Path, config: &Config, mode: OutMode, restart: Option<&Path>)
 }
 
 /// How a run's simulation is made on every rank: from the configuration (a fresh start,
-/// `None`) or from a checkpoint's global state (`Some(state)`: rank 0's, `None` elsewhere).
-pub type Build<'c> = Box<dyn FnOnce(Config, Option<Option<State>>) -> Result<Simulation<'c>> + 'c>;
+/// `None`) or from a checkpoint (`Some(part)`: this rank's part of its state, the global ids
+/// `n r / R .. n (r + 1) / R`, whatever number of ranks wrote it).
+pub type Build<'c> = Box<dyn FnOnce(Config, Option<LocalState>) -> Result<Simulation<'c>> + 'c>;
 
 /// The simulation a run drives: one whose ranks hold their own particles on the host (each
 /// rank writes its piece of a particle snapshot, nothing is gathered) or any other
@@ -474,6 +481,9 @@ impl RunLoop<'_> {
             run.check_health(step)?;
             let due = run.due(step);
             let mut io = PhaseIo::default();
+            if due.written {
+                run.finish_checkpoint(&mut io)?;
+            }
             if due.diagnostics {
                 run.diagnostics(step, due.snapshot, &mut io)?;
             }
@@ -483,7 +493,7 @@ impl RunLoop<'_> {
                 io.io += t.elapsed().as_secs_f64();
             }
             if due.checkpoint {
-                run.checkpoint(step, due.last, &mut io)?;
+                run.checkpoint(due.last, &mut io)?;
             }
             run.interrupted = due.signal;
             if let (Some(sig), 0) = (due.signal, comm.rank()) {
@@ -524,6 +534,8 @@ struct Due {
     diagnostics: bool,
     snapshot: bool,
     checkpoint: bool,
+    /// The checkpoint being written is on disk on every rank (its manifest is due).
+    written: bool,
 }
 
 /// Where a run writes and from what it starts.
@@ -566,6 +578,8 @@ struct RunLoop<'c> {
     loop_start: Instant,
     interrupted: Option<usize>,
     backend_name: String,
+    /// The announced duration, measured as the steps go (rank 0).
+    estimate: Option<vortex_spectral::estimate::Estimate>,
 }
 
 impl<'c> RunLoop<'c> {
@@ -592,13 +606,15 @@ impl<'c> RunLoop<'c> {
         )?;
         // the checkpoint is read and checked before anything is written
         let ck = read_restart(comm, &config, restart)?;
+        let source = ck.as_ref().map(|r| r.source.path().to_path_buf());
         let mode = OutMode::of(restart.is_some(), opts.overwrite);
         let r = if root {
-            setup_out(out, &config, mode, restart).and_then(|_| check_run_memory(&config))
+            setup_out(out, &config, mode, source.as_deref()).and_then(|_| check_run_memory(&config))
         } else {
             Ok(())
         };
         agree(comm, r)?;
+        let writer = CheckpointWriter::new(comm, out, config.output.checkpoints_kept)?;
         let (mut sim, e0) = open_simulation(config, ck, build)?;
         if let Some(r) = sim.take_initial_report() {
             log::info!("initial RBF solve: {}", r.summary());
@@ -609,11 +625,16 @@ impl<'c> RunLoop<'c> {
             .max_steps
             .map_or(cfg.steps(), |k| cfg.steps().min(start_step + k))
             .max(start_step);
-        if root {
-            // the whole run to t_end (also under --steps: a mistyped dt shows at once)
+        // the whole run to t_end (also under --steps: a mistyped dt shows at once), measured
+        // again after the first steps
+        let estimate = root.then(|| {
             let steps = cfg.steps().saturating_sub(start_step);
-            announce(&cfg, steps, sim.n_global(), &sim.describe());
-        }
+            let model = announce(&cfg, steps, sim.n_global(), &sim.describe());
+            vortex_spectral::estimate::Estimate::new(
+                &format!("the run to t_end = {}", cfg.t_end),
+                Some(model),
+            )
+        });
         let outputs = if root {
             open_outputs(out, restart.is_some(), start_step).map(Some)
         } else {
@@ -629,7 +650,7 @@ impl<'c> RunLoop<'c> {
                 }
             }
         }
-        let last_ck = match restart {
+        let last_ck = match &source {
             Some(p) => format!("{} (step {start_step}, the restart)", p.display()),
             None => String::from("(none written yet)"),
         };
@@ -660,10 +681,10 @@ impl<'c> RunLoop<'c> {
             outputs,
             monitor,
             e0,
-            ck_path: out.join("checkpoint.bin"),
+            ck_path: writer.path(comm.size()),
             last_ck,
             last_ck_wall: Instant::now(),
-            writer: CheckpointWriter::default(),
+            writer,
             warned: false,
             pvd,
             spectra: vec![],
@@ -672,6 +693,7 @@ impl<'c> RunLoop<'c> {
             since_row: PhaseTotals::default(),
             loop_start: Instant::now(),
             interrupted: None,
+            estimate,
         })
     }
 
@@ -716,6 +738,7 @@ impl<'c> RunLoop<'c> {
             (o.checkpoint_wall_minutes > 0.0
                 && self.last_ck_wall.elapsed().as_secs_f64() >= 60.0 * o.checkpoint_wall_minutes)
                 as u8 as f64,
+            self.writer.busy() as u8 as f64,
         ];
         self.comm.allreduce_f64(&mut flags, ReduceOp::Max);
         let signal = (flags[0] > 0.0).then_some(flags[0] as usize);
@@ -733,6 +756,7 @@ impl<'c> RunLoop<'c> {
             diagnostics,
             snapshot: s.snapshot.any() && (s.snapshot.due(step) || last),
             checkpoint,
+            written: self.writer.active() && flags[2] == 0.0,
         }
     }
 
@@ -779,25 +803,30 @@ impl<'c> RunLoop<'c> {
         Ok(())
     }
 
-    /// The checkpoint of the current state, written by a thread of rank 0 (the previous one
-    /// finished first); at the end of the run it is on disk before the outcome is reported.
-    /// Collective.
-    fn checkpoint(&mut self, step: u64, last: bool, io: &mut PhaseIo) -> Result<()> {
+    /// Waits for the checkpoint being written (with pieces: every rank's, then rank 0 writes
+    /// the manifest); it becomes the last good one. Collective.
+    fn finish_checkpoint(&mut self, io: &mut PhaseIo) -> Result<()> {
         let tio = Instant::now();
         if let Some(done) = self.writer.finish(self.comm)? {
             self.last_ck = done;
         }
-        let state = self.sim.gather_state()?;
-        let ck = state.map(|s| Checkpoint::new(&self.cfg, self.e0.unwrap_or(f64::NAN), s));
-        let kept = self.cfg.output.checkpoints_kept;
-        self.writer.start(ck, &self.ck_path, kept, step);
+        io.io += tio.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    /// The checkpoint of the current state, written by a thread of every rank (the previous
+    /// one finished first, [`CheckpointWriter`]); at the end of the run it is on disk before
+    /// the outcome is reported. Collective.
+    fn checkpoint(&mut self, last: bool, io: &mut PhaseIo) -> Result<()> {
+        self.finish_checkpoint(io)?;
+        let tio = Instant::now();
+        let e0 = self.e0.unwrap_or(f64::NAN);
+        self.writer.start(self.comm, &mut *self.sim, e0)?;
+        io.io += tio.elapsed().as_secs_f64();
         if last {
-            if let Some(done) = self.writer.finish(self.comm)? {
-                self.last_ck = done;
-            }
+            self.finish_checkpoint(io)?;
         }
         self.last_ck_wall = Instant::now();
-        io.io += tio.elapsed().as_secs_f64();
         Ok(())
     }
 
@@ -821,6 +850,10 @@ impl<'c> RunLoop<'c> {
             .check_finite(&self.last_ck)
             .inspect_err(|_| self.bar.abandon())?;
         let s = self.sim.step_index();
+        if let Some(e) = self.estimate.as_mut() {
+            let total = self.cfg.steps().saturating_sub(self.start_step).max(1);
+            e.progress((s - self.start_step) as f64 / total as f64);
+        }
         let ph = self.sim.phases();
         let d = |a: f64, b: f64| (a - b).max(0.0);
         let mut row = [
@@ -863,8 +896,12 @@ impl<'c> RunLoop<'c> {
         }
         let cfg = &self.cfg;
         if let (Some(o), true) = (&self.outputs, cfg.output.plots && cfg.domain.periodic) {
-            let png = self.out.join("energy.png");
-            plot(&o.csv_path, &png, cfg, &self.spectra, &self.out);
+            // on a thread: a signal ends the wait for the figures
+            let (csv, png) = (o.csv_path.clone(), self.out.join("energy.png"));
+            let (cfg, spectra, out) = (cfg.clone(), self.spectra.clone(), self.out.clone());
+            durable::unless_interrupted("the figures", move || {
+                plot(&csv, &png, &cfg, &spectra, &out)
+            });
         }
         let steps = self.sim.step_index() - self.start_step;
         RunSummary {
@@ -885,72 +922,39 @@ impl<'c> RunLoop<'c> {
 }
 
 /// Logs the step count of the run and its estimated duration before the first step (a warning
-/// for a long one, `vortex_spectral::durable::announce_steps`): a rough model of the step,
-/// about 2e-8 s per particle on a GPU and 3e-6 s per particle and thread on the CPU (FMM,
-/// two evaluations per AB2/Heun step, re-interpolation), plus 1 ms.
-fn announce(cfg: &Config, steps: u64, n: usize, backend: &str) {
-    let per_particle = if backend.contains("cuda") || backend.contains("GPU") {
-        2e-8
+/// for a long one, `vortex_spectral::durable::announce_steps`); returns the estimate in
+/// seconds. A rough model of the step (FMM, two evaluations per AB2/Heun step,
+/// re-interpolation, diagnostics), fitted to runs on a 2-core CPU (Taylor-Green 8^3 and 16^3,
+/// a ring of 55,000 particles: 0.6 to 8 s a step) and to the 256^3 step on an H100
+/// (BENCHMARKS.md): 4e-4 s per particle and thread on the CPU, plus 1 thread-second a step in a
+/// periodic box (the image sums and the diagnostics grid); 6e-8 s per particle on a GPU. The
+/// run measures itself after the first steps and announces again when this is off
+/// ([`vortex_spectral::estimate::Estimate`]).
+fn announce(cfg: &Config, steps: u64, n: usize, backend: &str) -> f64 {
+    let s_per_step = if backend.contains("cuda") || backend.contains("GPU") {
+        1e-2 + n as f64 * 6e-8
     } else {
-        3e-6 / rayon::current_num_threads() as f64
+        let threads = rayon::current_num_threads() as f64;
+        let fixed = if cfg.domain.periodic { 1.0 } else { 0.01 };
+        (fixed + n as f64 * 4e-4) / threads
     };
-    let s_per_step = 1e-3 + n as f64 * per_particle;
     durable::announce_steps(
         &format!("the run to t_end = {} with dt = {}", cfg.t_end, cfg.dt),
         steps as f64,
         s_per_step,
-    );
-}
-
-/// The checkpoint `restart` (read on rank 0: `Some(Some(ck))` there, `Some(None)` elsewhere;
-/// `None` for a fresh start), refused when the configuration changed or when `t_end` is at or
-/// before its time (nothing would be run). Collective.
-fn read_restart(
-    comm: &dyn Comm,
-    config: &Config,
-    restart: Option<&Path>,
-) -> Result<Option<Option<Checkpoint>>> {
-    let Some(p) = restart else {
-        return Ok(None);
-    };
-    let ck = if comm.rank() == 0 {
-        checkpoint::read_for(p, config).and_then(|ck| {
-            if ck.state.step >= config.steps() {
-                return Err(Error::Checkpoint {
-                    path: p.to_path_buf(),
-                    msg: format!(
-                        "t_end = {} (step {}) is at or before the checkpoint's time t = {} (step \
-                         {}): nothing to run; raise t_end to continue",
-                        config.t_end,
-                        config.steps(),
-                        ck.state.step as f64 * config.dt,
-                        ck.state.step
-                    ),
-                });
-            }
-            log::info!("restart from {} at step {}", p.display(), ck.state.step);
-            Ok(Some(ck))
-        })
-    } else {
-        Ok(None)
-    };
-    agree(comm, ck).map(Some)
+    )
 }
 
 /// The simulation of a run on every rank, fresh or from the checkpoint of [`read_restart`],
 /// with the initial energy the checkpoint carries. Collective.
 fn open_simulation<'c>(
     config: Config,
-    ck: Option<Option<Checkpoint>>,
+    restart: Option<Restart>,
     build: Build<'c>,
 ) -> Result<(Simulation<'c>, Option<f64>)> {
-    match ck {
+    match restart {
         None => Ok((build(config, None)?, None)),
-        Some(Some(ck)) => Ok((
-            build(config, Some(Some(ck.state)))?,
-            Some(ck.initial_energy),
-        )),
-        Some(None) => Ok((build(config, Some(None))?, None)),
+        Some(r) => Ok((build(config, Some(r.local))?, Some(r.initial_energy))),
     }
 }
 
@@ -1010,13 +1014,6 @@ impl Schedules {
             interval,
             dt: cfg.dt,
         };
-        if o.spectra && cfg.domain.periodic && cfg.dt < 1e-4 {
-            log::warn!(
-                "dt = {} < 1e-4: spectra of successive diagnostics rows may share a file name \
-                 (spectrum_TTTTT.TTTT.csv keeps 4 decimals of the time)",
-                cfg.dt
-            );
-        }
         Schedules {
             diagnostics: s(o.diagnostics_every, o.diagnostics_interval),
             snapshot: s(o.snapshot_every, o.snapshot_interval),
@@ -1024,6 +1021,10 @@ impl Schedules {
         }
     }
 }
+
+/// The smallest initial energy a run accepts: below it the diagnostics' products (enstrophy,
+/// spectra, their ratios) underflow.
+pub const MIN_ENERGY: f64 = 1e-30;
 
 /// The energy checks of a diagnostics row: a decaying flow's energy may not rise
 /// ([`EnergyMonitor`]; a warning, then an error) nor exceed `energy_growth_limit` times the
@@ -1036,6 +1037,14 @@ fn check_energy(
     cfg: &Config,
     last_ck: &str,
 ) -> Result<()> {
+    if e0.is_none() && !(d.energy >= MIN_ENERGY && d.energy.is_finite()) {
+        return Err(Error::Other(format!(
+            "the initial field's energy is {:e} (step {step}): not a finite value of at least \
+             {MIN_ENERGY:e}, so every diagnostic of the run would be 0 or NaN; check the scale \
+             of [initial] (circulation, strength, energy, re_lambda with nu)",
+            d.energy
+        )));
+    }
     let e_ref = *e0.get_or_insert(d.energy);
     let blow_up = |what: String| Error::BlowUp {
         step,
@@ -1081,47 +1090,6 @@ fn report_row(
         log::info!("{msg} ETA {eta:.0} s");
     } else {
         bar.println(msg);
-    }
-}
-
-/// Writes checkpoints on a thread of rank 0 while the run goes on (the step never waits for
-/// the disk, only for the copy of the state to the host): one write at a time, finished
-/// before the next one starts and before the run ends; its outcome agreed over the ranks.
-#[derive(Default)]
-struct CheckpointWriter {
-    pending: Option<(std::thread::JoinHandle<Result<()>>, String)>,
-    /// Every rank: a write was started and not yet finished (the agreement is collective).
-    active: bool,
-}
-
-impl CheckpointWriter {
-    /// Starts writing `ck` (rank 0's; `None` elsewhere) to `path`, keeping `keep` files.
-    fn start(&mut self, ck: Option<Checkpoint>, path: &Path, keep: usize, step: u64) {
-        if let Some(ck) = ck {
-            let p = path.to_path_buf();
-            let name = format!("{} (step {step})", path.display());
-            let h = std::thread::spawn(move || checkpoint::write_kept(&p, &ck, keep));
-            self.pending = Some((h, name));
-        }
-        self.active = true;
-    }
-
-    /// Waits for the write in progress; returns the name of the checkpoint it completed.
-    /// Collective when a write was started.
-    fn finish(&mut self, comm: &dyn Comm) -> Result<Option<String>> {
-        if !self.active {
-            return Ok(None);
-        }
-        self.active = false;
-        let r = match self.pending.take() {
-            Some((h, name)) => match h.join() {
-                Ok(r) => r.map(|_| Some(name)),
-                Err(_) => Err(Error::Other("the checkpoint writer panicked".into())),
-            },
-            None => Ok(None),
-        };
-        let name = agree(comm, r)?;
-        Ok(name)
     }
 }
 
@@ -1214,10 +1182,8 @@ fn write_diag_row(
     writeln!(o.csv, "{}", d.csv_row(row.rt)).map_err(Error::io(&o.csv_path))?;
     o.csv.flush().map_err(Error::io(&o.csv_path))?;
     if let (Some(spec), true) = (&d.spectrum, cfg.output.spectra) {
-        diagnostics::write_spectrum(
-            &out.join(vortex_spectral::io::spectrum_file_name(d.t)),
-            spec,
-        )?;
+        let name = vortex_spectral::io::spectrum_file_name_with(d.t, spectrum_decimals(cfg.dt));
+        diagnostics::write_spectrum(&out.join(name), spec)?;
         spectra.push((d.t, spec.clone()));
     }
     if row.snapshot {
@@ -1233,6 +1199,17 @@ fn write_diag_row(
     Ok(())
 }
 
+/// Decimals of the time in the spectra's file names: 4 (`spectrum_TTTTT.TTTT.csv`, as
+/// `vortex spectral` names them) unless steps of `dt` are that close; then enough that two
+/// rows, at least one step apart, never share a name.
+fn spectrum_decimals(dt: f64) -> usize {
+    if dt > 1e-4 * (1.0 + 1e-9) {
+        4
+    } else {
+        (-dt.log10()).floor() as usize + 1
+    }
+}
+
 fn plot(
     csv_path: &Path,
     energy_png: &Path,
@@ -1240,29 +1217,27 @@ fn plot(
     spectra: &[(f64, Vec<(f64, f64)>)],
     out: &Path,
 ) {
-    let rows: Vec<(f64, f64, f64)> = match std::fs::read_to_string(csv_path) {
-        Ok(text) => text
-            .lines()
-            .skip(1)
-            .filter_map(|l| {
-                let v: Vec<f64> = l
-                    .split(',')
-                    .take(3)
-                    .filter_map(|x| x.parse().ok())
-                    .collect();
-                (v.len() == 3).then(|| (v[0], v[1], 2.0 * cfg.nu * v[2]))
-            })
-            .collect(),
+    use vortex_spectral::plot::{History, Spectra};
+    let rows = match diagnostics::read_history(csv_path) {
+        Ok(rows) => rows,
         Err(e) => {
-            log::warn!("energy plot: {}: {e}", csv_path.display());
+            log::warn!("energy plot: {e}");
             return;
         }
     };
-    if let Err(e) = vortex_spectral::plot::plot_energy(energy_png, &rows) {
+    let label = crate::comparison::VORTEX;
+    let h = History {
+        label,
+        rows: &rows,
+        nu: cfg.nu,
+    };
+    if let Err(e) = vortex_spectral::plot::plot_energy(energy_png, &h, None) {
         log::warn!("energy plot: {e}");
     }
     if !spectra.is_empty() {
-        if let Err(e) = vortex_spectral::plot::plot_spectra(&out.join("spectra.png"), spectra) {
+        let s = Spectra { label, spectra };
+        let png = out.join("spectra.png");
+        if let Err(e) = vortex_spectral::plot::plot_spectra(&png, &s, None, cfg.nu) {
             log::warn!("spectra plot: {e}");
         }
     }

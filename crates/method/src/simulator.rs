@@ -2,8 +2,10 @@
 //! the particles of the ranks on the host ([`crate::parallel::DistSimulation`]) or one GPU for
 //! the whole run (the `vortex-resident` crate). The loop decides when to take diagnostics, snapshots
 //! and checkpoints, checks the step's health and the energy, and writes the outputs; the
-//! implementor takes the steps and hands out the state on rank 0 when asked.
+//! implementor takes the steps and hands out the state when asked (each rank its part for the
+//! pieces of a checkpoint, or the whole on rank 0).
 
+use crate::collective::LocalState;
 use crate::config::Config;
 use crate::diagnostics::Diagnostics;
 use crate::error::Result;
@@ -36,8 +38,15 @@ pub trait Simulator {
         -> Result<Option<Diagnostics>>;
     /// The particles in global-id order with their velocities (snapshots).
     fn snapshot(&mut self) -> Result<Option<(Particles, Vec<[f64; 3]>)>>;
-    /// The global state in global-id order (what a checkpoint holds).
-    fn gather_state(&mut self) -> Result<Option<State>>;
+    /// This rank's part of the state with the global ids of its particles (what its piece of
+    /// a checkpoint holds). Not collective.
+    fn local_state(&mut self) -> Result<LocalState>;
+    /// The global state in global-id order (what a one-rank checkpoint holds).
+    fn gather_state(&mut self) -> Result<Option<State>> {
+        let local = self.local_state();
+        let local = crate::collective::agree(self.comm(), local)?;
+        Ok(local.into_global(self.comm()))
+    }
     /// One time step: the update and the re-interpolation when due.
     fn step(&mut self) -> Result<StepReport>;
     /// Refuses a non-finite position, strength or core radius (naming the particle).

@@ -158,7 +158,7 @@ pub fn write_pvtp(path: &Path, pieces: &[String], with_velocity: bool) -> Result
 
 /// The piece file names of a `.pvtp` written by [`write_pvtp`] (empty when absent).
 pub fn read_pvtp(path: &Path) -> Vec<String> {
-    let Ok(text) = std::fs::read_to_string(path) else {
+    let Ok(text) = vortex_spectral::inputs::read_own_text(path, "VTK collection") else {
         return vec![];
     };
     text.lines()
@@ -187,7 +187,7 @@ pub fn write_pvd(path: &Path, entries: &[(f64, String)]) -> Result<()> {
 
 /// The entries of an existing `.pvd` written by [`write_pvd`] (empty when absent or unreadable).
 pub fn read_pvd(path: &Path) -> Vec<(f64, String)> {
-    let Ok(text) = std::fs::read_to_string(path) else {
+    let Ok(text) = vortex_spectral::inputs::read_own_text(path, "VTK collection") else {
         return vec![];
     };
     let attr = |l: &str, k: &str| -> Option<String> {

@@ -11,7 +11,7 @@
 
 use crate::kernels::{per_element, Kernels};
 use cudarc::cufft::{result as cufft_result, sys as cufft_sys, CudaFft};
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use std::sync::Arc;
 use vortex_cuda::{GpuError, GpuResult};
 
@@ -155,17 +155,8 @@ impl Fourier {
         self.check_len(field)?;
         let scale = 1.0 / (c * self.n.pow(3) as f64);
         let (n_i, clen_i) = (self.n as i32, self.clen as i64);
-        let mut b = s.launch_builder(&k.solve_fourier);
-        b.arg(&mut self.spec)
-            .arg(&n_i)
-            .arg(&clen_i)
-            .arg(inv_eig)
-            .arg(&scale);
-        // SAFETY: r_solve_fourier(double2* spec, int n, long long clen, const double* inv_eig,
-        // double scale): the arguments in this order and of these types; spec holds 3 clen complex
-        // (6 clen doubles), clen = n^2 (n/2 + 1), inv_eig n doubles (indices kx, ky < n and kz <=
-        // n/2); one thread per coefficient, threads t >= clen return.
-        unsafe { b.launch(per_element(self.clen)) }?;
+        let cfg = per_element(self.clen);
+        k.solve_fourier(s, cfg, &mut self.spec, n_i, clen_i, inv_eig, scale)?;
         self.inverse(s, field)
     }
 
@@ -185,16 +176,8 @@ impl Fourier {
         let scale = 1.0 / self.n.pow(3) as f64;
         let inv_kscale = l / (2.0 * std::f64::consts::PI);
         let (n_i, clen_i) = (self.n as i32, self.clen as i64);
-        let mut b = s.launch_builder(&k.biot_savart_fourier);
-        b.arg(&mut self.spec)
-            .arg(&n_i)
-            .arg(&clen_i)
-            .arg(&inv_kscale)
-            .arg(&scale);
-        // SAFETY: r_biot_savart_fourier(double2* spec, int n, long long clen, double inv_kscale,
-        // double scale): the arguments in this order and of these types; spec holds 3 clen complex,
-        // clen = n^2 (n/2 + 1); threads t >= clen return.
-        unsafe { b.launch(per_element(self.clen)) }?;
+        let cfg = per_element(self.clen);
+        k.biot_savart_fourier(s, cfg, &mut self.spec, n_i, clen_i, inv_kscale, scale)?;
         if physical {
             // cuFFT's C2R overwrites its input: the statistics come from a copy
             let keep = s.clone_dtod(&self.spec)?;
@@ -215,31 +198,15 @@ impl Fourier {
         let blocks = self.clen.div_ceil(threads).clamp(1, 1024);
         let mut partial = s.alloc_zeros::<f64>(blocks * width)?;
         let (n_i, clen_i, ns_i) = (n as i32, self.clen as i64, nshell as i32);
-        let mut b = s.launch_builder(&k.spectrum_partial);
-        b.arg(&self.spec)
-            .arg(&n_i)
-            .arg(&clen_i)
-            .arg(&ns_i)
-            .arg(&mut partial);
         let cfg = cudarc::driver::LaunchConfig {
             grid_dim: (blocks as u32, 1, 1),
             block_dim: (threads as u32, 1, 1),
             shared_mem_bytes: ((nshell + 2 * threads) * 8) as u32,
         };
-        // SAFETY: r_spectrum_partial(const double2* spec, int n, long long clen, int nshell,
-        // double* partial): the arguments in this order and of these types; spec holds 3 clen
-        // complex, partial blocks (nshell + 2) doubles; the dynamic shared memory is the nshell + 2
-        // blockDim.x doubles the kernel uses, blockDim.x = 256 a power of two (its tree); a
-        // grid-stride loop covers every t < clen.
-        unsafe { b.launch(cfg) }?;
+        k.spectrum_partial(s, cfg, &self.spec, n_i, clen_i, ns_i, &mut partial)?;
         let mut out = s.alloc_zeros::<f64>(width)?;
         let (nb_i, w_i) = (blocks as i32, width as i32);
-        let mut b = s.launch_builder(&k.sum_partials);
-        b.arg(&partial).arg(&nb_i).arg(&w_i).arg(&mut out);
-        // SAFETY: r_sum_partials(const double* partial, int nblocks, int width, double* out): the
-        // arguments in this order and of these types; partial holds blocks width doubles, out
-        // width; threads i >= width return.
-        unsafe { b.launch(per_element(width)) }?;
+        k.sum_partials(s, per_element(width), &partial, nb_i, w_i, &mut out)?;
         let v = s.clone_dtoh(&out)?;
         Ok(GridSpectrum {
             shells: v[..nshell].to_vec(),

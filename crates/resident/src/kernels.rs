@@ -1,8 +1,8 @@
 //! The kernels of `kernels/resident.cu`, compiled by NVRTC at the first use on a device and
-//! kept as one set of function handles.
+//! kept as one set of function handles ([`Kernels`], launched through its typed methods), and
+//! the launch shapes they expect.
 
-use cudarc::driver::{CudaFunction, LaunchConfig};
-use vortex_cuda::{GpuDevice, GpuResult};
+use cudarc::driver::LaunchConfig;
 
 /// `kernels/resident.cu` (with `kernels/common.cuh`), embedded in the binary.
 pub use vortex_cuda::RESIDENT;
@@ -18,50 +18,9 @@ pub const NSLOT: usize = 30;
 /// Elements per block of the scan (`SCAN_THREADS`).
 pub const SCAN_THREADS: u32 = 1024;
 
-macro_rules! kernel_set {
-    ($($name:ident),* $(,)?) => {
-        /// Function handles of every kernel of the module.
-        pub struct Kernels {
-            $(pub $name: CudaFunction,)*
-        }
-        impl Kernels {
-            /// Compiles (once per device) and loads the module.
-            pub fn load(dev: &GpuDevice) -> GpuResult<Self> {
-                Ok(Self {
-                    $($name: dev.function(&RESIDENT, &[], concat!("r_", stringify!($name)))?,)*
-                })
-            }
-        }
-    };
-}
-
-kernel_set!(
-    moments,
-    moments_finish,
-    pack,
-    fields,
-    first_nonfinite,
-    rates,
-    ab2,
-    axpy,
-    spread,
-    tidy,
-    bin_count,
-    scan_blocks,
-    scan_sums,
-    scan_apply,
-    bin_scatter,
-    bin_sort,
-    bin_gather,
-    gauss_lattice,
-    solve_fourier,
-    biot_savart_fourier,
-    lattice_particles,
-    spectrum_partial,
-    sum_partials,
-    slab_owner,
-    gather_rows,
-);
+/// Function handles of every kernel of the module, with one typed launch method per kernel
+/// (the table of `vortex_cuda::launch::resident`).
+pub use vortex_cuda::launch::Resident as Kernels;
 
 /// One thread per element of `n`.
 pub fn per_element(n: usize) -> LaunchConfig {

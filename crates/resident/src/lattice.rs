@@ -9,7 +9,7 @@
 
 use crate::kernels::{per_element, Kernels, SCAN_THREADS};
 use crate::state::DeviceParticles;
-use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig};
 use std::sync::Arc;
 use vortex_cuda::{GpuError, GpuResult};
 use vortex_method::reinterpolation::Lattice;
@@ -60,27 +60,11 @@ pub fn scan(
     let nb = m.div_ceil(SCAN_THREADS as usize).max(1);
     let mut sums = s.alloc_zeros::<i32>(nb + 1)?;
     let (m_i, nb_i) = (m as i32, nb as i32);
-    let mut b = s.launch_builder(&k.scan_blocks);
-    b.arg(counts).arg(&m_i).arg(&mut sums);
-    // SAFETY: r_scan_blocks(const int* counts, int m, int* block_sums): the arguments in this order
-    // and of these types; counts holds m ints (the caller's), sums nb + 1 for the nb = ceil(m /
-    // SCAN_THREADS) blocks of SCAN_THREADS threads (the size of the kernel's shared array);
-    // elements i >= m count as zero.
-    unsafe { b.launch(cfg(nb, SCAN_THREADS)) }?;
-    let mut b = s.launch_builder(&k.scan_sums);
-    b.arg(&mut sums).arg(&nb_i);
-    // SAFETY: r_scan_sums(int* bs, int nb): the arguments in this order and of these types; sums
-    // holds nb + 1 ints (bs[nb] gets the total); one block of SCAN_THREADS threads, the size of its
-    // shared array.
-    unsafe { b.launch(cfg(1, SCAN_THREADS)) }?;
-    let mut b = s.launch_builder(&k.scan_apply);
-    b.arg(counts).arg(&m_i).arg(&sums).arg(starts);
-    // SAFETY: r_scan_apply(const int* counts, int m, const int* block_sums, int* starts): the
-    // arguments in this order and of these types; counts holds m ints, sums nb + 1 (gridDim.x =
-    // nb), starts m + 1 (the caller's contract); the same nb blocks of SCAN_THREADS threads as the
-    // first launch, elements i >= m written nowhere.
-    unsafe { b.launch(cfg(nb, SCAN_THREADS)) }?;
-    Ok(())
+    // nb blocks of SCAN_THREADS (the size of the kernel's shared array), then one
+    let blocks = cfg(nb, SCAN_THREADS);
+    k.scan_blocks(s, blocks, counts, m_i, &mut sums)?;
+    k.scan_sums(s, cfg(1, SCAN_THREADS), &mut sums, nb_i)?;
+    k.scan_apply(s, blocks, counts, m_i, &sums, starts)
 }
 
 /// Which axes of a lattice wrap (bits 0, 1, 2 for x, y, z: the `periodic` argument of the
@@ -165,25 +149,23 @@ pub fn bin_rows(
     let [nx, ny, nz] = lat.dims.map(|d| d as i32);
     let (n_i, per) = (n as i32, periodic);
     let o = lat.origin;
-    let mut b = s.launch_builder(&k.bin_count);
-    b.arg(p.pos)
-        .arg(&n_i)
-        .arg(&o[0])
-        .arg(&o[1])
-        .arg(&o[2])
-        .arg(&lat.h);
-    b.arg(&nx)
-        .arg(&ny)
-        .arg(&nz)
-        .arg(&per)
-        .arg(&mut cell)
-        .arg(&mut counts);
-    // SAFETY: r_bin_count(const double* pos, int n, double ox, oy, oz, double h, int nx, ny, nz,
-    // int periodic (axis bits), int* cell, int* counts): the arguments in this order and of these
-    // types; pos
-    // holds 3 n doubles, cell n ints, counts nx ny nz = ncell (the kernel's cell indices stay below
-    // it: clamped or wrapped); threads i >= n return.
-    unsafe { b.launch(per_element(n)) }?;
+    // counts: nx ny nz = ncell (the kernel's cell indices stay below it: clamped or wrapped)
+    k.bin_count(
+        s,
+        per_element(n),
+        p.pos,
+        n_i,
+        o[0],
+        o[1],
+        o[2],
+        lat.h,
+        nx,
+        ny,
+        nz,
+        per,
+        &mut cell,
+        &mut counts,
+    )?;
     sort_into_cells(k, s, p, &cell, counts)
 }
 
@@ -204,34 +186,16 @@ pub fn sort_into_cells(
     let mut fill = counts; // reused as the fill counters
     s.memset_zeros(&mut fill)?;
     let mut order = s.alloc_zeros::<i32>(n.max(1))?;
-    let mut b = s.launch_builder(&k.bin_scatter);
-    b.arg(cell)
-        .arg(&n_i)
-        .arg(&starts)
-        .arg(&mut fill)
-        .arg(&mut order);
-    // SAFETY: r_bin_scatter(const int* cell, int n, const int* starts, int* fill, int* order): the
-    // arguments in this order and of these types; cell and order hold n ints, starts ncell + 1 (the
-    // scan of the counts), fill ncell; starts[c] + fill[c] < starts[c + 1], so every write lands in
-    // order; threads i >= n return.
-    unsafe { b.launch(per_element(n)) }?;
+    // starts[c] + fill[c] < starts[c + 1]: every write lands in order
+    k.bin_scatter(s, per_element(n), cell, n_i, &starts, &mut fill, &mut order)?;
     let nc_i = ncell as i32;
-    let mut b = s.launch_builder(&k.bin_sort);
-    b.arg(&starts).arg(&nc_i).arg(&mut order);
-    // SAFETY: r_bin_sort(const int* starts, int ncell, int* order): the arguments in this order and
-    // of these types; starts holds ncell + 1 ints, order n = starts[ncell]; one thread per cell,
-    // threads c >= ncell return.
-    unsafe { b.launch(per_element(ncell)) }?;
+    k.bin_sort(s, per_element(ncell), &starts, nc_i, &mut order)?;
     let mut sp = s.alloc_zeros::<f64>(4 * n.max(1))?;
     let mut sa = s.alloc_zeros::<f64>(4 * n.max(1))?;
-    let mut b = s.launch_builder(&k.bin_gather);
-    b.arg(&order).arg(&n_i).arg(p.pos).arg(p.alpha).arg(p.sigma);
-    b.arg(&mut sp).arg(&mut sa);
-    // SAFETY: r_bin_gather(const int* order, int n, const double* pos, a, sigma, double4* sp,
-    // double4* sa): the arguments in this order and of these types; order holds n ints (indices
-    // below n), pos and alpha 3 n doubles, sigma n, sp and sa 4 n doubles (n double4); threads j >=
-    // n return.
-    unsafe { b.launch(per_element(n)) }?;
+    let cfg = per_element(n);
+    k.bin_gather(
+        s, cfg, &order, n_i, p.pos, p.alpha, p.sigma, &mut sp, &mut sa,
+    )?;
     Ok(Binned { starts, sp, sa })
 }
 
@@ -303,26 +267,32 @@ pub fn gaussian_sums_at(
         planes.xfast as i32,
     );
     let o = lat.origin;
-    let mut l = s.launch_builder(&k.gauss_lattice);
-    l.arg(&b.sp).arg(&b.sa).arg(&b.starts);
-    l.arg(&o[0]).arg(&o[1]).arg(&o[2]).arg(&lat.h);
-    l.arg(&nx)
-        .arg(&ny)
-        .arg(&nz)
-        .arg(&periodic)
-        .arg(&reach_i)
-        .arg(&cutoff)
-        .arg(&box_length);
-    l.arg(&rmax2).arg(&zf).arg(&zc).arg(&xf).arg(&mut omega);
-    // SAFETY: r_gauss_lattice(const double4* sp, sa, const int* starts, double ox, oy, oz, double
-    // h, int nx, ny, nz, int periodic, int reach, double cutoff, double box_length, double rmax2,
-    // int z_first, int z_count, int xfast, double* omega): the arguments in this order and of
-    // these types; sp and sa hold the binned particles, starts ncell + 1 ints of the same
-    // lattice, omega 3 npts doubles for the npts = nx ny z_count points of the planes (checked
-    // inside the lattice above); along wrapped axes check_reach keeps the visited cells inside
-    // the lattice, along open axes the kernel skips cells beyond it; one thread per point,
-    // threads t >= npts return.
-    unsafe { l.launch(cfg(npts.div_ceil(128), 128)) }?;
+    // omega: 3 npts doubles for the npts = nx ny z_count points of the planes (checked inside
+    // the lattice above); along wrapped axes check_reach keeps the visited cells inside the
+    // lattice, along open axes the kernel skips cells beyond it
+    k.gauss_lattice(
+        s,
+        cfg(npts.div_ceil(128), 128),
+        &b.sp,
+        &b.sa,
+        &b.starts,
+        o[0],
+        o[1],
+        o[2],
+        lat.h,
+        nx,
+        ny,
+        nz,
+        periodic,
+        reach_i,
+        cutoff,
+        box_length,
+        rmax2,
+        zf,
+        zc,
+        xf,
+        &mut omega,
+    )?;
     Ok(omega)
 }
 
@@ -360,16 +330,19 @@ pub fn lattice_particles(
         planes.z_count as i32,
         planes.xfast as i32,
     );
-    let mut b = s.launch_builder(&k.lattice_particles);
-    b.arg(&n_i).arg(&o).arg(&h).arg(&sigma0);
-    b.arg(&zf).arg(&zc).arg(&xf);
-    b.arg(&mut fresh.pos)
-        .arg(&mut fresh.sigma)
-        .arg(&mut fresh.sigma0);
-    // SAFETY: r_lattice_particles(int n, double o, double h, double sigma0, int z_first, int
-    // z_count, int xfast, double* pos, double* sigma, double* s0): the arguments in this order
-    // and of these types; pos holds 3 m doubles, sigma and sigma0 m (allocated above) for the m =
-    // n^2 z_count points; one thread per point, threads t >= m return.
-    unsafe { b.launch(per_element(m)) }?;
+    k.lattice_particles(
+        s,
+        per_element(m),
+        n_i,
+        o,
+        h,
+        sigma0,
+        zf,
+        zc,
+        xf,
+        &mut fresh.pos,
+        &mut fresh.sigma,
+        &mut fresh.sigma0,
+    )?;
     Ok(fresh)
 }

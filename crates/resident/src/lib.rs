@@ -22,6 +22,7 @@ pub mod diagnostics;
 pub mod emulate;
 pub mod fourier;
 pub mod kernels;
+pub mod laps;
 pub mod lattice;
 pub mod reinterpolation;
 pub mod simulation;

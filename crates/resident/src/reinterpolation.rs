@@ -12,6 +12,7 @@
 
 use crate::fourier::{Fourier, GridSpectrum};
 use crate::kernels::Kernels;
+use crate::laps::Laps;
 use crate::lattice::{bin, gaussian_sums, lattice_particles, Planes};
 use crate::spreading::{core_bin, device_bytes, DeviceSpread, Precision};
 use crate::state::{DeviceFields, DeviceParticles};
@@ -144,7 +145,9 @@ impl Reinterpolator {
         let Some(sp) = self.spread.as_mut() else {
             return Ok(None);
         };
+        let mut laps = Laps::new(s, "lattice operator by spreading");
         let (lo, hi) = sp.range(s, &p.sigma, p.n)?;
+        laps.lap("cores");
         if lo.is_nan() || lo < sp.plan.sigma_min * (1.0 - 1e-12) {
             return Err(GpuError::Unsupported(format!(
                 "reinterpolation.sums: a core of {lo:e} is below the smallest core {:e} the \
@@ -170,10 +173,12 @@ impl Reinterpolator {
         }
         let f = fourier_of(&mut self.ffts, s, n)?;
         sp.lattice_spectra(k, s, p.into(), core, f.spectrum_mut())?;
+        laps.lap("spectra");
         let mut field = s.alloc_zeros::<f64>(3 * n * n * n)?;
         let c = (2.0 * std::f64::consts::PI * self.sigma0 * self.sigma0).powf(-1.5);
         let inv_eig = self.inv_eig_exact.as_ref().expect("set above");
         f.solve_rbf_spectrum(k, s, &mut field, inv_eig, c)?;
+        laps.lap("solve");
         Ok(Some(field))
     }
 
@@ -212,7 +217,9 @@ impl Reinterpolator {
         }
         let n = self.n;
         let lat = Lattice::periodic_box(n, self.box_length);
+        let mut laps = Laps::new(s, "lattice operator by direct sums");
         let mut field = self.lattice_vorticity(k, s, p, &lat, sigma_max)?;
+        laps.lap("sums");
         if self.inv_eig.is_none() {
             let e = inverse_eigenvalues(n, lat.h, self.sigma0, self.cutoff, &self.filter)
                 .map_err(|e| GpuError::Unsupported(format!("{e}; lower initial.overlap")))?;
@@ -223,6 +230,7 @@ impl Reinterpolator {
         let r = fourier_of(&mut self.ffts, s, n)?.solve_rbf(k, s, &mut field, &inv_eig, c);
         self.inv_eig = Some(inv_eig);
         r?;
+        laps.lap("solve");
         Ok(field)
     }
 

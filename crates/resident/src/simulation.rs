@@ -16,9 +16,9 @@
 //!
 //! On several ranks each rank holds the particles of its slab ([`crate::slab`]): the moments
 //! are reduced over the ranks, the particles settled on their owners before each evaluation,
-//! the FMM, the re-interpolation and the grid velocity run over the slabs; checkpoints and
-//! snapshots gather the state on rank 0 in global-id order (restartable on any number of
-//! ranks).
+//! the FMM, the re-interpolation and the grid velocity run over the slabs; each rank writes
+//! its particles with their global ids as its piece of a checkpoint, snapshots gather the
+//! state on rank 0 in global-id order (restartable on any number of ranks).
 
 use crate::diagnostics::{spectrum_diagnostics, velocity_field};
 use crate::kernels::{per_element, Kernels, THREADS};
@@ -35,7 +35,7 @@ use vortex_fmm::kernel::INV_4PI;
 use vortex_fmm::periodic::Periodic;
 use vortex_gpu::uniform::{DeviceEvaluator, DeviceSources};
 use vortex_method::diagnostics::Diagnostics;
-use vortex_method::parallel::{agree, gather_particles, gather_state, scatter_state, Phases};
+use vortex_method::parallel::{agree, gather_particles, LocalState, Phases};
 use vortex_method::reinterpolation::history::History;
 use vortex_method::reinterpolation::RbfReport;
 use vortex_method::stepping::{Scheme, State, StepReport, Stepper};
@@ -96,12 +96,13 @@ pub struct ResidentSimulation<'c> {
 
 impl<'c> ResidentSimulation<'c> {
     /// A fresh start (`start = None`: the initial particles built on the host and uploaded)
-    /// or a restart from a checkpoint's state, on visible device `index`.
+    /// or a restart from this rank's part of a checkpoint's state (any distribution over the
+    /// ranks; on one rank in global-id order), on visible device `index`.
     pub fn new(
         comm: &'c dyn Comm,
         config: Config,
         index: usize,
-        start: Option<Option<State>>,
+        start: Option<LocalState>,
     ) -> Result<Self> {
         if let Some(why) = unsupported(&config) {
             return Err(Error::Other(why));
@@ -132,7 +133,17 @@ impl<'c> ResidentSimulation<'c> {
         let reserved = n_max as f64 * DEVICE_BYTES_PER_PARTICLE;
         agree(comm, rbf.prepare(&dev, reserved, ranks))?;
         let fmm = agree(comm, device_engine(comm, &config, index))?;
-        let name = format!("{}, state resident on the device", fmm.describe());
+        let mut name = format!("{}, state resident on the device", fmm.describe());
+        let slab = if ranks > 1 {
+            let choice = config.evaluation.exchange;
+            let x =
+                vortex_exchange::open(comm, s.clone(), choice, vortex_exchange::DEFAULT_TIMEOUT)
+                    .map_err(|e| Error::Other(format!("evaluation.exchange = {choice:?}: {e}")))?;
+            name.push_str(&format!(", device exchange {}", x.transport()));
+            Some(SlabStep::new(x))
+        } else {
+            None
+        };
         Ok(Self {
             comm,
             stepper: Stepper::from_config(&config),
@@ -151,7 +162,7 @@ impl<'c> ResidentSimulation<'c> {
             step: state.step,
             step_reset: state.step_reset,
             reinterpolations: state.reinterpolations,
-            slab: (ranks > 1).then(SlabStep::default),
+            slab,
             phases: Phases::default(),
             initial_report,
             name,
@@ -428,17 +439,17 @@ fn per_rank(n: usize, ranks: usize) -> usize {
 
 /// The state a run starts from on this rank, its global ids, the particles over all ranks and
 /// the report of the initial solve. `start`: `None` a fresh start (the initial particles built
-/// on rank 0), `Some(state)` a restart (the checkpoint's state on rank 0, `None` elsewhere).
-/// On several ranks the state is split by global id; the first evaluation hands each particle
-/// to the owner of its slab. Collective.
+/// on rank 0, split by global id), `Some(part)` a restart (this rank's part of the
+/// checkpoint). On several ranks the first evaluation hands each particle to the owner of its
+/// slab. Collective.
 fn start_state(
     comm: &dyn Comm,
     config: &Config,
-    start: Option<Option<State>>,
+    start: Option<LocalState>,
 ) -> Result<(State, Vec<u64>, usize, Option<RbfReport>)> {
     let root = comm.rank() == 0;
     let (global, report) = match start {
-        Some(st) => (st, None),
+        Some(part) => return Ok((part.state, part.ids, part.n_global, None)),
         None if root => {
             let built = agree(comm, vortex_method::initial::build(config))?;
             let (particles, report) = built;
@@ -456,13 +467,8 @@ fn start_state(
             (None, None)
         }
     };
-    if comm.size() == 1 {
-        let st = global.ok_or_else(|| Error::Other("restart without a state".into()))?;
-        let n = st.particles.len();
-        return Ok((st, (0..n as u64).collect(), n, report));
-    }
-    let (st, ids, n) = scatter_state(comm, global);
-    Ok((st, ids, n, report))
+    let part = LocalState::scatter(comm, global);
+    Ok((part.state, part.ids, part.n_global, report))
 }
 
 impl Simulator for ResidentSimulation<'_> {
@@ -612,7 +618,7 @@ impl Simulator for ResidentSimulation<'_> {
         Ok(g.map(|(p, mut ex)| (p, ex.pop().expect("one field"))))
     }
 
-    fn gather_state(&mut self) -> Result<Option<State>> {
+    fn local_state(&mut self) -> Result<LocalState> {
         let particles = self.p.download(&self.s).map_err(gpu_err("download"))?;
         let previous = match &self.previous {
             Some(f) => Some(f.download(&self.s).map_err(gpu_err("download"))?),
@@ -625,10 +631,11 @@ impl Simulator for ResidentSimulation<'_> {
             previous,
             reinterpolations: self.reinterpolations,
         };
-        if !self.several() {
-            return Ok(Some(local));
-        }
-        Ok(gather_state(self.comm, &self.ids, self.n_global, &local))
+        Ok(LocalState {
+            state: local,
+            ids: self.ids.clone(),
+            n_global: self.n_global,
+        })
     }
 
     fn step(&mut self) -> Result<StepReport> {

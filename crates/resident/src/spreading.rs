@@ -18,14 +18,14 @@
 //! reported, and the caller uses the direct sums.
 
 use crate::kernels::{per_element, Kernels};
+use crate::laps::Laps;
 use crate::lattice::{sort_into_cells, Binned, Rows};
 use cudarc::cufft::{result as cufft_result, sys as cufft_sys, CudaFft};
 use cudarc::driver::sys::CUfunction_attribute_enum;
-use cudarc::driver::{
-    CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use std::sync::Arc;
-use vortex_cuda::{GpuDevice, GpuError, GpuResult, SPREAD};
+use vortex_cuda::launch::Spread;
+use vortex_cuda::{GpuDevice, GpuError, GpuResult};
 use vortex_method::reinterpolation::spreading::SpreadPlan;
 
 /// The smallest tolerance of an `f32` grid: its round-off in the spread, the FFT and the
@@ -95,13 +95,6 @@ pub fn core_bin(lo: f64, hi: f64, tolerance: f64) -> Option<f64> {
     (vhi <= vlo * (1.0 + std::f64::consts::E * tolerance / 2.0)).then(|| (0.5 * (vlo + vhi)).sqrt())
 }
 
-struct Functions {
-    tile_cells: CudaFunction,
-    spread: CudaFunction,
-    fold: CudaFunction,
-    range: CudaFunction,
-}
-
 /// The fine grid and its half spectrum in the plan's precision.
 enum Buffers {
     F32 {
@@ -121,7 +114,7 @@ pub struct DeviceSpread {
     /// Fine points per tile edge.
     pub tile: usize,
     shared: usize,
-    f: Functions,
+    f: Spread,
     fft: CudaFft,
     buf: Buffers,
     /// `d(q)` of the cores used so far (bits of the core, the `m` factors).
@@ -139,17 +132,12 @@ impl DeviceSpread {
         let (m, w) = (plan.design.fine, plan.design.kernel.width);
         let tile = tile_for(m, w, precision);
         let shared = shared_bytes(tile, w, precision);
-        let suffix = match precision {
-            Precision::F32 => "f",
-            Precision::F64 => "d",
+        let f = Spread::load(dev)?;
+        let spread = match precision {
+            Precision::F32 => &f.spread_f,
+            Precision::F64 => &f.spread_d,
         };
-        let f = Functions {
-            tile_cells: dev.function(&SPREAD, &[], "s_tile_cells")?,
-            spread: dev.function(&SPREAD, &[], &format!("s_spread_{suffix}"))?,
-            fold: dev.function(&SPREAD, &[], &format!("s_fold_{suffix}"))?,
-            range: dev.function(&SPREAD, &[], "s_range")?,
-        };
-        f.spread.set_attribute(
+        spread.set_attribute(
             CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             shared as i32,
         )?;
@@ -193,18 +181,14 @@ impl DeviceSpread {
     ) -> GpuResult<(f64, f64)> {
         let blocks = n.div_ceil(THREADS as usize).clamp(1, 1024);
         let mut part = s.alloc_zeros::<f64>(2 * blocks)?;
-        let n_i = n as i32;
-        let mut b = s.launch_builder(&self.f.range);
-        b.arg(x).arg(&n_i).arg(&mut part);
         let cfg = LaunchConfig {
             grid_dim: (blocks as u32, 1, 1),
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: s_range(const double* x, int n, double* part): the arguments in this order and
-        // of these types; x holds at least n doubles (the caller's), part 2 blocks; blockDim.x =
-        // RANGE_THREADS (its shared arrays), a grid-stride loop over i < n.
-        unsafe { b.launch(cfg) }?;
+        // x holds at least n doubles (the caller's), part 2 per block; blockDim.x =
+        // RANGE_THREADS (its shared arrays)
+        self.f.range(s, cfg, x, n as i32, &mut part)?;
         let v = s.clone_dtoh(&part)?;
         let lo = v.iter().step_by(2).copied().fold(f64::INFINITY, f64::min);
         let hi = v
@@ -230,19 +214,21 @@ impl DeviceSpread {
         let mut counts = s.alloc_zeros::<i32>(nt.pow(3))?;
         let g = self.plan.grid();
         let (n_i, m_i, t_i) = (n as i32, m as i32, self.tile as i32);
-        let mut b = s.launch_builder(&self.f.tile_cells);
-        b.arg(p.pos)
-            .arg(&n_i)
-            .arg(&g.origin)
-            .arg(&g.h)
-            .arg(&m_i)
-            .arg(&t_i);
-        b.arg(&mut cell).arg(&mut counts);
-        // SAFETY: s_tile_cells(const double* pos, int n, double origin, double hf, int m, int
-        // tile, int* cell, int* counts): the arguments in this order and of these types; pos
-        // holds 3 n doubles, cell n ints, counts (m / tile)^3 (the kernel's tile indices are
-        // clamped below m / tile per axis); threads i >= n return.
-        unsafe { b.launch(per_element(n)) }?;
+        // pos holds 3 n doubles, cell n ints, counts (m / tile)^3 (the kernel's tile indices
+        // are clamped below m / tile per axis)
+        let cfg = per_element(n);
+        self.f.tile_cells(
+            s,
+            cfg,
+            p.pos,
+            n_i,
+            g.origin,
+            g.h,
+            m_i,
+            t_i,
+            &mut cell,
+            &mut counts,
+        )?;
         sort_into_cells(k, s, p, &cell, counts)
     }
 
@@ -258,29 +244,25 @@ impl DeviceSpread {
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: self.shared as u32,
         };
-        let mut l = s.launch_builder(&self.f.spread);
-        l.arg(&b.sp).arg(&b.sa).arg(&b.starts);
-        l.arg(&m_i).arg(&t_i).arg(&w_i).arg(&kernel.beta);
-        l.arg(&g.origin).arg(&g.h).arg(&c_i);
+        let beta = kernel.beta;
+        let (o, hf) = (g.origin, g.h);
+        // sp and sa hold the particles binned by the (m / tile)^3 tiles of `bin` (starts their
+        // nt^3 + 1 offsets), the grid m^3 values; the dynamic shared memory of `shared_bytes`
+        // is allowed by the attribute set in `new`
         match &mut self.buf {
             Buffers::F32 { grid, .. } => {
                 s.memset_zeros(grid)?;
-                l.arg(grid);
+                self.f.spread_f(
+                    s, cfg, &b.sp, &b.sa, &b.starts, m_i, t_i, w_i, beta, o, hf, c_i, grid,
+                )
             }
             Buffers::F64 { grid, .. } => {
                 s.memset_zeros(grid)?;
-                l.arg(grid);
+                self.f.spread_d(
+                    s, cfg, &b.sp, &b.sa, &b.starts, m_i, t_i, w_i, beta, o, hf, c_i, grid,
+                )
             }
         }
-        // SAFETY: s_spread_f / s_spread_d(const double4* sp, const double4* sa, const int*
-        // starts, int m, int tile, int w, double beta, double origin, double hf, int comp, T*
-        // grid): the arguments in this order and of these types (T the grid's precision, the
-        // kernel of that suffix); sp and sa hold the particles binned by the (m / tile)^3 tiles
-        // of `bin` (starts their nt^3 + 1 offsets), grid m^3 values; one block per tile with the
-        // dynamic shared memory of `shared_bytes` (allowed by the attribute set in `new`), every
-        // grid index wrapped below m^3.
-        unsafe { l.launch(cfg) }?;
-        Ok(())
     }
 
     /// The grid's forward FFT into the half spectrum.
@@ -337,19 +319,13 @@ impl DeviceSpread {
         let d = &self.factors[i].1;
         let mut view = out.slice_mut(2 * comp * clen..2 * (comp + 1) * clen);
         let (m_i, n_i) = (m as i32, n as i32);
-        let mut l = s.launch_builder(&self.f.fold);
+        // spec holds m^2 (m/2 + 1) complex values (the R2C output), d m doubles, the view clen =
+        // n^2 (n/2 + 1) complex (the component's part of the buffer, checked above)
+        let cfg = per_element(clen);
         match &self.buf {
-            Buffers::F32 { spec, .. } => l.arg(spec),
-            Buffers::F64 { spec, .. } => l.arg(spec),
-        };
-        l.arg(&m_i).arg(d).arg(&n_i).arg(&mut view);
-        // SAFETY: s_fold_f / s_fold_d(const T2* spec, int m, const double* d, int n, double2*
-        // out): the arguments in this order and of these types (T2 the grid's complex type);
-        // spec holds m^2 (m/2 + 1) complex values (the R2C output), d m doubles, out clen =
-        // n^2 (n/2 + 1) complex (the component's part of the buffer, checked above); the fine
-        // indices are wrapped below m; one thread per lattice mode, threads t >= clen return.
-        unsafe { l.launch(per_element(clen)) }?;
-        Ok(())
+            Buffers::F32 { spec, .. } => self.f.fold_f(s, cfg, spec, m_i, d, n_i, &mut view),
+            Buffers::F64 { spec, .. } => self.f.fold_d(s, cfg, spec, m_i, d, n_i, &mut view),
+        }
     }
 
     /// The three components' lattice spectra of the particles `p` with the one core `core`
@@ -362,11 +338,19 @@ impl DeviceSpread {
         core: f64,
         out: &mut CudaSlice<f64>,
     ) -> GpuResult<()> {
+        const SPREAD: [&str; 3] = ["spread x", "spread y", "spread z"];
+        const FFT: [&str; 3] = ["FFT x", "FFT y", "FFT z"];
+        const FOLD: [&str; 3] = ["fold x", "fold y", "fold z"];
+        let mut laps = Laps::new(s, "spreading");
         let b = self.bin(k, s, p)?;
+        laps.lap("tiles");
         for comp in 0..3 {
             self.spread(s, &b, comp)?;
+            laps.lap(SPREAD[comp]);
             self.transform(s)?;
+            laps.lap(FFT[comp]);
             self.fold(s, core, out, comp)?;
+            laps.lap(FOLD[comp]);
         }
         Ok(())
     }

@@ -12,12 +12,13 @@ use rand_chacha::ChaCha8Rng;
 use std::f64::consts::PI;
 use vortex_cuda::GpuDevice;
 use vortex_domain::{Comm, ThreadComm};
+use vortex_exchange::{TransportChoice, DEFAULT_TIMEOUT};
 use vortex_method::reinterpolation::filter::LatticeFilter;
 use vortex_resident::fourier::{Fourier, GridSpectrum};
 use vortex_resident::kernels::Kernels;
 use vortex_resident::reinterpolation::inverse_eigenvalues;
 use vortex_resident::slab_fourier::{
-    even_bounds, HostSlabFourier, SlabAxis, SlabFourier, SlabLayout,
+    even_bounds, HostSlabFourier, Ranks, SlabAxis, SlabFourier, SlabLayout,
 };
 
 fn splits(n: usize) -> Vec<Vec<usize>> {
@@ -92,6 +93,9 @@ fn on_device(case: &Case, comm: &dyn Comm, bounds: &[usize]) -> RankResult {
     let layout = SlabLayout::new(case.n, bounds, comm.rank(), case.axis).unwrap();
     let mine = piece(case, &layout);
     let mut fft = SlabFourier::new(&dev, s.clone(), layout).unwrap();
+    // ranks as threads of one process share one GPU: NCCL refuses that, the pinned path runs
+    let mut x =
+        vortex_exchange::open(comm, s.clone(), TransportChoice::Pinned, DEFAULT_TIMEOUT).unwrap();
     let eig = s.clone_htod(case.inv_eig).unwrap();
     // a rank without planes still hands a (one-element) buffer
     let up = |v: &[f64]| -> CudaSlice<f64> {
@@ -103,10 +107,14 @@ fn on_device(case: &Case, comm: &dyn Comm, bounds: &[usize]) -> RankResult {
     };
     let down = |d: &CudaSlice<f64>, len: usize| s.clone_dtoh(d).unwrap()[..len].to_vec();
     let mut f = up(&mine);
-    fft.solve_rbf(comm, &mut f, &eig, case.c).unwrap();
+    let exchange = &mut *x;
+    fft.solve_rbf(Ranks { comm, exchange }, &mut f, &eig, case.c)
+        .unwrap();
     let solved = down(&f, mine.len());
     let mut f = up(&mine);
-    fft.biot_savart(comm, &mut f, case.l, true).unwrap();
+    let exchange = &mut *x;
+    fft.biot_savart(Ranks { comm, exchange }, &mut f, case.l, true)
+        .unwrap();
     let velocity = down(&f, mine.len());
     let spectrum = fft.spectrum(comm).unwrap();
     RankResult {
@@ -266,8 +274,7 @@ fn device_memory_within_the_estimate() {
     }
 }
 
-/// One rank's RBF solve at 256^3 (the transpose staged through the host although nothing
-/// moves) against the one-GPU `Fourier`: the same result, and the times printed.
+/// One rank's RBF solve at 256^3 (the transposes a device copy) against the one-GPU `Fourier`: the same result, and the times printed.
 #[test]
 #[cfg_attr(
     not(feature = "gpu-tests"),
@@ -284,11 +291,22 @@ fn one_rank_time_against_fourier() {
     let layout = SlabLayout::even(n, 1, 0, SlabAxis::X).unwrap();
     let mut slab = SlabFourier::new(&dev, s.clone(), layout).unwrap();
     let comm = vortex_domain::SelfComm;
+    let mut x =
+        vortex_exchange::open(&comm, s.clone(), TransportChoice::Auto, DEFAULT_TIMEOUT).unwrap();
     let mut f1 = s.clone_htod(&omega).unwrap();
     let mut f2 = s.clone_htod(&omega).unwrap();
     // warm-up (plans, modules), then timed
     one.solve_rbf(&k, &s, &mut f1, &eig, c).unwrap();
-    slab.solve_rbf(&comm, &mut f2, &eig, c).unwrap();
+    slab.solve_rbf(
+        Ranks {
+            comm: &comm,
+            exchange: &mut *x,
+        },
+        &mut f2,
+        &eig,
+        c,
+    )
+    .unwrap();
     let (mut t1, mut t2) = (f64::INFINITY, f64::INFINITY);
     for _ in 0..3 {
         f1 = s.clone_htod(&omega).unwrap();
@@ -299,7 +317,16 @@ fn one_rank_time_against_fourier() {
         dev.synchronize().unwrap();
         t1 = t1.min(t.elapsed().as_secs_f64());
         let t = std::time::Instant::now();
-        slab.solve_rbf(&comm, &mut f2, &eig, c).unwrap();
+        slab.solve_rbf(
+            Ranks {
+                comm: &comm,
+                exchange: &mut *x,
+            },
+            &mut f2,
+            &eig,
+            c,
+        )
+        .unwrap();
         dev.synchronize().unwrap();
         t2 = t2.min(t.elapsed().as_secs_f64());
     }

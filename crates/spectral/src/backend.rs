@@ -198,6 +198,7 @@ pub fn new_stepper(config: &Config, choice: Backend) -> Result<Box<dyn Stepper>,
         .validate("config")
         .map_err(|e| SolverError::Invalid(e.to_string()))?;
     let field = crate::solver::initial_field(config);
+    crate::solver::check_initial_energy(config, &field)?;
     stepper_with_field(
         &field,
         config.nu,

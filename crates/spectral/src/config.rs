@@ -296,9 +296,15 @@ impl Config {
     /// Read and validate a configuration file.
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            file: file.clone(),
-            source,
+        let text = crate::inputs::read_config(path).map_err(|e| match e {
+            crate::durable::DurableError::Os { source, .. } => ConfigError::Read {
+                file: file.clone(),
+                source,
+            },
+            e => ConfigError::Parse {
+                file: file.clone(),
+                msg: e.to_string(),
+            },
         })?;
         Self::from_str_named(&text, &file)
     }
@@ -345,8 +351,30 @@ impl Config {
                 "viscosity must be > 0 (set inviscid = true for an Euler run)".into(),
             ));
         }
+        if self.nu > MAX_VELOCITY.powi(2) {
+            return Err(bad(
+                "nu",
+                format!(
+                    "{:e} is above {:e}: no flow in the box [-pi, pi)^3 has such a viscosity",
+                    self.nu,
+                    MAX_VELOCITY.powi(2)
+                ),
+            ));
+        }
         if !(self.t_end.is_finite() && self.t_end >= 0.0) {
             return Err(bad("t_end", format!("must be >= 0, got {}", self.t_end)));
+        }
+        let decay = (-2.0 * self.nu * self.t_end).exp();
+        if decay < MIN_DECAY {
+            return Err(bad(
+                "nu",
+                format!(
+                    "nu = {:e} with t_end = {}: the slowest mode of the box (|k| = 1) decays by \
+                     exp(-2 nu t_end) = {decay:.1e}, below {MIN_DECAY:e}: the energy underflows \
+                     long before t_end; lower nu or t_end",
+                    self.nu, self.t_end
+                ),
+            ));
         }
         match (self.dt, self.cfl) {
             (Some(_), Some(_)) => {
@@ -356,8 +384,27 @@ impl Config {
             (Some(dt), None) if !(dt.is_finite() && dt > 0.0) => {
                 return Err(bad("dt", format!("must be > 0, got {dt}")));
             }
+            (Some(dt), None) if self.t_end / dt > MAX_STEPS => {
+                return Err(bad(
+                    "dt",
+                    format!(
+                        "t_end / dt = {:.3e} steps, more than {MAX_STEPS:e}: no run takes that \
+                         many; check dt and t_end",
+                        self.t_end / dt
+                    ),
+                ));
+            }
             (None, Some(c)) if !(c.is_finite() && c > 0.0) => {
                 return Err(bad("cfl", format!("must be > 0, got {c}")));
+            }
+            (None, Some(c)) if c < MIN_CFL => {
+                return Err(bad(
+                    "cfl",
+                    format!(
+                        "{c:e} is below {MIN_CFL:e}: steps that far below the stability limit \
+                         (about 1) multiply the run time without changing the result"
+                    ),
+                ));
             }
             (None, Some(c)) if c > 1.0 => {
                 log::warn!(
@@ -367,8 +414,11 @@ impl Config {
             _ => {}
         }
         if let Some(d) = self.dt_max {
-            if d.is_nan() || d <= 0.0 {
-                return Err(bad("dt_max", format!("must be > 0, got {d}")));
+            if !(d.is_finite() && d > 0.0) {
+                return Err(bad(
+                    "dt_max",
+                    format!("must be > 0 and finite (leave it out for no limit), got {d}"),
+                ));
             }
         }
         Ok(())
@@ -403,8 +453,16 @@ impl Config {
                 format!("must be >= 0, got {}", self.checkpoint_wall_minutes),
             ));
         }
-        if self.checkpoints_kept == 0 {
-            return Err(bad("checkpoints_kept", "must be at least 1, got 0".into()));
+        if !(1..=crate::durable::MAX_KEPT).contains(&self.checkpoints_kept) {
+            return Err(bad(
+                "checkpoints_kept",
+                format!(
+                    "must lie in 1..={} (each kept checkpoint is a whole copy of the state), \
+                     got {}",
+                    crate::durable::MAX_KEPT,
+                    self.checkpoints_kept
+                ),
+            ));
         }
         if self.energy_growth_limit.is_nan() || self.energy_growth_limit <= 1.0 {
             return Err(bad(
@@ -429,6 +487,28 @@ impl Config {
                      restart with a later t_end writes it)",
                     self.t_end
                 );
+            }
+        }
+        // two times whose files would share a name: the later one replaces the earlier
+        for (key, times, name) in [
+            (
+                "spectrum_times",
+                &self.spectrum_times,
+                crate::io::spectrum_file_name as fn(f64) -> String,
+            ),
+            ("field_times", &self.field_times, |t| {
+                format!("velocity_{}.npy", crate::io::field_time_tag(t))
+            }),
+        ] {
+            if let Some((a, b, f)) = colliding_names(times, name) {
+                return Err(bad(
+                    key,
+                    format!(
+                        "times {a} and {b} would both be written to {f} (file names keep 4 \
+                         decimals of the time): the second would replace the first; give times \
+                         at least 1e-4 apart"
+                    ),
+                ));
             }
         }
         // the steps land on every output time: an interval below the step would shorten every
@@ -468,12 +548,13 @@ impl Config {
         match ini.kind {
             InitialKind::TaylorGreen | InitialKind::TaylorGreen2d => {
                 if let Some(a) = ini.amplitude {
-                    if !(a.is_finite() && a != 0.0 && a.abs() <= MAX_VELOCITY) {
+                    if !(a.abs() >= MIN_VELOCITY && a.abs() <= MAX_VELOCITY) {
                         return Err(bad(
                             "initial.amplitude",
                             format!(
-                                "must be finite, non-zero and at most {MAX_VELOCITY:e} in \
-                                 magnitude (a field of zero energy has no scales), got {a}"
+                                "must be finite and between {MIN_VELOCITY:e} and \
+                                 {MAX_VELOCITY:e} in magnitude (a field of zero or underflowing \
+                                 energy has no scales, and its statistics are 0/0), got {a}"
                             ),
                         ));
                     }
@@ -534,11 +615,15 @@ impl Config {
                             "missing: give energy or re_lambda".into(),
                         ))
                     }
-                    (Some(e), None) if !(e > 0.0 && e <= MAX_VELOCITY.powi(2)) => {
+                    (Some(e), None)
+                        if !(e >= MIN_VELOCITY.powi(2) && e <= MAX_VELOCITY.powi(2)) =>
+                    {
                         return Err(bad(
                             "initial.energy",
                             format!(
-                                "must be > 0 and at most {:e}, got {e}",
+                                "must lie between {:e} and {:e} (below, the field's statistics \
+                                 underflow), got {e}",
+                                MIN_VELOCITY.powi(2),
                                 MAX_VELOCITY.powi(2)
                             ),
                         ))
@@ -561,6 +646,24 @@ impl Config {
 /// far beyond any flow in the box, small enough that squares and products stay finite.
 pub const MAX_VELOCITY: f64 = 1e6;
 
+/// The smallest velocity scale (amplitude; energy down to its square): the statistics take
+/// up to fourth powers of the velocity gradients, which must stay far from underflow.
+pub const MIN_VELOCITY: f64 = 1e-6;
+
+/// The smallest CFL number of an adaptive step.
+pub const MIN_CFL: f64 = 1e-6;
+
+/// The most steps of a fixed-step run.
+pub const MAX_STEPS: f64 = 1e12;
+
+/// The most the slowest mode of the box (`|k| = 1`) may decay over a run,
+/// `exp(-2 nu t_end)`: below it the energy and the statistics underflow.
+pub const MIN_DECAY: f64 = 1e-100;
+
+/// The smallest initial energy a run accepts (whatever set it: amplitude, energy or
+/// `re_lambda` with `nu`): below it the statistics underflow.
+pub const MIN_ENERGY: f64 = 1e-24;
+
 impl Config {
     /// Bytes of host memory a run of this configuration holds (the solver's four spectral
     /// fields and the padded products of the dealiasing rule, the initial field, the factors),
@@ -575,6 +678,17 @@ impl Config {
         // physical field (24 B); padded: 6 products + 1 complex plane (56 B per padded point)
         points * (128.0 + 56.0 * pad)
     }
+}
+
+/// Two distinct times of `times` (not the same time written twice) that `name` maps to one
+/// file name, with that name.
+fn colliding_names(times: &[f64], name: fn(f64) -> String) -> Option<(f64, f64, String)> {
+    let mut named: Vec<(String, f64)> = times.iter().map(|&t| (name(t), t)).collect();
+    named.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+    named.windows(2).find_map(|w| {
+        let same_time = (w[0].1 - w[1].1).abs() <= 1e-9 * w[0].1.abs().max(1.0);
+        (w[0].0 == w[1].0 && !same_time).then(|| (w[0].1, w[1].1, w[0].0.clone()))
+    })
 }
 
 /// The error maker of a configuration file's checks: `(key, message)` -> [`ConfigError::Invalid`].

@@ -66,9 +66,15 @@ fn os(path: &Path) -> impl FnOnce(std::io::Error) -> DurableError + '_ {
     }
 }
 
+const FNV_OFFSET: u64 = 0xcbf29ce484222325;
+
 /// FNV-1a, 64 bits.
 pub fn checksum(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf29ce484222325;
+    checksum_from(FNV_OFFSET, bytes)
+}
+
+/// FNV-1a continued from the state `h` over `bytes` (the checksum of a file read in pieces).
+fn checksum_from(mut h: u64, bytes: &[u8]) -> u64 {
     for &b in bytes {
         h ^= b as u64;
         h = h.wrapping_mul(0x100000001b3);
@@ -126,15 +132,9 @@ pub fn write_atomic(path: &Path, bytes: &[&[u8]], keep: usize) -> Result<(), Dur
         return Err(e);
     }
     if keep > 1 && path.exists() {
-        for i in (1..keep).rev() {
-            let from = kept_name(path, i - 1);
-            if from.exists() {
-                let to = kept_name(path, i);
-                if let Err(e) = std::fs::rename(&from, &to).map_err(os(&to)) {
-                    let _ = std::fs::remove_file(&tmp);
-                    return Err(e);
-                }
-            }
+        if let Err(e) = rotate(path, keep) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
         }
     }
     if let Err(e) = std::fs::rename(&tmp, path).map_err(os(path)) {
@@ -142,6 +142,54 @@ pub fn write_atomic(path: &Path, bytes: &[&[u8]], keep: usize) -> Result<(), Dur
         return Err(e);
     }
     sync_dir(path)
+}
+
+/// The most checkpoints a run keeps (`checkpoints_kept` of both solvers): each is a whole
+/// copy of the state.
+pub const MAX_KEPT: usize = 100;
+
+/// The indices `i >= 1` of the older copies `path.i` present beside `path`, from a listing of
+/// the directory (one `readdir`, not a look-up per possible index).
+fn kept_indices(path: &Path) -> Result<Vec<usize>, DurableError> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return Ok(vec![]);
+    };
+    let prefix = format!("{name}.");
+    let mut found: Vec<usize> = std::fs::read_dir(dir)
+        .map_err(os(dir))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let f = e.file_name();
+            let i = f.to_str()?.strip_prefix(&prefix)?;
+            // the digits only: `.tmp` and other suffixes are not copies
+            (i.bytes().all(|b| b.is_ascii_digit()) && !i.starts_with('0'))
+                .then(|| i.parse().ok())
+                .flatten()
+        })
+        .collect();
+    found.sort_unstable();
+    Ok(found)
+}
+
+/// Shifts the kept copies of `path` by one (`path.i` -> `path.(i+1)` for `i + 1 < keep`,
+/// `path` -> `path.1`), oldest first, so that `keep` files remain once `path` is written.
+/// Copies at or beyond `keep` (of a run that kept more) are left as they are.
+fn rotate(path: &Path, keep: usize) -> Result<(), DurableError> {
+    let mut present: Vec<usize> = kept_indices(path)?
+        .into_iter()
+        .filter(|&i| i + 1 < keep)
+        .collect();
+    present.push(0);
+    present.sort_unstable_by(|a, b| b.cmp(a));
+    for i in present {
+        let (from, to) = (kept_name(path, i), kept_name(path, i + 1));
+        std::fs::rename(&from, &to).map_err(os(&to))?;
+    }
+    Ok(())
 }
 
 /// Writes `path` through `path.tmp`: `body` writes the content into a buffered writer, then the
@@ -175,16 +223,33 @@ pub fn write_container(
     payload: &[u8],
     keep: usize,
 ) -> Result<(), DurableError> {
+    write_container_summed(path, magic, version, payload, keep).map(|_| ())
+}
+
+/// [`write_container`], returning the checksum of the payload written into the header (a
+/// caller that lists the file elsewhere, such as a checkpoint manifest, needs not compute it
+/// twice).
+pub fn write_container_summed(
+    path: &Path,
+    magic: &[u8; 8],
+    version: u32,
+    payload: &[u8],
+    keep: usize,
+) -> Result<u64, DurableError> {
+    let sum = checksum(payload);
     let mut head = Vec::with_capacity(HEADER_LEN);
     head.extend_from_slice(magic);
     head.extend_from_slice(&version.to_le_bytes());
     head.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    head.extend_from_slice(&checksum(payload).to_le_bytes());
-    write_atomic(path, &[&head, payload], keep)
+    head.extend_from_slice(&sum.to_le_bytes());
+    write_atomic(path, &[&head, payload], keep).map(|_| sum)
 }
 
 /// Reads a checkpoint container and returns its payload after checking the magic bytes
-/// (`what` names the kind of file expected), the version, the length and the checksum.
+/// (`what` names the kind of file expected), the version, the length and the checksum. The
+/// file must be a regular one ([`crate::inputs::open_regular`]: a FIFO or a device is refused
+/// by its type), and its header is read and checked against the file's length, and the
+/// payload's size against the available memory, before the payload is allocated and read.
 pub fn read_container(
     path: &Path,
     magic: &[u8; 8],
@@ -195,40 +260,80 @@ pub fn read_container(
         path: path.to_path_buf(),
         msg,
     };
-    let mut bytes = std::fs::read(path).map_err(os(path))?;
-    if bytes.len() < 12 || &bytes[..8] != magic {
-        return Err(bad(format!("not a {what} (wrong magic bytes)")));
+    let (mut file, file_len) = crate::inputs::open_regular(path, what)?;
+    let mut head = [0u8; HEADER_LEN];
+    let got = read_up_to(&mut file, &mut head).map_err(os(path))?;
+    if got < 12 || &head[..8] != magic {
+        return Err(bad(format!(
+            "not a {what} (wrong magic bytes; a {what} starts with {:?})",
+            String::from_utf8_lossy(magic)
+        )));
     }
-    let v = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    let v = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
     if v != version {
         return Err(bad(format!(
             "format version {v}, this build reads version {version}"
         )));
     }
-    if bytes.len() < HEADER_LEN {
+    if got < HEADER_LEN {
         return Err(bad(format!(
-            "truncated: {} bytes, shorter than the {HEADER_LEN}-byte header",
-            bytes.len()
+            "truncated: {got} bytes, shorter than the {HEADER_LEN}-byte header"
         )));
     }
-    let len = u64::from_le_bytes(bytes[12..20].try_into().expect("8 bytes"));
-    let sum = u64::from_le_bytes(bytes[20..28].try_into().expect("8 bytes"));
-    let have = (bytes.len() - HEADER_LEN) as u64;
+    let len = u64::from_le_bytes(head[12..20].try_into().expect("8 bytes"));
+    let sum = u64::from_le_bytes(head[20..28].try_into().expect("8 bytes"));
+    let have = file_len - HEADER_LEN as u64;
     if have != len {
         return Err(bad(format!(
             "truncated or padded: payload {have} bytes, header says {len}"
         )));
     }
-    let got = checksum(&bytes[HEADER_LEN..]);
-    if got != sum {
+    // the payload and its decoded copy
+    crate::outdir::check_memory(&format!("{what} {}", path.display()), 2.0 * len as f64)
+        .map_err(bad)?;
+    let mut bytes =
+        crate::outdir::try_vec(&format!("{what} {}", path.display()), len as usize, 0u8)
+            .map_err(bad)?;
+    // in pieces, the checksum as it goes: a signal stops a long read within a piece
+    let mut h = FNV_OFFSET;
+    for piece in bytes.chunks_mut(READ_PIECE) {
+        let got = read_up_to(&mut file, piece).map_err(os(path))?;
+        if got < piece.len() {
+            return Err(bad(format!(
+                "truncated while it was read (the file shrank): payload shorter than {len} bytes"
+            )));
+        }
+        h = checksum_from(h, piece);
+        if let Some(sig) = interrupted() {
+            return Err(bad(format!("reading stopped by signal {sig}")));
+        }
+    }
+    if h != sum {
         return Err(bad(format!(
-            "checksum mismatch (stored {sum:016x}, computed {got:016x}): the file is corrupt; \
+            "checksum mismatch (stored {sum:016x}, computed {h:016x}): the file is corrupt; \
              an older copy ({}) may be intact",
             kept_name(path, 1).display()
         )));
     }
-    bytes.drain(..HEADER_LEN);
     Ok(bytes)
+}
+
+/// Bytes read between two looks at the interrupt flag while a checkpoint is read (64 MiB: well
+/// under a second on any disk that holds checkpoints).
+const READ_PIECE: usize = 64 << 20;
+
+/// Reads into `buf` until it is full or the file ends; returns the bytes read.
+fn read_up_to(r: &mut impl std::io::Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
 }
 
 fn flag() -> &'static Arc<AtomicUsize> {
@@ -253,6 +358,41 @@ pub fn interrupted() -> Option<usize> {
 /// Asks the running loop to stop as a signal would (tests, or a caller's own stop rule).
 pub fn request_stop(signal: usize) {
     flag().store(signal.max(1), Ordering::Relaxed);
+}
+
+/// Runs `f` on a thread of its own and waits for it unless a signal asks the process to stop
+/// (looked at every 100 ms): then the wait ends, a warning names `what` was left unfinished,
+/// and `None` is returned (the thread ends with the process). For work after the last step
+/// (figures) that must not keep a signalled process alive. `None` too when `f` panicked.
+pub fn unless_interrupted<T: Send + 'static>(
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let skipped = |sig: usize| {
+        log::warn!("signal {sig}: {what} left unfinished");
+        None
+    };
+    if let Some(sig) = interrupted() {
+        return skipped(sig);
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    loop {
+        match rx.recv_timeout(std::time::Duration::from_millis(100)) {
+            Ok(v) => return Some(v),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if let Some(sig) = interrupted() {
+                    return skipped(sig);
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                log::warn!("{what}: failed (see the message above)");
+                return None;
+            }
+        }
+    }
 }
 
 /// How a run treats its output directory.
@@ -288,11 +428,11 @@ const RUN_MARKERS: [&str; 6] = [
 ];
 
 /// Creates `out` or checks it for `mode` (the lock file of [`crate::outdir::lock_out`] and a
-/// lone `run.json` do not count as contents): a non-empty directory is refused for a fresh run; with
-/// `Overwrite` the earlier run's files (regular files at the top level) are removed first, and
-/// a directory that holds no run output (none of `run.json`, `config.toml`, `checkpoint.bin`,
-/// `diagnostics.csv`, `energy.csv`, `timing.csv`) or holds sub-directories is refused, so that
-/// `--overwrite` never empties an unrelated directory.
+/// lone `run.json` do not count as contents): a non-empty directory is refused for a fresh run;
+/// with `Overwrite` the earlier run's files are removed first, those its `run.json` lists and
+/// nothing else ([`crate::overwrite`]: a user's files and sub-directories are kept), and a
+/// directory that never held a run's output (none of `run.json`, `config.toml`,
+/// `checkpoint.bin`, `diagnostics.csv`, `energy.csv`, `timing.csv`) is refused.
 pub fn prepare_out(out: &Path, mode: OutMode) -> Result<(), DurableError> {
     let refuse = |msg: String| DurableError::OutDir {
         path: out.to_path_buf(),
@@ -328,20 +468,7 @@ pub fn prepare_out(out: &Path, mode: OutMode) -> Result<(), DurableError> {
                     RUN_MARKERS.join(", ")
                 )));
             }
-            if let Some(d) = entries.iter().find(|p| p.is_dir()) {
-                return Err(refuse(format!(
-                    "--overwrite refused: it holds a sub-directory ({}); remove it yourself",
-                    d.display()
-                )));
-            }
-            for p in &entries {
-                std::fs::remove_file(p).map_err(os(p))?;
-            }
-            log::warn!(
-                "{}: --overwrite removed {} files of an earlier run",
-                out.display(),
-                entries.len()
-            );
+            crate::overwrite::remove_earlier_run(out)?;
         }
     }
     std::fs::create_dir_all(out).map_err(os(out))
@@ -440,6 +567,32 @@ mod tests {
     }
 
     #[test]
+    fn rotation_lists_the_directory_and_ignores_other_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("ck.bin");
+        for name in ["ck.bin.tmp", "ck.bin.01", "ck.bin.x", "ck.bin.7"] {
+            std::fs::write(dir.path().join(name), b"other").unwrap();
+        }
+        for i in 0..4u8 {
+            write_container(&p, b"TESTMAGC", 1, &[i; 4], MAX_KEPT).unwrap();
+        }
+        assert_eq!(kept_indices(&p).unwrap(), vec![1, 2, 3, 10]);
+        for (k, want) in [(0, 3u8), (1, 2), (2, 1), (3, 0)] {
+            let got = read_container(&kept_name(&p, k), b"TESTMAGC", 1, "test").unwrap();
+            assert_eq!(got, vec![want; 4]);
+        }
+        for name in ["ck.bin.01", "ck.bin.x"] {
+            assert_eq!(std::fs::read(dir.path().join(name)).unwrap(), b"other");
+        }
+        // keeping 2 of them: only checkpoint.bin and .1 move, .2 and beyond stay
+        write_container(&p, b"TESTMAGC", 1, &[9; 4], 2).unwrap();
+        let got = read_container(&kept_name(&p, 1), b"TESTMAGC", 1, "test").unwrap();
+        assert_eq!(got, vec![3; 4]);
+        let got = read_container(&kept_name(&p, 2), b"TESTMAGC", 1, "test").unwrap();
+        assert_eq!(got, vec![1; 4]);
+    }
+
+    #[test]
     fn out_dir_policy() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("o");
@@ -449,9 +602,11 @@ mod tests {
         assert!(e.contains("--overwrite"), "{e}");
         prepare_out(&out, OutMode::Restart).unwrap();
         assert!(out.join("energy.csv").exists());
+        std::fs::write(out.join("notes.txt"), b"mine").unwrap();
         prepare_out(&out, OutMode::Overwrite).unwrap();
         assert!(!out.join("energy.csv").exists());
-        std::fs::write(out.join("notes.txt"), b"mine").unwrap();
+        assert!(out.join("notes.txt").exists(), "a user's file removed");
+        // a directory that never held a run is not emptied
         let e = prepare_out(&out, OutMode::Overwrite)
             .unwrap_err()
             .to_string();

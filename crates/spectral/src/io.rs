@@ -246,6 +246,22 @@ pub fn spectrum_file_name(t: f64) -> String {
     format!("spectrum_{t:010.4}.csv")
 }
 
+/// The file name of the spectrum at time `t` with `decimals` decimals of the time (at least
+/// 4: [`spectrum_file_name`]); for runs whose outputs are closer than 1e-4 in time.
+pub fn spectrum_file_name_with(t: f64, decimals: usize) -> String {
+    if decimals <= 4 {
+        return spectrum_file_name(t);
+    }
+    let width = 6 + decimals;
+    format!("spectrum_{t:0width$.decimals$}.csv")
+}
+
+/// The time tag of the field files at time `t` (`velocity_TTTTT.TTTT.npy`,
+/// `vorticity_...`, `fields_....vtk`).
+pub fn field_time_tag(t: f64) -> String {
+    format!("{t:010.4}")
+}
+
 /// Write a spectrum as CSV `k,E`.
 pub fn write_spectrum_csv(path: &Path, spec: &[(f64, f64)]) -> Result<(), IoError> {
     let mut s = String::from("k,E\n");
@@ -255,9 +271,41 @@ pub fn write_spectrum_csv(path: &Path, spec: &[(f64, f64)]) -> Result<(), IoErro
     crate::durable::write_atomic(path, &[s.as_bytes()], 1).map_err(durable_err)
 }
 
+/// Spectra in time order: `(t, [(k, E(k))])`.
+pub type SpectrumSeries = Vec<(f64, Vec<(f64, f64)>)>;
+
+/// Every spectrum `spectrum_TTTTT.TTTT.csv` in `dir` (the files of both solvers), in time order.
+pub fn read_spectra(dir: &Path) -> Result<SpectrumSeries, IoError> {
+    let mut found: Vec<(f64, std::path::PathBuf)> = std::fs::read_dir(dir)
+        .map_err(os(dir))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter_map(|p| {
+            let name = p.file_name()?.to_str()?;
+            let t: f64 = name
+                .strip_prefix("spectrum_")?
+                .strip_suffix(".csv")?
+                .parse()
+                .ok()?;
+            Some((t, p))
+        })
+        .collect();
+    found.sort_by(|a, b| a.0.total_cmp(&b.0));
+    found
+        .into_iter()
+        .map(|(t, p)| {
+            let s = read_csv(&p)?
+                .into_iter()
+                .filter(|r| r.len() >= 2)
+                .map(|r| (r[0], r[1]))
+                .collect();
+            Ok((t, s))
+        })
+        .collect()
+}
+
 /// Read a two-or-more-column numeric CSV with a header; returns the rows.
 pub fn read_csv(path: &Path) -> Result<Vec<Vec<f64>>, IoError> {
-    let text = std::fs::read_to_string(path).map_err(os(path))?;
+    let text = crate::inputs::read_own_text(path, "CSV file").map_err(durable_err)?;
     Ok(text
         .lines()
         .skip(1)

@@ -14,19 +14,24 @@
 //! - [`energy_check`]: a decaying flow's energy must not rise (both solvers);
 //! - [`durable`]: checksummed atomic checkpoints, the interrupt flag and the output-directory
 //!   policy, shared with the vortex method; [`outdir`]: the output-directory lock, the restart
-//!   check and the memory estimates.
+//!   check and the memory estimates; [`inputs`]: inputs refused unless regular files, read with
+//!   their length known; [`estimate`]: a run's duration measured after the first steps;
+//!   [`overwrite`]: what `--overwrite` removes (the files `run.json` lists).
 
 pub mod backend;
 pub mod config;
 pub mod diagnostics;
 pub mod durable;
 pub mod energy_check;
+pub mod estimate;
 pub mod fft;
 pub mod field;
 pub mod gpu;
 pub mod initial;
+pub mod inputs;
 pub mod io;
 pub mod outdir;
+pub mod overwrite;
 pub mod plot;
 pub mod run;
 pub mod solver;

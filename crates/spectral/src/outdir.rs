@@ -124,8 +124,9 @@ pub fn is_lock_file(entry: &Path) -> bool {
 
 /// Refuses a restart from `checkpoint` into `out` when `out` holds the outputs of another run:
 /// a restart appends to the history (rows, snapshots, `run.json`) of the run that wrote the
-/// checkpoint, so the checkpoint must be one of `out`'s own (`out/checkpoint.bin`, or a kept
-/// older copy) unless `out` is absent or holds no output yet.
+/// checkpoint, so the checkpoint must be one of `out`'s own (`out/checkpoint.bin`, a manifest
+/// of per-rank pieces, a kept older copy, or `out` itself: its current checkpoint) unless `out`
+/// is absent or holds no output yet.
 pub fn check_restart_into(out: &Path, checkpoint: &Path) -> Result<(), DurableError> {
     let used = std::fs::read_dir(out)
         .map(|d| {
@@ -136,7 +137,12 @@ pub fn check_restart_into(out: &Path, checkpoint: &Path) -> Result<(), DurableEr
     if !used {
         return Ok(());
     }
-    let parent = checkpoint.parent().map(|p| {
+    let parent = if checkpoint.is_dir() {
+        Some(checkpoint)
+    } else {
+        checkpoint.parent()
+    };
+    let parent = parent.map(|p| {
         if p.as_os_str().is_empty() {
             Path::new(".")
         } else {
@@ -325,6 +331,9 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("not one of its checkpoints"), "{e}");
+        // the directory itself (its current checkpoint) is one of its own, not another's
+        check_restart_into(&a, &a).unwrap();
+        assert!(check_restart_into(&b, &a).is_err());
         // an absent or empty directory takes any checkpoint
         check_restart_into(&dir.path().join("c"), &a.join("checkpoint.bin")).unwrap();
     }

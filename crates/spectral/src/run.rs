@@ -122,7 +122,21 @@ pub fn restart_keys(cfg: &Config) -> BTreeMap<String, String> {
     ] {
         m.remove(k);
     }
+    fill_defaults(&mut m);
     m
+}
+
+/// Writes out the defaults of optional keys (`initial.amplitude = 1.0` of the Taylor-Green
+/// fields), so that a key given explicitly with its default value and the same key left out
+/// compare equal at a restart.
+fn fill_defaults(m: &mut BTreeMap<String, String>) {
+    let taylor_green = m
+        .get("initial.kind")
+        .is_some_and(|k| k.contains("taylor-green"));
+    if taylor_green {
+        m.entry("initial.amplitude".into())
+            .or_insert_with(|| toml::Value::Float(1.0).to_string());
+    }
 }
 
 fn keys_text(m: &BTreeMap<String, String>) -> String {
@@ -224,8 +238,9 @@ fn resume(cfg: &Config, path: &Path) -> Result<(Box<dyn Stepper>, f64), RunError
         path: path.to_path_buf(),
         msg,
     };
-    let old = durable::flatten_toml(&ck.config)
+    let mut old = durable::flatten_toml(&ck.config)
         .map_err(|e| mism(format!("its configuration record is unreadable: {e}")))?;
+    fill_defaults(&mut old);
     let diff = durable::config_diff(&old, &restart_keys(cfg));
     if !diff.is_empty() {
         return Err(mism(format!(
@@ -330,7 +345,8 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
         cfl_warned: false,
         bar: spectral_bar(opts.progress && cfg.t_end > t0),
     };
-    announce(cfg, t0, solver.backend_name().starts_with("cuda"));
+    let announced = announce(cfg, t0, solver.backend_name().starts_with("cuda"));
+    let mut estimate = crate::estimate::Estimate::new("spectral run", announced);
     let start = Instant::now();
     let (mut steps, mut interrupted) = (0u64, None);
     let t_end = cfg.t_end;
@@ -344,6 +360,7 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
             break;
         }
         let t = solver.time();
+        estimate.progress((t - t0) / (t_end - t0));
         run.bar
             .set_position(((t - t0) / (t_end - t0) * 1000.0) as u64);
         run.bar.set_message(format!(
@@ -357,7 +374,11 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
     run.bar.finish_and_clear();
     let wall_s = start.elapsed().as_secs_f64();
     outputs.csv.sync_all().map_err(os(&outputs.energy_path))?;
-    plot_run(out, &outputs.energy_path)?;
+    // the figures on a thread: a signal ends the wait for them
+    let (o, e, nu) = (out.clone(), outputs.energy_path.clone(), cfg.nu);
+    if let Some(r) = durable::unless_interrupted("the figures", move || plot_run(&o, &e, nu)) {
+        r?;
+    }
     Ok(RunSummary {
         steps,
         last,
@@ -490,13 +511,14 @@ fn write_fields(
     };
     for fmt in &cfg.field_formats {
         if fmt == "npy" {
-            let p = out.join(format!("velocity_{t:010.4}.npy"));
+            let p = out.join(format!("velocity_{}.npy", io::field_time_tag(t)));
             io::write_field_npy(&p, &vel)?;
             if let Some(w) = &vort {
-                io::write_field_npy(&out.join(format!("vorticity_{t:010.4}.npy")), w)?;
+                let p = out.join(format!("vorticity_{}.npy", io::field_time_tag(t)));
+                io::write_field_npy(&p, w)?;
             }
         } else {
-            let p = out.join(format!("fields_{t:010.4}.vtk"));
+            let p = out.join(format!("fields_{}.vtk", io::field_time_tag(t)));
             let mut fl: Vec<(&str, &crate::VelocityField)> = vec![("velocity", &vel)];
             if let Some(w) = &vort {
                 fl.push(("vorticity", w));
@@ -561,6 +583,16 @@ impl Progress<'_> {
         let cfg = self.cfg;
         let t = solver.time();
         let info = match solver.step_limited(next_output(cfg, t) - t) {
+            Ok(i) if solver.time().partial_cmp(&t) != Some(std::cmp::Ordering::Greater) => {
+                self.bar.abandon();
+                return Err(RunError::Solver(SolverError::Invalid(format!(
+                    "step {} (t = {t}) did not advance the time: dt = {:e} is below the \
+                     resolution of t; raise cfl or dt; last good checkpoint: {}",
+                    solver.steps(),
+                    i.dt,
+                    self.last_good()
+                ))));
+            }
             Ok(i) => i,
             Err(e @ SolverError::NonFinite { .. }) => {
                 self.bar.abandon();
@@ -654,15 +686,32 @@ impl Progress<'_> {
     }
 }
 
-/// The step count from `t0` to `t_end` (fixed `dt`; with `cfl` the first step's `dt_max`
-/// bounds it from below) and the estimated duration: an RK4 step is 4 stages of 9 transforms
-/// of the padded grid `m^3` (about `2.5 m^3 log2(m^3)` flops each), at about 1 Gflop/s per CPU
+/// The step count from `t0` to `t_end` and the estimated duration, logged before the run
+/// (`durable::announce_steps`); returns the estimate in seconds. With a fixed `dt` the count
+/// includes the steps shortened to land on the output times ([`landing_steps`]; announced with
+/// a warning naming the schedule when it at least doubles the work); with `cfl` the step is
+/// not known before the run, and [`crate::estimate::Estimate`] announces the duration measured
+/// after the first steps. The model of a step: an RK4 step is 4 stages of 9 transforms of the
+/// padded grid `m^3` (about `2.5 m^3 log2(m^3)` flops each), at about 1 Gflop/s per CPU
 /// thread or 200 Gflop/s on a GPU.
-fn announce(cfg: &Config, t0: f64, gpu: bool) {
-    let Some(dt) = cfg.dt.or(cfg.dt_max) else {
-        return;
+fn announce(cfg: &Config, t0: f64, gpu: bool) -> Option<f64> {
+    let Some(dt) = cfg.dt else {
+        log::info!(
+            "spectral run: adaptive steps (cfl = {}): the duration is announced after the first \
+             steps",
+            cfg.cfl.unwrap_or(f64::NAN)
+        );
+        return None;
     };
-    let steps = ((cfg.t_end - t0) / dt).ceil().max(0.0);
+    let plain = ((cfg.t_end - t0) / dt).ceil().max(0.0);
+    let steps = landing_steps(cfg, t0, dt);
+    if steps > 2.0 * plain.max(1.0) {
+        log::warn!(
+            "spectral run: the output times (diagnostics_interval, checkpoint_interval, \
+             spectrum_times, field_times) are closer than dt = {dt} and shorten the steps to land \
+             on them: {steps:.0} steps instead of {plain:.0}"
+        );
+    }
     let m = match cfg.dealias {
         crate::Dealias::ThreeHalves => 1.5 * cfg.n as f64,
         crate::Dealias::TwoThirds => cfg.n as f64,
@@ -673,7 +722,57 @@ fn announce(cfg: &Config, t0: f64, gpu: bool) {
     } else {
         1e9 * rayon::current_num_threads() as f64
     };
-    durable::announce_steps("spectral run", steps, flops / rate);
+    Some(durable::announce_steps("spectral run", steps, flops / rate))
+}
+
+/// The number of fixed steps `dt` from `t0` to `t_end` when every output time is landed on
+/// ([`next_output`]): exact for up to a million output times, beyond that the plain count plus
+/// one step per output time (an upper bound).
+fn landing_steps(cfg: &Config, t0: f64, dt: f64) -> f64 {
+    let span = cfg.t_end - t0;
+    let plain = (span / dt).ceil().max(0.0);
+    let periodic: f64 = [cfg.diagnostics_interval, cfg.checkpoint_interval]
+        .into_iter()
+        .flatten()
+        .map(|e| span / e)
+        .sum();
+    let listed = cfg
+        .spectrum_times
+        .iter()
+        .chain(&cfg.field_times)
+        .filter(|&&e| e > t0 && e < cfg.t_end)
+        .count() as f64;
+    if periodic + listed > 1e6 {
+        return plain + periodic + listed;
+    }
+    // the times landed on, in order: each gap takes ceil(gap / dt) steps
+    let mut times: Vec<f64> = cfg
+        .spectrum_times
+        .iter()
+        .chain(&cfg.field_times)
+        .copied()
+        .filter(|&e| e > t0 && e < cfg.t_end)
+        .collect();
+    for e in [cfg.diagnostics_interval, cfg.checkpoint_interval]
+        .into_iter()
+        .flatten()
+    {
+        let mut t = periodic_next(t0, e);
+        while t < cfg.t_end {
+            times.push(t);
+            t += e;
+        }
+    }
+    times.push(cfg.t_end);
+    times.sort_by(f64::total_cmp);
+    let (mut t, mut steps) = (t0, 0.0);
+    for e in times {
+        if e > t + TOL * e.abs().max(1.0) {
+            steps += ((e - t) / dt * (1.0 - 1e-12)).ceil();
+            t = e;
+        }
+    }
+    steps
 }
 
 /// The next time the step must land on: the end, the next row, checkpoint, spectrum or field.
@@ -695,43 +794,34 @@ fn next_output(cfg: &Config, t: f64) -> f64 {
 
 /// The figures from the files (so a restarted run plots its whole history): `energy.png` and
 /// `spectra.png` (every `spectrum_*.csv`).
-fn plot_run(out: &Path, energy_path: &Path) -> Result<(), RunError> {
-    let rows: Vec<(f64, f64, f64)> = io::read_csv(energy_path)?
-        .into_iter()
-        .filter(|r| r.len() >= 4)
-        .map(|r| (r[0], r[1], r[3]))
-        .collect();
-    if let Err(e) = crate::plot::plot_energy(&out.join("energy.png"), &rows) {
+fn plot_run(out: &Path, energy_path: &Path, nu: f64) -> Result<(), RunError> {
+    let h = read_history(energy_path)?;
+    let history = crate::plot::History {
+        label: "spectral",
+        rows: &h,
+        nu,
+    };
+    if let Err(e) = crate::plot::plot_energy(&out.join("energy.png"), &history, None) {
         log::warn!("{e}");
     }
-    let mut spectra = Vec::new();
-    let mut names: Vec<PathBuf> = std::fs::read_dir(out)
-        .map_err(os(out))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|f| f.to_str())
-                .is_some_and(|f| f.starts_with("spectrum_") && f.ends_with(".csv"))
-        })
-        .collect();
-    names.sort();
-    for p in names {
-        let t: f64 = p
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .and_then(|s| s.trim_start_matches("spectrum_").parse().ok())
-            .unwrap_or(0.0);
-        let s: Vec<(f64, f64)> = io::read_csv(&p)?
-            .into_iter()
-            .filter(|r| r.len() >= 2)
-            .map(|r| (r[0], r[1]))
-            .collect();
-        spectra.push((t, s));
-    }
+    let spectra = io::read_spectra(out)?;
     if !spectra.is_empty() {
-        if let Err(e) = crate::plot::plot_spectra(&out.join("spectra.png"), &spectra) {
+        let s = crate::plot::Spectra {
+            label: "spectral",
+            spectra: &spectra,
+        };
+        if let Err(e) = crate::plot::plot_spectra(&out.join("spectra.png"), &s, None, nu) {
             log::warn!("{e}");
         }
     }
     Ok(())
+}
+
+/// The rows `(t, energy, enstrophy)` of an `energy.csv` ([`Stats::CSV_HEADER`]).
+pub fn read_history(energy_path: &Path) -> Result<Vec<(f64, f64, f64)>, RunError> {
+    Ok(io::read_csv(energy_path)?
+        .into_iter()
+        .filter(|r| r.len() >= 3)
+        .map(|r| (r[0], r[1], r[2]))
+        .collect())
 }

@@ -100,6 +100,7 @@ impl Solver {
             .validate("config")
             .map_err(|e| SolverError::Invalid(e.to_string()))?;
         let field = initial_field(config);
+        check_initial_energy(config, &field)?;
         Solver::with_field(&field, config.nu, config.dealias, step_mode(config))
     }
 
@@ -595,6 +596,30 @@ pub fn initial_field(config: &Config) -> VelocityField {
             },
         ),
     }
+}
+
+/// Refuses an initial field whose energy is not a finite value of at least
+/// [`crate::config::MIN_ENERGY`] (an amplitude, an energy or a `re_lambda` with `nu` whose field
+/// underflows), naming the key that set its scale.
+pub fn check_initial_energy(config: &Config, field: &VelocityField) -> Result<(), SolverError> {
+    let e = crate::diagnostics::energy(field);
+    if e >= crate::config::MIN_ENERGY && e.is_finite() {
+        return Ok(());
+    }
+    let ini = &config.initial;
+    let key = match (ini.kind, ini.re_lambda, ini.energy) {
+        (InitialKind::Isotropic, Some(re), _) => {
+            format!("initial.re_lambda = {re:e} with nu = {:e}", config.nu)
+        }
+        (InitialKind::Isotropic, None, Some(en)) => format!("initial.energy = {en:e}"),
+        (InitialKind::Isotropic, None, None) => "initial.k_peak / initial.seed".to_string(),
+        _ => format!("initial.amplitude = {:e}", ini.amplitude.unwrap_or(1.0)),
+    };
+    Err(SolverError::Invalid(format!(
+        "{key}: the initial field's energy is {e:e}, not a finite value of at least {:e}: its \
+         statistics would be 0 or NaN",
+        crate::config::MIN_ENERGY
+    )))
 }
 
 /// The step mode of a (validated) configuration.

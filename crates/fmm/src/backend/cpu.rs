@@ -75,7 +75,7 @@ impl Backend for CpuBackend {
         let needs_locals = !(plan.far_field == FarField::Treecode && plan.periodic.is_none());
         Ok(CpuState {
             far,
-            table: KernelTable::new(),
+            table: KernelTable::new(plan.core),
             targets: targets.clone(),
             sources: sources.clone(),
             packed: PackedSources::new(&plan.source_tree, sources),

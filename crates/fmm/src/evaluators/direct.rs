@@ -1,17 +1,33 @@
 //! Direct O(N M) summation in f64: the reference every fast method is checked against.
 
-use crate::kernel::{pair_interaction, INV_4PI};
+use crate::kernel::{pair_interaction_core, CoreOrder, INV_4PI};
 use crate::{Fields, Sources, Targets};
 use rayon::prelude::*;
 
-/// Velocity and stretching at every target from every source (free space), in input order.
+/// Velocity and stretching at every target from every source with Gaussian cores (free
+/// space), in input order.
 pub fn direct(sources: &Sources, targets: &Targets) -> Fields {
-    direct_shifted(sources, targets, &[[0.0; 3]])
+    direct_core(CoreOrder::Second, sources, targets)
+}
+
+/// [`direct`] with cores of order `core`.
+pub fn direct_core(core: CoreOrder, sources: &Sources, targets: &Targets) -> Fields {
+    direct_shifted_core(core, sources, targets, &[[0.0; 3]])
 }
 
 /// Like [`direct`], summing also over the source copies displaced by each of `shifts`
 /// (used for periodic image sums in tests).
 pub fn direct_shifted(sources: &Sources, targets: &Targets, shifts: &[[f64; 3]]) -> Fields {
+    direct_shifted_core(CoreOrder::Second, sources, targets, shifts)
+}
+
+/// [`direct_shifted`] with cores of order `core`.
+pub fn direct_shifted_core(
+    core: CoreOrder,
+    sources: &Sources,
+    targets: &Targets,
+    shifts: &[[f64; 3]],
+) -> Fields {
     let (velocity, stretching) = targets
         .position
         .par_iter()
@@ -21,7 +37,8 @@ pub fn direct_shifted(sources: &Sources, targets: &Targets, shifts: &[[f64; 3]])
             for sh in shifts {
                 let xi = [xi[0] - sh[0], xi[1] - sh[1], xi[2] - sh[2]];
                 for j in 0..sources.len() {
-                    let (du, ds) = pair_interaction(
+                    let (du, ds) = pair_interaction_core(
+                        core,
                         xi,
                         ai,
                         sources.position[j],
@@ -52,6 +69,17 @@ pub fn direct_periodic(
     targets: &Targets,
     periodic: &crate::periodic::Periodic,
 ) -> Fields {
+    direct_periodic_core(CoreOrder::Second, sources, targets, periodic)
+}
+
+/// [`direct_periodic`] with cores of order `core` (the far images are singular, as in the
+/// fast methods).
+pub fn direct_periodic_core(
+    core: CoreOrder,
+    sources: &Sources,
+    targets: &Targets,
+    periodic: &crate::periodic::Periodic,
+) -> Fields {
     use crate::expansions::{expansion_len, Complex64};
     use crate::operators::Operators;
     let l = periodic.box_length;
@@ -68,7 +96,7 @@ pub fn direct_periodic(
     let shifts: Vec<[f64; 3]> = (0..27u8)
         .map(|i| crate::lists::image_shift(i).map(|c| c as f64 * l))
         .collect();
-    let mut f = direct_shifted(&src, &tgt, &shifts);
+    let mut f = direct_shifted_core(core, &src, &tgt, &shifts);
     let p = 16;
     let ops = Operators::new(p);
     let mut root = vec![Complex64::new(0.0, 0.0); expansion_len(p)];

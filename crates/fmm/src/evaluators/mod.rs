@@ -9,6 +9,7 @@ pub mod direct;
 
 use crate::backend::{timed, Backend, FarField, PhaseTimes, Plan};
 use crate::far::{Expansions, FarMethod};
+use crate::kernel::CoreOrder;
 use crate::lists::{cell_sigma_max, InteractionLists, ListParams};
 use crate::operators::Operators;
 use crate::periodic::{self, Periodic};
@@ -65,8 +66,12 @@ pub struct EvalParams {
     pub theta: f64,
     /// Largest number of points in a leaf.
     pub leaf_size: usize,
-    /// Minimum gap of a far interaction in source core radii.
+    /// Minimum gap of a far interaction in source core radii (for a core of order above 2 at
+    /// least [`CoreOrder::min_cutoff`]).
     pub core_cutoff: f64,
+    /// The order of the cores of the near field ([`crate::kernel::cores`]; the far field is
+    /// singular beyond `core_cutoff`).
+    pub core: CoreOrder,
     /// Periodic box and image levels (`None`: free space).
     pub periodic: Option<Periodic>,
 }
@@ -79,6 +84,7 @@ impl Default for EvalParams {
             theta: 0.55,
             leaf_size: 64,
             core_cutoff: 4.0,
+            core: CoreOrder::Second,
             periodic: None,
         }
     }
@@ -108,6 +114,13 @@ impl EvalParams {
                 name: "core_cutoff",
                 value: self.core_cutoff.to_string(),
                 reason: "must be a non-negative number of core radii",
+            });
+        }
+        if self.core_cutoff < self.core.min_cutoff() {
+            return Err(FmmError::CutoffTooSmall {
+                core_cutoff: self.core_cutoff,
+                core: self.core,
+                min: self.core.min_cutoff(),
             });
         }
         if let Some(p) = &self.periodic {
@@ -229,6 +242,7 @@ pub fn plan(
     Ok((
         Plan {
             order: params.order,
+            core: params.core,
             far_field,
             source_tree,
             target_tree,
@@ -316,8 +330,8 @@ fn evaluate_unchecked<B: Backend>(
     let mut times = PhaseTimes::default();
     if params.method == Method::Direct {
         let fields = timed(&mut times.p2p, || match &params.periodic {
-            None => direct::direct(sources, targets),
-            Some(p) => direct::direct_periodic(sources, targets, p),
+            None => direct::direct_core(params.core, sources, targets),
+            Some(p) => direct::direct_periodic_core(params.core, sources, targets, p),
         });
         times.total = t0.elapsed().as_secs_f64();
         let n = (sources.len() * targets.len()) as u64;

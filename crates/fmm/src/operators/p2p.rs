@@ -1,9 +1,9 @@
-//! Near-field P2P: direct Gaussian-cored Biot-Savart velocity and stretching between the
+//! Near-field P2P: direct core-regularized Biot-Savart velocity and stretching between the
 //! points of a target leaf and those of its near source leaves (core paper Eq. 5, 7, 9;
-//! the pair formula is [`crate::kernel::pair_interaction`]).
+//! the pair formula is [`crate::kernel::pair_interaction_core`], the core that of the table).
 //!
-//! The kernel factors come from [`KernelTable`] (piecewise polynomials, 1e-13 relative to the
-//! `erf`/`exp` form), and sources are packed with their inverse core-radius powers so that the
+//! The kernel factors come from [`KernelTable`] (piecewise polynomials of one core's factors,
+//! 1e-13 relative to the `erf`/`exp` form), and sources are packed with their inverse core-radius powers so that the
 //! inner loop has no division, `erf`, `exp` or branch except the table/singular switch.
 //!
 //! When the targets are the sources, [`p2p_mutual`] visits each pair of points once and updates
@@ -11,7 +11,7 @@
 //! its own strength), so one kernel evaluation serves two interactions; the CPU backend
 //! schedules it over pairs of leaves (`backend::cpu`).
 
-use crate::kernel::{KernelTable, TABLE_RHO2_MAX};
+use crate::kernel::KernelTable;
 use crate::tree::Tree;
 use crate::Sources;
 use std::ops::Range;
@@ -84,7 +84,7 @@ impl PackedSources {
     }
 }
 
-/// `(K sigma^3, K'/r sigma^5)` of four lanes with `rho2 < TABLE_RHO2_MAX`.
+/// `(K sigma^3, K'/r sigma^5)` of four lanes with `rho2 <` [`KernelTable::rho2_max`].
 #[inline(always)]
 fn table_lanes(
     table: &KernelTable,
@@ -94,17 +94,16 @@ fn table_lanes(
     two: f64x4,
 ) -> (f64x4, f64x4) {
     let x = rho2 * scale;
-    // rho2 < TABLE_RHO2_MAX: 0 <= x < INTERVALS up to rounding; the last interval is clamped
-    let xf = x
-        .floor()
-        .min(f64x4::splat((KernelTable::INTERVALS - 1) as f64));
+    // rho2 < rho2_max: 0 <= x < intervals up to rounding; the last interval is clamped
+    let last = table.intervals() - 1;
+    let xf = x.floor().min(f64x4::splat(last as f64));
     let t = two * (x - xf) - one;
-    table.horner4(interval_indices(xf), t)
+    table.horner4(interval_indices(xf, last), t)
 }
 
-/// The lanes of `xf` (whole numbers in `[0, INTERVALS)`) as indices.
+/// The lanes of `xf` (whole numbers in `[0, last]`) as indices.
 #[inline(always)]
-fn interval_indices(xf: f64x4) -> [usize; 4] {
+fn interval_indices(xf: f64x4, last: usize) -> [usize; 4] {
     #[cfg(all(target_arch = "x86_64", target_feature = "avx"))]
     {
         use std::arch::x86_64::*;
@@ -113,12 +112,11 @@ fn interval_indices(xf: f64x4) -> [usize; 4] {
             let v = _mm256_cvttpd_epi32(std::mem::transmute::<f64x4, __m256d>(xf));
             std::mem::transmute::<__m128i, [i32; 4]>(v)
         };
-        i.map(|v| (v as usize).min(KernelTable::INTERVALS - 1))
+        i.map(|v| (v as usize).min(last))
     }
     #[cfg(not(all(target_arch = "x86_64", target_feature = "avx")))]
     {
-        xf.to_array()
-            .map(|v| (v as usize).min(KernelTable::INTERVALS - 1))
+        xf.to_array().map(|v| (v as usize).min(last))
     }
 }
 
@@ -175,8 +173,8 @@ pub type GroupAcc = [f64x4; 6];
 /// Kernel factors `(K, K'/r)` of the four lanes of `g` at squared distances `r2`.
 #[inline(always)]
 fn kernel_lanes(table: &KernelTable, g: &SourceGroup, r2: f64x4) -> (f64x4, f64x4) {
-    let rho2_max = f64x4::splat(TABLE_RHO2_MAX);
-    let rho2_clamp = f64x4::splat(TABLE_RHO2_MAX * (1.0 - 1e-15));
+    let rho2_max = f64x4::splat(table.rho2_max());
+    let rho2_clamp = f64x4::splat(table.rho2_max() * (1.0 - 1e-15));
     let scale = f64x4::splat(table.scale());
     let three = f64x4::splat(3.0);
     let one = f64x4::splat(1.0);
@@ -309,7 +307,7 @@ pub fn add_group_acc(acc: &[GroupAcc], velocity: &mut [[f64; 3]], stretching: &m
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::pair_interaction;
+    use crate::kernel::{pair_interaction_core, CoreOrder};
     use crate::testsets::standard;
     use crate::tree::BoundingCube;
     use std::f64::consts::PI;
@@ -331,46 +329,53 @@ mod tests {
     }
 
     #[test]
-    fn p2p_matches_the_exact_pair_formula() {
+    fn p2p_matches_the_exact_pair_formula_of_every_core() {
         let mut src = standard(301, 3);
         let tgt = standard(50, 4);
         src.position[7] = tgt.position[3]; // a coincident pair
-        let table = KernelTable::new();
         let (_, packed) = one_leaf(&src);
         let shift = [0.0; 3];
-        let (mut v, mut s) = (vec![[0.0; 3]; 50], vec![[0.0; 3]; 50]);
-        p2p(
-            &table,
-            &tgt.position,
-            &tgt.strength,
-            packed.of(0),
-            shift,
-            &mut v,
-            &mut s,
-        );
-        let (mut num, mut den) = (0.0, 0.0);
-        for i in 0..50 {
-            let (mut u, mut st) = ([0.0; 3], [0.0; 3]);
-            for j in 0..src.len() {
-                let (du, ds) = pair_interaction(
-                    tgt.position[i],
-                    tgt.strength[i],
-                    src.position[j],
-                    src.strength[j],
-                    src.sigma[j],
-                );
+        for core in CoreOrder::ALL {
+            let table = KernelTable::new(core);
+            let (mut v, mut s) = (vec![[0.0; 3]; 50], vec![[0.0; 3]; 50]);
+            p2p(
+                &table,
+                &tgt.position,
+                &tgt.strength,
+                packed.of(0),
+                shift,
+                &mut v,
+                &mut s,
+            );
+            let (mut num, mut den) = (0.0, 0.0);
+            for i in 0..50 {
+                let (mut u, mut st) = ([0.0; 3], [0.0; 3]);
+                for j in 0..src.len() {
+                    let (du, ds) = pair_interaction_core(
+                        core,
+                        tgt.position[i],
+                        tgt.strength[i],
+                        src.position[j],
+                        src.strength[j],
+                        src.sigma[j],
+                    );
+                    for c in 0..3 {
+                        u[c] += du[c];
+                        st[c] += ds[c];
+                    }
+                }
                 for c in 0..3 {
-                    u[c] += du[c];
-                    st[c] += ds[c];
+                    assert!(v[i][c].is_finite() && s[i][c].is_finite());
+                    num += (v[i][c] - u[c]).powi(2) + (s[i][c] - st[c]).powi(2);
+                    den += u[c] * u[c] + st[c] * st[c];
                 }
             }
-            for c in 0..3 {
-                assert!(v[i][c].is_finite() && s[i][c].is_finite());
-                num += (v[i][c] - u[c]).powi(2) + (s[i][c] - st[c]).powi(2);
-                den += u[c] * u[c] + st[c] * st[c];
-            }
+            assert!(
+                (num / den).sqrt() < 1e-13,
+                "{core:?}: {}",
+                (num / den).sqrt()
+            );
         }
-        assert!((num / den).sqrt() < 1e-13, "{}", (num / den).sqrt());
     }
 
     /// Relative L2 difference of two pairs of (velocity, stretching) arrays.
@@ -394,12 +399,17 @@ mod tests {
     /// the singular switch, and at one coincidence with the shifted partner.
     #[test]
     fn mutual_p2p_through_a_shift_matches_both_one_sided_sums() {
+        for core in CoreOrder::ALL {
+            mutual_p2p_through_a_shift(KernelTable::new(core));
+        }
+    }
+
+    fn mutual_p2p_through_a_shift(table: KernelTable) {
         let sigma = 0.3;
         let with_sigma = |mut s: Sources| {
             s.sigma.iter_mut().for_each(|x| *x = sigma);
             s
         };
-        let table = KernelTable::new();
         let shift = [2.0 * PI, 0.0, -2.0 * PI];
         // A: 37 points (one padded group); B: 53 points placed about A's images at -s, so that
         // B + s lies among A
@@ -483,7 +493,7 @@ mod tests {
     fn p2p_timing() {
         use crate::operators::tests::thread_cpu_seconds;
         let src = standard(2000, 3);
-        let table = KernelTable::new();
+        let table = KernelTable::default();
         let (tree, packed) = one_leaf(&src);
         let pos = tree.gather(&src.position);
         let str_ = tree.gather(&src.strength);

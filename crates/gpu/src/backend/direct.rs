@@ -3,9 +3,9 @@
 //! (`p2p_all`).
 
 use super::{blocks, flat4, CudaBackend, CudaState, P2P_TARGETS, P2P_THREADS};
-use crate::device::{GpuResult, P2P};
+use crate::device::GpuResult;
 use crate::layout::{pack_sources, pack_targets, NearLayout};
-use cudarc::driver::PushKernelArg;
+use vortex_cuda::launch::P2p;
 use vortex_fmm::backend::{timed, PhaseTimes, Plan};
 use vortex_fmm::{Fields, Sources, Targets};
 
@@ -17,7 +17,7 @@ impl CudaBackend {
         times: &mut PhaseTimes,
     ) -> GpuResult<()> {
         let s = self.dev.stream().clone();
-        let f = self.dev.function(&P2P, &[], "p2p_near")?;
+        let p2p = P2p::load(&self.dev)?;
         let mut wall = 0.0;
         let r: GpuResult<()> = timed(&mut wall, || {
             let lay = NearLayout::build(
@@ -35,15 +35,20 @@ impl CudaBackend {
             let d_runs = s.clone_htod(flat4(&lay.runs))?;
             let period = plan.periodic.map(|q| q.box_length).unwrap_or(0.0) as f32;
             st.times.p2p += self.event_timed(|| {
-                let mut lb = s.launch_builder(&f);
-                lb.arg(&st.tpos).arg(&st.tstr).arg(&st.spos).arg(&st.sstr);
-                lb.arg(&d_tasks).arg(&d_nsrc).arg(&d_runs).arg(&period);
-                lb.arg(&mut st.vel).arg(&mut st.strf);
-                // SAFETY: the arguments match kernels/p2p.cu `p2p_near` in order and type;
-                // the tasks index cells and particles inside the buffers passed, which
-                // outlive the launch (the event or copy after it synchronizes the stream).
-                unsafe { lb.launch(blocks(lay.tasks.len(), P2P_THREADS)) }?;
-                Ok(())
+                p2p.p2p_near(
+                    &s,
+                    blocks(lay.tasks.len(), P2P_THREADS),
+                    &st.tpos,
+                    &st.tstr,
+                    &st.spos,
+                    &st.sstr,
+                    &d_tasks,
+                    &d_nsrc,
+                    &d_runs,
+                    period,
+                    &mut st.vel,
+                    &mut st.strf,
+                )
             })?;
             Ok(())
         });
@@ -55,7 +60,7 @@ impl CudaBackend {
     /// order) and the kernel time in seconds.
     pub fn all_pairs(&self, sources: &Sources, targets: &Targets) -> GpuResult<(Fields, f64)> {
         let s = self.dev.stream().clone();
-        let f = self.dev.function(&P2P, &[], "p2p_all")?;
+        let p2p = P2p::load(&self.dev)?;
         let (sp, sa) = pack_sources(sources);
         let (tp, ta) = pack_targets(targets);
         let (d_sp, d_sa) = (s.clone_htod(&sp)?, s.clone_htod(&sa)?);
@@ -64,19 +69,18 @@ impl CudaBackend {
         let mut strf = s.alloc_zeros::<f32>(3 * targets.len())?;
         let (nt, ns) = (targets.len() as i32, sources.len() as i32);
         let secs = self.event_timed(|| {
-            let mut lb = s.launch_builder(&f);
-            lb.arg(&d_tp)
-                .arg(&d_ta)
-                .arg(&nt)
-                .arg(&d_sp)
-                .arg(&d_sa)
-                .arg(&ns);
-            lb.arg(&mut vel).arg(&mut strf);
-            // SAFETY: the arguments match kernels/p2p.cu `p2p_all` in order and type;
-            // the tasks index cells and particles inside the buffers passed, which
-            // outlive the launch (the event or copy after it synchronizes the stream).
-            unsafe { lb.launch(blocks(targets.len().div_ceil(128), 128)) }?;
-            Ok(())
+            p2p.p2p_all(
+                &s,
+                blocks(targets.len().div_ceil(128), 128),
+                &d_tp,
+                &d_ta,
+                nt,
+                &d_sp,
+                &d_sa,
+                ns,
+                &mut vel,
+                &mut strf,
+            )
         })?;
         let st = CudaState {
             p: 0,

@@ -31,12 +31,13 @@ mod treecode;
 
 pub use packing::{pack_m2l, pack_m2l_into, pack_m2p, M2lBuffers, M2lPacking};
 
-use crate::device::{GpuDevice, GpuError, GpuResult, FMM, P2P, PPM};
+use crate::device::{GpuDevice, GpuError, GpuResult};
 use crate::layout::{pack_sources, pack_targets};
 use crate::ppm::{cell_geometry, cell_octants, PpmHost, PpmTables};
 use crate::tables::knm_table;
 use cudarc::driver::{CudaSlice, LaunchConfig};
 use std::sync::{Arc, Mutex};
+use vortex_cuda::launch::{Fmm, P2p, Ppm};
 use vortex_fmm::backend::{Backend, FarField, PhaseTimes, Plan};
 use vortex_fmm::expansions::ncoef;
 use vortex_fmm::kernel::INV_4PI;
@@ -151,8 +152,9 @@ struct PpmDevice {
 }
 
 impl PpmDevice {
-    fn defines(&self) -> [(&'static str, usize); 2] {
-        [("PPM_K", self.k), ("PPM_P", self.p)]
+    /// The kernels of `kernels/ppm.cu` for this order.
+    fn kernels(&self, dev: &GpuDevice) -> GpuResult<Ppm> {
+        Ppm::load(dev, self.k, self.p)
     }
 }
 
@@ -161,16 +163,14 @@ const PPM_OPS: usize = 128;
 /// Most blocks of the PPM L2P (each owns a scratch slice; they loop over the leaves).
 const PPM_L2P_BLOCKS: usize = 4096;
 
-/// The defines of `kernels/fmm.cu` ([`vortex_cuda::FMM`]`.required`) for order `p`.
-pub(crate) fn defines(p: usize) -> [(&'static str, usize); 2] {
-    [("ORDER", p), ("EVAL_BLOCK", EVAL_BLOCK)]
+/// The kernels of `kernels/fmm.cu` for order `p` (this backend's [`EVAL_BLOCK`]).
+pub(crate) fn fmm_kernels(dev: &GpuDevice, p: usize) -> GpuResult<Fmm> {
+    Fmm::load(dev, p, EVAL_BLOCK)
 }
 
-/// The defines of `kernels/ppm.cu` ([`vortex_cuda::PPM`]`.required`) for order `p`:
-/// `PPM_K` the pseudo-particles of the order's sphere rule.
-pub(crate) fn ppm_defines(p: usize) -> [(&'static str, usize); 2] {
-    let k = vortex_fmm::ppm::PseudoParticles::new(p).count();
-    [("PPM_K", k), ("PPM_P", p)]
+/// The pseudo-particles of the order-`p` sphere rule: the `k` of [`Ppm::load`].
+pub(crate) fn ppm_count(p: usize) -> usize {
+    vortex_fmm::ppm::PseudoParticles::new(p).count()
 }
 
 /// `[[i32; 4]]` viewed as `[i32]` (no copy).
@@ -244,10 +244,10 @@ impl CudaBackend {
 
     /// Compiles every module for order `p` now (otherwise done at first use).
     pub fn warm_up(&self, p: usize) -> GpuResult<()> {
-        self.dev.module(&P2P, &[])?;
-        self.dev.module(&FMM, &defines(p))?;
+        P2p::module(&self.dev)?;
+        Fmm::module(&self.dev, p, EVAL_BLOCK)?;
         if p <= vortex_fmm::MAX_ORDER {
-            self.dev.module(&PPM, &ppm_defines(p))?;
+            Ppm::module(&self.dev, ppm_count(p), p)?;
         }
         Ok(())
     }
@@ -377,17 +377,6 @@ impl CudaBackend {
             stretching: conv(&w, host.as_ref().map(|f| &f.stretching)),
         })
     }
-}
-
-/// Raw device pointer of a slice, for kernels that read and write the same buffer (M2M, L2L:
-/// different cells of one array). The guard records the stream's use of the slice when dropped.
-fn raw_ptr<'a>(
-    x: &'a mut CudaSlice<f32>,
-    s: &'a Arc<cudarc::driver::CudaStream>,
-) -> (u64, impl Drop + 'a) {
-    use cudarc::driver::DevicePtrMut;
-    let (ptr, guard) = x.device_ptr_mut(s);
-    (ptr, guard)
 }
 
 impl Backend for CudaBackend {

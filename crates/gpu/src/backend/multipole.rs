@@ -3,13 +3,14 @@
 //! O(p^3), or the plain O(p^4) kernel), L2L level by level, L2P.
 
 use super::{
-    blocks, defines, flat4, leaf_tasks, pack_m2l_into, raw_ptr, tr_threads, CudaBackend, CudaState,
+    blocks, flat4, fmm_kernels, leaf_tasks, pack_m2l_into, tr_threads, CudaBackend, CudaState,
     M2lKind, EVAL_BLOCK,
 };
-use crate::device::{GpuError, GpuResult, FMM};
+use crate::device::{GpuError, GpuResult};
 use crate::tables::{direction_key, rot_stride, toff, z_tables, RotationBuilder};
-use cudarc::driver::{CudaFunction, CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 use rustc_hash::FxHashMap;
+use vortex_cuda::launch::{Fmm, InPlace};
 use vortex_fmm::backend::{timed, PhaseTimes, Plan};
 use vortex_fmm::expansions::ncoef;
 use vortex_fmm::lists::NO_SHIFT;
@@ -35,8 +36,8 @@ impl CudaBackend {
         let dev = &self.dev;
         let s = dev.stream().clone();
         let tree = &plan.source_tree;
+        let fmm = fmm_kernels(dev, p)?;
         // P2M
-        let f = dev.function(&FMM, &defines(p), "p2m")?;
         let p2m_threads = ncoef(p).div_ceil(32) * 32;
         let mut wall = 0.0;
         let r: GpuResult<()> = timed(&mut wall, || {
@@ -47,25 +48,22 @@ impl CudaBackend {
             let d_tasks = s.clone_htod(flat4(&tasks))?;
             let mult = st.multipoles.as_mut().unwrap();
             st.times.p2m += self.event_timed(|| {
-                let mut b = s.launch_builder(&f);
-                b.arg(&st.spos)
-                    .arg(&st.sstr)
-                    .arg(&d_tasks)
-                    .arg(&st.scenters)
-                    .arg(&st.knm);
-                b.arg(mult);
-                // SAFETY: the arguments match kernels/fmm.cu `p2m` in order and type;
-                // the tasks index cells and particles inside the buffers passed, which
-                // outlive the launch (the event or copy after it synchronizes the stream).
-                unsafe { b.launch(blocks(tasks.len(), p2m_threads)) }?;
-                Ok(())
+                fmm.p2m(
+                    &s,
+                    blocks(tasks.len(), p2m_threads),
+                    &st.spos,
+                    &st.sstr,
+                    &d_tasks,
+                    &st.scenters,
+                    &st.knm,
+                    mult,
+                )
             })?;
             Ok(())
         });
         times.p2m += wall;
         r?;
         // M2M level by level (children -> parents), rotation-based; 8 directions
-        let f = dev.function(&FMM, &defines(p), "m2m_rot")?;
         let mut wall = 0.0;
         let r: GpuResult<()> = timed(&mut wall, || {
             let mut lt = LevelTranslations::new(p);
@@ -95,7 +93,7 @@ impl CudaBackend {
             let d_toff = s.clone_htod(&toff(p))?;
             let mult = st.multipoles.as_mut().unwrap();
             // in and out alias (children and parents are different cells)
-            let t = self.launch_levels(&f, "m2m_rot", &lt, mult, &d_z, &d_toff)?;
+            let t = self.launch_levels(&fmm, Translation::M2m, &lt, mult, &d_z, &d_toff)?;
             st.times.m2m += t;
             Ok(())
         });
@@ -161,48 +159,34 @@ impl CudaBackend {
         let d_entries = s.clone_htod(flat4(entries))?;
         let mult = st.multipoles.as_ref().unwrap();
         let loc = st.locals.as_mut().unwrap();
-        let zero = 0i32;
+        let cfg = blocks(tasks.len(), threads);
         match self.m2l {
             M2lKind::Rotation => {
                 let d_rots = s.clone_htod(&recs[..])?;
                 let d_z = s.clone_htod(zm2l)?;
-                let f = dev.function(&FMM, &defines(p), "m2l_rot")?;
+                let fmm = fmm_kernels(dev, p)?;
                 st.times.m2l += self.event_timed(|| {
-                    let mut lb = s.launch_builder(&f);
-                    lb.arg(mult)
-                        .arg(&mut *loc)
-                        .arg(&d_tasks)
-                        .arg(&d_entries)
-                        .arg(&d_rots);
-                    lb.arg(&d_z).arg(d_toff).arg(&zero);
-                    // SAFETY: the arguments follow `m2l_rot` in kernels/fmm.cu in order and
-                    // type; the tasks and entries index cells inside the multipole and local
-                    // arrays, which stay alive until the synchronizing event.
-                    // SAFETY: the arguments match kernels/fmm.cu `m2l_rot` in order and type;
-                    // the tasks index cells and particles inside the buffers passed, which
-                    // outlive the launch (the event or copy after it synchronizes the stream).
-                    unsafe { lb.launch(blocks(tasks.len(), threads)) }?;
-                    Ok(())
+                    fmm.m2l_rot(
+                        &s, cfg, mult, &mut *loc, &d_tasks, &d_entries, &d_rots, &d_z, d_toff, 0,
+                    )
                 })?;
                 st.rots = Some(d_rots);
             }
             M2lKind::Plain => {
-                let f = dev.function(&FMM, &defines(p), "m2l_plain")?;
+                let fmm = fmm_kernels(dev, p)?;
                 st.times.m2l += self.event_timed(|| {
-                    let mut lb = s.launch_builder(&f);
-                    lb.arg(mult).arg(&mut *loc).arg(&d_tasks).arg(&d_entries);
-                    lb.arg(&st.tcenters)
-                        .arg(&st.scenters)
-                        .arg(&st.knm)
-                        .arg(&zero);
-                    // SAFETY: the arguments follow `m2l_plain` in kernels/fmm.cu in order and
-                    // type; the tasks and entries index cells inside the multipole, local and
-                    // centre arrays, which stay alive until the synchronizing event.
-                    // SAFETY: the arguments match kernels/fmm.cu `m2l_plain` in order and type;
-                    // the tasks index cells and particles inside the buffers passed, which
-                    // outlive the launch (the event or copy after it synchronizes the stream).
-                    unsafe { lb.launch(blocks(tasks.len(), threads)) }?;
-                    Ok(())
+                    fmm.m2l_plain(
+                        &s,
+                        cfg,
+                        mult,
+                        &mut *loc,
+                        &d_tasks,
+                        &d_entries,
+                        &st.tcenters,
+                        &st.scenters,
+                        &st.knm,
+                        0,
+                    )
                 })?;
             }
             M2lKind::Ppm => {
@@ -246,21 +230,21 @@ impl CudaBackend {
             return Ok(());
         }
         let d_z = s.clone_htod(zl2l)?;
-        let f = dev.function(&FMM, &defines(p), "l2l_rot")?;
+        let fmm = fmm_kernels(dev, p)?;
         let loc = st.locals.as_mut().unwrap();
         // in and out alias (parents and children are different cells)
-        let t = self.launch_levels(&f, "l2l_rot", &lt, loc, &d_z, d_toff)?;
+        let t = self.launch_levels(&fmm, Translation::L2l, &lt, loc, &d_z, d_toff)?;
         st.times.l2l += t;
         Ok(())
     }
 
-    /// Uploads the translations `lt` and launches `f` (`name`: `m2m_rot` or `l2l_rot`) once
-    /// per level on `buf`, which holds both the input and the output cells; returns the kernel
+    /// Uploads the translations `lt` and launches `m2m_rot` or `l2l_rot` (`kind`) once per
+    /// level on `buf`, which holds both the input and the output cells; returns the kernel
     /// time.
     fn launch_levels(
         &self,
-        f: &CudaFunction,
-        name: &str,
+        fmm: &Fmm,
+        kind: Translation,
         lt: &LevelTranslations,
         buf: &mut CudaSlice<f32>,
         d_z: &CudaSlice<f32>,
@@ -272,7 +256,7 @@ impl CudaBackend {
         let d_entries = s.clone_htod(flat4(&lt.entries))?;
         let d_rots = s.clone_htod(&lt.recs)?;
         log::trace!(
-            "{name}: {} levels, {} tasks",
+            "{kind:?}: {} levels, {} tasks",
             lt.levels.len(),
             lt.tasks.len()
         );
@@ -282,19 +266,20 @@ impl CudaBackend {
                     continue;
                 }
                 let off = a as i32;
-                let (ptr, _g) = raw_ptr(buf, &s);
-                let mut lb = s.launch_builder(f);
-                lb.arg(&ptr)
-                    .arg(&ptr)
-                    .arg(&d_tasks)
-                    .arg(&d_entries)
-                    .arg(&d_rots);
-                lb.arg(d_z).arg(d_toff).arg(&off);
-                // SAFETY: the arguments match kernels/fmm.cu `m2m_rot` / `l2l_rot` in order
-                // and type; input and output alias one array, but a level's tasks read one
-                // level and write another (different cells), and the levels' launches are
-                // ordered on the stream; every buffer outlives the synchronizing event.
-                unsafe { lb.launch(blocks(b - a, threads)) }?;
+                // input and output alias one array: a level's tasks read one level and write
+                // another (different cells), and the levels' launches are ordered on the stream
+                let cells = InPlace::new(&mut *buf, &s);
+                let (r, mut w) = (cells.ptr(), cells.ptr());
+                let cfg = blocks(b - a, threads);
+                let args = (&d_tasks, &d_entries, &d_rots);
+                match kind {
+                    Translation::M2m => fmm.m2m_rot(
+                        &s, cfg, &r, &mut w, args.0, args.1, args.2, d_z, d_toff, off,
+                    ),
+                    Translation::L2l => fmm.l2l_rot(
+                        &s, cfg, &r, &mut w, args.0, args.1, args.2, d_z, d_toff, off,
+                    ),
+                }?;
             }
             Ok(())
         })
@@ -319,27 +304,33 @@ impl CudaBackend {
             return Ok(());
         }
         let d_tasks = s.clone_htod(flat4(&tasks))?;
-        let f = self.dev.function(&FMM, &defines(p), "l2p")?;
+        let fmm = fmm_kernels(&self.dev, p)?;
         let loc = st.locals.as_ref().unwrap();
         st.times.l2p += self.event_timed(|| {
-            let mut lb = s.launch_builder(&f);
-            lb.arg(&st.tpos)
-                .arg(&st.tstr)
-                .arg(&d_tasks)
-                .arg(&st.tcenters)
-                .arg(loc);
-            lb.arg(&st.knm).arg(&mut st.vel).arg(&mut st.strf);
-            // SAFETY: the arguments follow `l2p` in kernels/fmm.cu in order and type; each
-            // task's targets and leaf lie inside the target and local arrays, which stay alive
-            // until the synchronizing event.
-            // SAFETY: the arguments match kernels/fmm.cu `l2p` in order and type;
-            // the tasks index cells and particles inside the buffers passed, which
-            // outlive the launch (the event or copy after it synchronizes the stream).
-            unsafe { lb.launch(blocks(tasks.len(), EVAL_BLOCK)) }?;
-            Ok(())
+            fmm.l2p(
+                &s,
+                blocks(tasks.len(), EVAL_BLOCK),
+                &st.tpos,
+                &st.tstr,
+                &d_tasks,
+                &st.tcenters,
+                loc,
+                &st.knm,
+                &mut st.vel,
+                &mut st.strf,
+            )
         })?;
         Ok(())
     }
+}
+
+/// Which rotation-based translation [`CudaBackend::launch_levels`] runs.
+#[derive(Clone, Copy, Debug)]
+enum Translation {
+    /// `m2m_rot`: children into parents.
+    M2m,
+    /// `l2l_rot`: parents into children.
+    L2l,
 }
 
 /// The M2M or L2L work of a tree level by level: tasks `(output cell, first entry, end entry,

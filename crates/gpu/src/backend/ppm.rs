@@ -7,9 +7,10 @@ use super::{
     blocks, flat4, leaf_tasks, ppm_threads, CudaBackend, CudaState, KernelTimes, PPM_L2P_BLOCKS,
     PPM_OPS,
 };
-use crate::device::{GpuResult, PPM};
+use crate::device::GpuResult;
 use crate::ppm::pack_ppm_m2l;
-use cudarc::driver::{CudaFunction, CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
+use vortex_cuda::launch::Ppm;
 use vortex_fmm::backend::{timed, PhaseTimes, Plan};
 use vortex_fmm::ppm::PseudoParticles;
 
@@ -32,7 +33,7 @@ impl CudaBackend {
         } = st;
         let d = ppm_dev.as_mut().expect("device PPM");
         let tree = &plan.source_tree;
-        let f = self.dev.function(&PPM, &d.defines(), "ppm_p2m")?;
+        let ppm = d.kernels(&self.dev)?;
         let mut wall = 0.0;
         let r: GpuResult<()> = timed(&mut wall, || {
             let tasks = leaf_tasks(tree);
@@ -41,23 +42,23 @@ impl CudaBackend {
             }
             let d_tasks = s.clone_htod(flat4(&tasks))?;
             kt.p2m += self.event_timed(|| {
-                let mut b = s.launch_builder(&f);
-                b.arg(&*spos).arg(&*sstr).arg(&d_tasks).arg(&d.scells);
-                b.arg(&d.radius_factor)
-                    .arg(&d.expo)
-                    .arg(&d.wt)
-                    .arg(&mut d.mult);
-                // SAFETY: the arguments match kernels/ppm.cu `ppm_p2m` in order and type;
-                // the tasks index cells and particles inside the buffers passed, which
-                // outlive the launch (the event or copy after it synchronizes the stream).
-                unsafe { b.launch(blocks(tasks.len(), PPM_OPS)) }?;
-                Ok(())
+                ppm.ppm_p2m(
+                    &s,
+                    blocks(tasks.len(), PPM_OPS),
+                    &*spos,
+                    &*sstr,
+                    &d_tasks,
+                    &d.scells,
+                    d.radius_factor,
+                    &d.expo,
+                    &d.wt,
+                    &mut d.mult,
+                )
             })?;
             Ok(())
         });
         times.p2m += wall;
         r?;
-        let f = self.dev.function(&PPM, &d.defines(), "ppm_apply_octant")?;
         let mut wall = 0.0;
         let r: GpuResult<()> = timed(&mut wall, || {
             for l in (0..tree.levels.len().saturating_sub(1)).rev() {
@@ -72,7 +73,7 @@ impl CudaBackend {
                 if tasks.is_empty() {
                     continue;
                 }
-                kt.m2m += self.apply_octants(&f, &tasks, &d.soct, &d.m2m, &mut d.mult, 0)?;
+                kt.m2m += self.apply_octants(&ppm, &tasks, &d.soct, &d.m2m, &mut d.mult, 0)?;
             }
             Ok(())
         });
@@ -104,18 +105,17 @@ impl CudaBackend {
         let d = ppm_dev.as_mut().expect("device PPM");
         let k = d.k;
         let mut d_loc = s.clone_htod(&h.locals)?;
-        let f = self.dev.function(&PPM, &d.defines(), "ppm_m2l")?;
+        let ppm = d.kernels(&self.dev)?;
         let mut wall = 0.0;
         let r: GpuResult<()> = timed(&mut wall, || {
             let Some(m2l) = self.ppm_m2l_upload(plan, &h.ops, d.radius_factor, kt)? else {
                 return Ok(());
             };
-            kt.m2l += self.ppm_m2l_launch(&f, &m2l, k, &d.mult, &mut d_loc)?;
+            kt.m2l += self.ppm_m2l_launch(&ppm, &m2l, k, &d.mult, &mut d_loc)?;
             Ok(())
         });
         times.m2l += wall;
         r?;
-        let f = self.dev.function(&PPM, &d.defines(), "ppm_apply_octant")?;
         let mut wall = 0.0;
         let r: GpuResult<()> = timed(&mut wall, || {
             for l in 1..tt.levels.len() {
@@ -126,13 +126,12 @@ impl CudaBackend {
                 if tasks.is_empty() {
                     continue;
                 }
-                kt.l2l += self.apply_octants(&f, &tasks, &d.toct, &d.l2l, &mut d_loc, 1)?;
+                kt.l2l += self.apply_octants(&ppm, &tasks, &d.toct, &d.l2l, &mut d_loc, 1)?;
             }
             Ok(())
         });
         times.l2l += wall;
         r?;
-        let f = self.dev.function(&PPM, &d.defines(), "ppm_l2p")?;
         let mut wall = 0.0;
         let r: GpuResult<()> = timed(&mut wall, || {
             let tasks = leaf_tasks(tt);
@@ -144,22 +143,23 @@ impl CudaBackend {
             let mut scratch = s.alloc_zeros::<f64>(nb * d.scratch_len.max(1))?;
             let ntasks = tasks.len() as i32;
             kt.l2p += self.event_timed(|| {
-                let mut b = s.launch_builder(&f);
-                b.arg(&*tpos)
-                    .arg(&*tstr)
-                    .arg(&d_tasks)
-                    .arg(&ntasks)
-                    .arg(&d.tcells);
-                b.arg(&d.radius_factor).arg(&d.expo).arg(&d.up).arg(&d.w);
-                b.arg(&d_loc)
-                    .arg(&mut scratch)
-                    .arg(&mut *vel)
-                    .arg(&mut *strf);
-                // SAFETY: the arguments match kernels/ppm.cu `ppm_l2p` in order and type;
-                // the tasks index cells and particles inside the buffers passed, which
-                // outlive the launch (the event or copy after it synchronizes the stream).
-                unsafe { b.launch(blocks(nb, PPM_OPS)) }?;
-                Ok(())
+                ppm.ppm_l2p(
+                    &s,
+                    blocks(nb, PPM_OPS),
+                    &*tpos,
+                    &*tstr,
+                    &d_tasks,
+                    ntasks,
+                    &d.tcells,
+                    d.radius_factor,
+                    &d.expo,
+                    &d.up,
+                    &d.w,
+                    &d_loc,
+                    &mut scratch,
+                    &mut *vel,
+                    &mut *strf,
+                )
             })?;
             Ok(())
         });
@@ -183,9 +183,7 @@ impl CudaBackend {
         let tt = &plan.target_tree;
         let h = st.ppm.as_mut().expect("PPM state");
         let k = h.ops.count();
-        let f = self
-            .dev
-            .function(&PPM, &[("PPM_K", k), ("PPM_P", h.ops.order())], "ppm_m2l")?;
+        let ppm = Ppm::load(&self.dev, k, h.ops.order())?;
         let mut wall = 0.0;
         let kt = &mut st.times;
         let r: GpuResult<()> = timed(&mut wall, || {
@@ -194,7 +192,7 @@ impl CudaBackend {
             };
             let d_mult = s.clone_htod(&h.multipoles)?;
             let mut d_loc = s.alloc_zeros::<f64>(tt.cells.len() * 3 * k)?;
-            kt.m2l += self.ppm_m2l_launch(&f, &m2l, k, &d_mult, &mut d_loc)?;
+            kt.m2l += self.ppm_m2l_launch(&ppm, &m2l, k, &d_mult, &mut d_loc)?;
             let loc = s.clone_dtoh(&d_loc)?;
             s.synchronize()?;
             h.locals
@@ -210,12 +208,12 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// Launches `ppm_apply_octant` (`f`) on `tasks` (one output cell each): M2M (`down` 0:
+    /// Launches `ppm_apply_octant` on `tasks` (one output cell each): M2M (`down` 0:
     /// children into parents) or L2L (`down` 1: parents into children) with the octant table
     /// `table` and the cells' octants `oct`, on the expansions `buf`; returns the kernel time.
     fn apply_octants(
         &self,
-        f: &CudaFunction,
+        ppm: &Ppm,
         tasks: &[[i32; 4]],
         oct: &CudaSlice<i32>,
         table: &CudaSlice<f64>,
@@ -225,13 +223,15 @@ impl CudaBackend {
         let s = self.dev.stream();
         let d_tasks = s.clone_htod(flat4(tasks))?;
         self.event_timed(|| {
-            let mut b = s.launch_builder(f);
-            b.arg(&d_tasks).arg(oct).arg(table).arg(buf).arg(&down);
-            // SAFETY: the arguments match kernels/ppm.cu `ppm_apply_octant` in order and
-            // type; the tasks index cells inside `oct` and `buf`, and the octants rows of
-            // `table`; every buffer outlives the synchronizing event.
-            unsafe { b.launch(blocks(tasks.len(), PPM_OPS)) }?;
-            Ok(())
+            ppm.ppm_apply_octant(
+                s,
+                blocks(tasks.len(), PPM_OPS),
+                &d_tasks,
+                oct,
+                table,
+                buf,
+                down,
+            )
         })
     }
 
@@ -265,11 +265,11 @@ impl CudaBackend {
         }))
     }
 
-    /// Launches `ppm_m2l` (`f`, `k` pseudo-particles) from the multipoles `mult` into the
+    /// Launches `ppm_m2l` (`k` pseudo-particles) from the multipoles `mult` into the
     /// locals `loc`; returns the kernel time.
     fn ppm_m2l_launch(
         &self,
-        f: &CudaFunction,
+        ppm: &Ppm,
         w: &PpmM2l,
         k: usize,
         mult: &CudaSlice<f64>,
@@ -277,14 +277,16 @@ impl CudaBackend {
     ) -> GpuResult<f64> {
         let s = self.dev.stream();
         self.event_timed(|| {
-            let mut lb = s.launch_builder(f);
-            lb.arg(mult).arg(loc).arg(&w.tasks).arg(&w.entries);
-            lb.arg(&w.radii).arg(&w.unit);
-            // SAFETY: the arguments match kernels/ppm.cu `ppm_m2l` in order and type;
-            // the tasks index cells and particles inside the buffers passed, which
-            // outlive the launch (the event or copy after it synchronizes the stream).
-            unsafe { lb.launch(blocks(w.n, ppm_threads(k))) }?;
-            Ok(())
+            ppm.ppm_m2l(
+                s,
+                blocks(w.n, ppm_threads(k)),
+                mult,
+                loc,
+                &w.tasks,
+                &w.entries,
+                &w.radii,
+                &w.unit,
+            )
         })
     }
 }

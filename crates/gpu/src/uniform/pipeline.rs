@@ -47,17 +47,17 @@ use super::sort::SCAN_BLOCK;
 use super::stencil::RotationTable;
 use super::{M2lKernel, UniformParams, UniformTimes};
 use crate::backend::{blocks, tr_threads, P2P_TARGETS, P2P_THREADS};
-use crate::device::{GpuDevice, GpuError, GpuResult, UNIFORM};
+use crate::device::{GpuDevice, GpuError, GpuResult};
 use crate::tables::{knm_table, toff, z_tables};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::sys::CU_MEMHOSTALLOC_WRITECOMBINED;
 use cudarc::driver::{
-    CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig,
-    PinnedHostSlice, PushKernelArg,
+    CudaEvent, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig, PinnedHostSlice,
 };
 use rayon::prelude::*;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
+use vortex_cuda::launch::uniform::UniformModule;
 use vortex_fmm::expansions::ncoef;
 use vortex_fmm::expansions::{expansion_len, Complex64};
 use vortex_fmm::kernel::INV_4PI;
@@ -71,11 +71,6 @@ pub const UNIFORM_EVAL_BLOCK: usize = P2P_TARGETS;
 const DOWNLOAD_CHUNKS: usize = 8;
 /// Threads per block of the element-wise kernels.
 const THREADS: usize = 256;
-
-/// NVRTC defines of the module for order `p`.
-pub fn uniform_defines(p: usize) -> [(&'static str, usize); 2] {
-    [("ORDER", p), ("EVAL_BLOCK", UNIFORM_EVAL_BLOCK)]
-}
 
 /// Tables of one order on the device (built once, reused across evaluations).
 struct Tables {
@@ -113,6 +108,9 @@ pub struct UniformFmm {
     /// points) and the dense matrices of the last order that used them (`m2l`).
     m2l: Mutex<M2lKernel>,
     dense: Mutex<Option<m2l::DenseTables>>,
+    /// The kernels of the last order evaluated (the module is cached per device; this keeps
+    /// its function handles).
+    kernels: Mutex<Option<(usize, Arc<UniformModule>)>>,
 }
 
 type FarKey = ((usize, usize, usize, u64, usize), Arc<FarImages>);
@@ -474,6 +472,7 @@ impl UniformFmm {
             copy: OnceLock::new(),
             m2l: Mutex::new(M2lKernel::Auto),
             dense: Mutex::new(None),
+            kernels: Mutex::new(None),
         }
     }
 
@@ -488,12 +487,22 @@ impl UniformFmm {
 
     /// Compiles the module of order `p` now (otherwise at the first evaluation).
     pub fn warm_up(&self, p: usize) -> GpuResult<()> {
-        self.dev.module(&UNIFORM, &uniform_defines(p))?;
+        self.kernels(p)?;
         Ok(())
     }
 
-    fn func(&self, p: usize, name: &str) -> GpuResult<CudaFunction> {
-        self.dev.function(&UNIFORM, &uniform_defines(p), name)
+    /// The kernels of the module of order `p` (`uniform.cu` with the `p2p.cu` and `fmm.cu` it
+    /// includes), compiled at the first use on the device.
+    fn kernels(&self, p: usize) -> GpuResult<Arc<UniformModule>> {
+        let mut k = self.kernels.lock().expect("uniform kernels poisoned");
+        match &*k {
+            Some((order, m)) if *order == p => Ok(m.clone()),
+            _ => {
+                let m = Arc::new(UniformModule::load(&self.dev, p, UNIFORM_EVAL_BLOCK)?);
+                *k = Some((p, m.clone()));
+                Ok(m)
+            }
+        }
     }
 
     /// The second stream of the device (copies that overlap the kernels of the first).

@@ -14,9 +14,11 @@
 //! * **gathered on rank 0** (in global-id order, then scattered back in contiguous pieces): the
 //!   initial condition and the RBF re-interpolation (every `M` steps or at the core ratio: the
 //!   solve runs on rank 0 and the fresh particles are numbered in lattice order), the free-space
-//!   energy and enstrophy (Gaussian sums over all particles), checkpoints (written once by rank 0,
-//!   in global-id order, so that a checkpoint does not depend on the number of ranks and can be
-//!   continued with another), VTK snapshots and the spectral diagnostics of the grid velocity.
+//!   energy and enstrophy (Gaussian sums over all particles), one-rank checkpoints, VTK
+//!   snapshots and the spectral diagnostics of the grid velocity;
+//! * **written by every rank**: checkpoints of several ranks (a piece per rank with the global
+//!   ids, and a manifest: [`crate::checkpoint::pieces`]), continued with any number of ranks
+//!   ([`DistSimulation::resume`] takes any distribution of the particles).
 //!
 //! Results do not depend on the number of ranks beyond round-off: the particles are ordered by
 //! (Morton key, global id) on every rank after each redistribution, so the concatenation over the
@@ -38,8 +40,8 @@ mod rhs;
 mod simulation;
 
 pub use crate::collective::{
-    agree, broadcast_bytes, broadcast_f64s, check_same, gather_particles, gather_rows,
-    gather_state, scatter_rows, scatter_state, PARTICLE_ROW,
+    agree, balance_by_gid, broadcast_bytes, broadcast_f64s, check_same, gather_particles,
+    gather_rows, gather_state, scatter_rows, scatter_state, LocalState, PARTICLE_ROW,
 };
 pub use crate::simulator::Phases;
 pub use diagnostics::compute as diagnostics;

@@ -95,18 +95,24 @@ impl<'c, B: Backend> DistSimulation<'c, B> {
         Ok(s)
     }
 
-    /// Continues from a global state in global-id order (a checkpoint) held by rank 0; the
-    /// other ranks pass `None`. Works with any number of ranks. Collective.
+    /// Continues from this rank's part of a state (a checkpoint read on any number of ranks):
+    /// its particles with their global ids, in any distribution over the ranks (the first
+    /// evaluation moves every particle to the owner of its branch cell and orders them by
+    /// (Morton key, global id), so the steps do not depend on it). Collective.
     pub fn resume(
         comm: &'c dyn Comm,
         config: Config,
         backend: B,
-        global: Option<State>,
+        local: LocalState,
     ) -> Result<Self> {
         check_same(comm, "configurations", &config.fingerprint())?;
         check_spread_memory(comm, &config)?;
-        let (state, gid, n) = scatter_state(comm, global);
-        Ok(Self::assemble(comm, config, backend, state, gid, n))
+        let LocalState {
+            state,
+            ids,
+            n_global,
+        } = local;
+        Ok(Self::assemble(comm, config, backend, state, ids, n_global))
     }
 
     pub fn t(&self) -> f64 {
@@ -434,12 +440,6 @@ impl<'c, B: Backend> DistSimulation<'c, B> {
         )
     }
 
-    /// The global state in global-id order on rank 0 (what a checkpoint holds, independent of
-    /// the number of ranks); `None` on the other ranks. Collective.
-    pub fn gather_state(&self) -> Option<State> {
-        gather_state(self.comm, &self.gid, self.n_global, &self.state)
-    }
-
     /// The first non-finite value of any rank, as a message naming the global id. Collective.
     pub fn check_finite(&self, last_checkpoint: &str) -> Result<()> {
         let r = match self.state.particles.first_non_finite() {
@@ -511,8 +511,12 @@ impl<B: Backend> crate::simulator::Simulator for DistSimulation<'_, B> {
             .gather(&[&f.velocity])
             .map(|(p, mut v)| (p, v.pop().unwrap_or_default())))
     }
-    fn gather_state(&mut self) -> Result<Option<State>> {
-        Ok(DistSimulation::gather_state(self))
+    fn local_state(&mut self) -> Result<LocalState> {
+        Ok(LocalState {
+            state: self.state.clone(),
+            ids: self.gid.clone(),
+            n_global: self.n_global,
+        })
     }
     fn step(&mut self) -> Result<StepReport> {
         DistSimulation::step(self)

@@ -374,11 +374,19 @@ pub fn solve(
                     s.max_iterations,
                 );
                 if !(res <= s.tolerance) {
+                    // at the iteration limit more iterations may help; before it the solve
+                    // stagnated (round-off), and only a looser tolerance or another solver does
+                    let what = if it >= s.max_iterations {
+                        "reached reinterpolation.max_iterations; raise it, use solver = \
+                         \"direct\" or lower the overlap"
+                    } else {
+                        "stagnated before reinterpolation.max_iterations (round-off); raise \
+                         reinterpolation.tolerance or use solver = \"direct\""
+                    };
                     return Err(Error::Rbf(format!(
                         "conjugate gradients stopped at relative residual {res:.3e} after {it} \
-                         iterations (component {c}, tolerance {:.1e}, {n} lattice points, \
-                         sigma/h = {:.3}); raise reinterpolation.max_iterations, use \
-                         solver = \"direct\" or lower the overlap",
+                         iterations (component {c}, reinterpolation.tolerance {:.1e}, {n} \
+                         lattice points, sigma/h = {:.3}): {what}",
                         s.tolerance,
                         sigma / lat.h
                     )));

@@ -4,27 +4,60 @@
 //! * [`migrate`]: the particles that left the rank's slab go to their owners with every array
 //!   that travels with them (state, predictor, the Adams-Bashforth history) and their global
 //!   ids; the kept rows are compacted on the device, the arrivals appended in rank order;
-//! * [`halo_rows`]: copies of the particles within the Gaussian sums' reach of other ranks'
-//!   lattice planes ([`super::owners::halo_sends`]), positions shifted across the periodic seam.
+//!
+//! (The halo of the Gaussian sums travels on the device: [`super::halo`].)
 
-use super::owners::{halo_sends, migration_lists, Owners};
+#[cfg(doc)]
+use super::owners::migration_lists;
+use super::owners::Owners;
 use crate::kernels::{per_element, Kernels};
+use crate::lattice::scan;
 use cudarc::driver::{CudaSlice, CudaStream, PushKernelArg};
 use std::sync::Arc;
 use vortex_cuda::{GpuError, GpuResult};
 use vortex_domain::Comm;
 
-/// The owner rank of each of `n` particles from their packed rows (`8 n` floats: the layout of
-/// `vortex_gpu::uniform::pipeline::pack_sources_into`, as `r_pack` writes it).
+/// Where this rank's particles belong, on the device: per rank `q` the indices of the particles
+/// it owns (increasing; the rule of the host twin [`migration_lists`]) and their count.
+pub struct Ownership {
+    /// `lists[q]`: `counts[q]` indices (at least one element allocated).
+    pub lists: Vec<CudaSlice<i32>>,
+    pub counts: Vec<usize>,
+    pub me: usize,
+}
+
+impl Ownership {
+    /// Particles of this rank owned elsewhere.
+    pub fn leaving(&self) -> usize {
+        (0..self.counts.len())
+            .filter(|&q| q != self.me)
+            .map(|q| self.counts[q])
+            .sum()
+    }
+}
+
+/// The owners of `n` particles from their packed rows (`8 n` floats: the layout of
+/// `vortex_gpu::uniform::pipeline::pack_sources_into`, as `r_pack` writes it), as per-rank
+/// index lists on the device (rank `me` is this one).
 pub fn owners_of(
     k: &Kernels,
     s: &Arc<CudaStream>,
     packed: &CudaSlice<f32>,
     n: usize,
     owners: &Owners,
-) -> GpuResult<Vec<i32>> {
+    me: usize,
+) -> GpuResult<Ownership> {
+    let ranks = owners.ranks;
+    let mut own = Ownership {
+        lists: Vec::with_capacity(ranks),
+        counts: vec![0; ranks],
+        me,
+    };
     if n == 0 {
-        return Ok(Vec::new());
+        for _ in 0..ranks {
+            own.lists.push(s.alloc_zeros::<i32>(1)?);
+        }
+        return Ok(own);
     }
     let table = s.clone_htod(&owners.plane_owner)?;
     let mut owner = s.alloc_zeros::<i32>(n)?;
@@ -42,7 +75,28 @@ pub fn owners_of(
     // at least n float4 positions (8 n floats), plane_owner nleaf ints, owner n ints; threads i >=
     // n return.
     unsafe { b.launch(per_element(n)) }?;
-    Ok(s.clone_dtoh(&owner)?)
+    let mut flag = s.alloc_zeros::<i32>(n)?;
+    let mut starts = s.alloc_zeros::<i32>(n + 1)?;
+    for q in 0..ranks {
+        let q_i = q as i32;
+        let mut b = s.launch_builder(&k.flag_owner);
+        b.arg(&owner).arg(&n_i).arg(&q_i).arg(&mut flag);
+        // SAFETY: r_flag_owner(const int* owner, int n, int q, int* flag): the arguments in
+        // this order and of these types; owner and flag hold n ints; threads i >= n return.
+        unsafe { b.launch(per_element(n)) }?;
+        scan(k, s, &flag, n, &mut starts)?;
+        let count = s.clone_dtoh(&starts.slice(n..n + 1))?[0] as usize;
+        let mut idx = s.alloc_zeros::<i32>(count.max(1))?;
+        let mut b = s.launch_builder(&k.compact_index);
+        b.arg(&flag).arg(&starts).arg(&n_i).arg(&mut idx);
+        // SAFETY: r_compact_index(const int* flag, const int* starts, int n, int* idx): the
+        // arguments in this order and of these types; flag n ints, starts n + 1 (its exclusive
+        // scan: starts[i] < count for flagged i), idx count ints; threads i >= n return.
+        unsafe { b.launch(per_element(n)) }?;
+        own.counts[q] = count;
+        own.lists.push(idx);
+    }
+    Ok(own)
 }
 
 /// Rows `idx` of `src` (rows of `width` doubles) in a fresh buffer of `len.max(m) * width`
@@ -84,10 +138,23 @@ pub struct Moved {
     pub bytes: usize,
 }
 
-/// Collective: moves the particles with `owner[i] != rank` to their owners. `arrays` are the
-/// per-particle device arrays (rows of the given width, `n` rows each) that travel together;
-/// `ids` their global ids. On return every array holds the kept rows in their order followed
-/// by the arrivals (source rank order), `n` and `ids` updated.
+/// The global ids of the kept particles: `ids` without the (sorted) `leaving` indices.
+fn kept_ids(ids: &[u64], leaving: &[u32]) -> Vec<u64> {
+    let mut out = Vec::with_capacity(ids.len() - leaving.len());
+    let mut from = 0;
+    for &i in leaving {
+        out.extend_from_slice(&ids[from..i as usize]);
+        from = i as usize + 1;
+    }
+    out.extend_from_slice(&ids[from..]);
+    out
+}
+
+/// Collective: moves the particles owned by other ranks (`own`) to their owners. `arrays` are
+/// the per-particle device arrays (rows of the given width, `n` rows each) that travel
+/// together; `ids` their global ids. On return every array holds the kept rows in their order
+/// followed by the arrivals (source rank order), `n` and `ids` updated. Only the leavers' rows
+/// and indices cross to the host.
 pub fn migrate(
     comm: &dyn Comm,
     k: &Kernels,
@@ -95,21 +162,31 @@ pub fn migrate(
     arrays: &mut [(&mut CudaSlice<f64>, usize)],
     n: &mut usize,
     ids: &mut Vec<u64>,
-    owner: &[i32],
+    own: &Ownership,
 ) -> GpuResult<Moved> {
     let (me, ranks) = (comm.rank(), comm.size());
-    if owner.len() != *n || ids.len() != *n {
+    if own.counts.iter().sum::<usize>() != *n || ids.len() != *n || own.counts.len() != ranks {
         return Err(GpuError::Unsupported(format!(
-            "migration of {} particles with {} owners and {} ids",
+            "migration of {} particles with owner counts {:?} and {} ids",
             n,
-            owner.len(),
+            own.counts,
             ids.len()
         )));
     }
-    let (send, keep) = migration_lists(owner, me, ranks);
+    let mut laps = crate::laps::Laps::new(s, "migration");
+    let send: Vec<Vec<u32>> = (0..ranks)
+        .map(|q| -> GpuResult<Vec<u32>> {
+            if q == me || own.counts[q] == 0 {
+                return Ok(Vec::new());
+            }
+            let v = s.clone_dtoh(&own.lists[q].slice(0..own.counts[q]))?;
+            Ok(v.into_iter().map(|i| i as u32).collect())
+        })
+        .collect::<GpuResult<_>>()?;
     let order: Vec<u32> = send.iter().flatten().copied().collect();
     let width: usize = arrays.iter().map(|a| a.1).sum();
     let send_idx = upload_idx(s, &order)?;
+    laps.lap("lists");
     // the leaving rows, array by array
     let mut leaving = Vec::with_capacity(arrays.len());
     for (a, w) in arrays.iter() {
@@ -125,45 +202,45 @@ pub fn migrate(
         for &i in list {
             b.extend_from_slice(&ids[i as usize].to_le_bytes());
             for (v, (_, w)) in leaving.iter().zip(arrays.iter()) {
-                for x in &v[at * w..(at + 1) * w] {
-                    b.extend_from_slice(&x.to_le_bytes());
-                }
+                b.extend_from_slice(bytemuck::cast_slice(&v[at * w..(at + 1) * w]));
             }
             at += 1;
         }
     }
+    laps.lap("leavers down + pack");
     let recv = comm.alltoallv(&bufs);
+    laps.lap("alltoallv");
     let row_bytes = 8 * (1 + width);
     let arrived: usize = recv.iter().map(|b| b.len() / row_bytes).sum();
     let mut host: Vec<Vec<f64>> = arrays
         .iter()
         .map(|(_, w)| Vec::with_capacity(arrived * w))
         .collect();
-    let mut new_ids: Vec<u64> = keep.iter().map(|&i| ids[i as usize]).collect();
+    let mut sorted = order.clone();
+    sorted.sort_unstable();
+    let mut new_ids = kept_ids(ids, &sorted);
     for b in &recv {
         for row in b.chunks_exact(row_bytes) {
-            let f =
-                |j: usize| f64::from_le_bytes(row[8 * j..8 * j + 8].try_into().expect("8 bytes"));
             new_ids.push(u64::from_le_bytes(row[..8].try_into().expect("8 bytes")));
-            let mut j = 1;
+            let vals: Vec<f64> = bytemuck::pod_collect_to_vec(&row[8..]);
+            let mut j = 0;
             for (h, (_, w)) in host.iter_mut().zip(arrays.iter()) {
-                for _ in 0..*w {
-                    h.push(f(j));
-                    j += 1;
-                }
+                h.extend_from_slice(&vals[j..j + w]);
+                j += w;
             }
         }
     }
-    // compact the kept rows, append the arrivals
-    let keep_idx = upload_idx(s, &keep)?;
-    let total = keep.len() + arrived;
+    // compact the kept rows (the device's own list), append the arrivals
+    let kept = own.counts[me];
+    let total = kept + arrived;
     for ((a, w), h) in arrays.iter_mut().zip(&host) {
-        let mut fresh = gather(k, s, a, *w, &keep_idx, keep.len(), total)?;
+        let mut fresh = gather(k, s, a, *w, &own.lists[me], kept, total)?;
         if !h.is_empty() {
-            s.memcpy_htod(h, &mut fresh.slice_mut(keep.len() * *w..total * *w))?;
+            s.memcpy_htod(h, &mut fresh.slice_mut(kept * *w..total * *w))?;
         }
         **a = fresh;
     }
+    laps.lap("compact + arrivals up");
     *n = total;
     *ids = new_ids;
     Ok(Moved {
@@ -171,95 +248,6 @@ pub fn migrate(
         received: arrived,
         bytes: bytes_to_others(&bufs, me),
     })
-}
-
-/// The halo of the Gaussian sums received by this rank: positions (shifted across the seam),
-/// strengths and core radii of the other ranks' particles (and of this rank's periodic
-/// images) within `reach` cells of its planes, in source rank order.
-pub struct Halo {
-    pub pos: Vec<f64>,
-    pub alpha: Vec<f64>,
-    pub sigma: Vec<f64>,
-    pub bytes: usize,
-}
-
-impl Halo {
-    pub fn len(&self) -> usize {
-        self.sigma.len()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.sigma.is_empty()
-    }
-}
-
-/// Collective: the halo rows of every rank ([`halo_sends`] for the lattice of `n` planes per
-/// side split by `bounds`), `pos`, `alpha` (`3 np` doubles) and `sigma` (`np`) this rank's
-/// particles on the device.
-#[allow(clippy::too_many_arguments)]
-pub fn halo_rows(
-    comm: &dyn Comm,
-    k: &Kernels,
-    s: &Arc<CudaStream>,
-    (pos, alpha, sigma, np): (&CudaSlice<f64>, &CudaSlice<f64>, &CudaSlice<f64>, usize),
-    bounds: &[usize],
-    n: usize,
-    box_length: f64,
-    reach: usize,
-) -> GpuResult<Halo> {
-    let me = comm.rank();
-    // the z coordinates decide; the rows of the chosen particles are gathered on the device
-    let z: Vec<f64> = if np == 0 {
-        Vec::new()
-    } else {
-        let all = s.clone_dtoh(&pos.slice(0..3 * np))?;
-        all.chunks_exact(3).map(|r| r[2]).collect()
-    };
-    let sends = halo_sends(&z, me, bounds, n, box_length, reach);
-    let order: Vec<u32> = sends.iter().flatten().map(|&(i, _)| i).collect();
-    let idx = upload_idx(s, &order)?;
-    let m = order.len();
-    let p = s.clone_dtoh(&gather(k, s, pos, 3, &idx, m, 0)?)?;
-    let a = s.clone_dtoh(&gather(k, s, alpha, 3, &idx, m, 0)?)?;
-    let g = s.clone_dtoh(&gather(k, s, sigma, 1, &idx, m, 0)?)?;
-    let mut rows: Vec<Vec<f64>> = vec![Vec::new(); comm.size()];
-    let mut at = 0;
-    for (q, list) in sends.iter().enumerate() {
-        rows[q].reserve(7 * list.len());
-        for &(_, shift) in list {
-            rows[q].extend_from_slice(&[
-                p[3 * at],
-                p[3 * at + 1],
-                p[3 * at + 2] + shift as f64 * box_length,
-                a[3 * at],
-                a[3 * at + 1],
-                a[3 * at + 2],
-                g[at],
-            ]);
-            at += 1;
-        }
-    }
-    // rows travel as their bytes (bytemuck casts: one copy each way)
-    let bufs: Vec<Vec<u8>> = rows
-        .iter()
-        .map(|r| bytemuck::cast_slice(r).to_vec())
-        .collect();
-    drop(rows);
-    let recv = comm.alltoallv(&bufs);
-    let mut h = Halo {
-        pos: Vec::new(),
-        alpha: Vec::new(),
-        sigma: Vec::new(),
-        bytes: bytes_to_others(&bufs, me),
-    };
-    for b in &recv {
-        let v: Vec<f64> = bytemuck::pod_collect_to_vec(b);
-        for r in v.chunks_exact(7) {
-            h.pos.extend_from_slice(&r[0..3]);
-            h.alpha.extend_from_slice(&r[3..6]);
-            h.sigma.push(r[6]);
-        }
-    }
-    Ok(h)
 }
 
 /// Bytes of the messages `bufs` (by destination rank) that leave rank `me`.

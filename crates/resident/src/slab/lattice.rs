@@ -7,7 +7,7 @@
 //! spectrum of the diagnostics. The same sums as [`crate::lattice`] on one GPU (core paper
 //! Eq. 3-4), in the slab layout `((z - z0) n + y) n + x` of the transforms.
 
-use super::exchange::halo_rows;
+use super::halo::{halo_on_device, split_rows, HaloSource};
 use crate::kernels::Kernels;
 use crate::lattice::{bin_rows, gaussian_sums_at, reach, Planes, Rows};
 use crate::state::DeviceParticles;
@@ -15,6 +15,7 @@ use cudarc::driver::{CudaSlice, CudaStream};
 use std::sync::Arc;
 use vortex_cuda::{GpuError, GpuResult};
 use vortex_domain::Comm;
+use vortex_exchange::DeviceExchange;
 use vortex_method::reinterpolation::Lattice;
 
 /// Axes a slab's local lattice wraps: x and y (bits 0 and 1).
@@ -114,12 +115,15 @@ impl SlabLattice {
     }
 }
 
-/// Collective: `omega` at the points of this rank's planes of `lat` (slab layout, `3` doubles
-/// per point) from the blobs of every rank; `p` this rank's particles (positions wrapped into
-/// the box), `sigma_max` the largest core over all ranks. Returns the field and the halo
-/// bytes this rank sent.
+/// Collective: the Gaussian sums of every rank's particles at this rank's lattice planes
+/// (`lat`), the slab layout of [`crate::slab_fourier`] (`3 n^2` doubles per own plane): the own
+/// particles and the halo of the other ranks' ones (exchanged on the device,
+/// [`super::halo::halo_on_device`]), binned on the local lattice of the own planes and the
+/// halo planes. Returns the field and the bytes this rank sent.
+#[allow(clippy::too_many_arguments)]
 pub fn slab_vorticity(
     comm: &dyn Comm,
+    exchange: &mut dyn DeviceExchange,
     k: &Kernels,
     s: &Arc<CudaStream>,
     p: &DeviceParticles,
@@ -128,30 +132,26 @@ pub fn slab_vorticity(
     sigma_max: f64,
 ) -> GpuResult<(CudaSlice<f64>, usize)> {
     let (l, n) = (lat.box_length, lat.n);
-    let halo = halo_rows(
-        comm,
-        k,
-        s,
-        (&p.pos, &p.alpha, &p.sigma, p.n),
-        &lat.bounds,
-        n,
-        l,
-        lat.reach,
-    )?;
-    let m = p.n + halo.len();
-    let joined = |own: &CudaSlice<f64>, w: usize, extra: &[f64]| -> GpuResult<CudaSlice<f64>> {
+    let mut laps = crate::laps::Laps::new(s, "slab vorticity");
+    let source = HaloSource {
+        pos: &p.pos,
+        alpha: &p.alpha,
+        sigma: &p.sigma,
+        np: p.n,
+    };
+    let halo = halo_on_device(comm, exchange, k, s, source, &lat.bounds, n, l, lat.reach)?;
+    laps.lap("halo");
+    let m = p.n + halo.len;
+    let own = |src: &CudaSlice<f64>, w: usize| -> GpuResult<CudaSlice<f64>> {
         let mut d = s.alloc_zeros::<f64>((m * w).max(1))?;
         if p.n > 0 {
-            s.memcpy_dtod(&own.slice(0..p.n * w), &mut d.slice_mut(0..p.n * w))?;
-        }
-        if !extra.is_empty() {
-            s.memcpy_htod(extra, &mut d.slice_mut(p.n * w..m * w))?;
+            s.memcpy_dtod(&src.slice(0..p.n * w), &mut d.slice_mut(0..p.n * w))?;
         }
         Ok(d)
     };
-    let pos = joined(&p.pos, 3, &halo.pos)?;
-    let alpha = joined(&p.alpha, 3, &halo.alpha)?;
-    let sigma = joined(&p.sigma, 1, &halo.sigma)?;
+    let (mut pos, mut alpha, mut sigma) = (own(&p.pos, 3)?, own(&p.alpha, 3)?, own(&p.sigma, 1)?);
+    split_rows(k, s, &halo, (&mut pos, &mut alpha, &mut sigma), p.n)?;
+    laps.lap("join");
     let local = lat.local();
     let rows = Rows {
         n: m,
@@ -160,6 +160,7 @@ pub fn slab_vorticity(
         sigma: &sigma,
     };
     let b = bin_rows(k, s, rows, &local, SLAB_AXES)?;
+    laps.lap("bin");
     let field = gaussian_sums_at(
         k,
         s,
@@ -171,6 +172,7 @@ pub fn slab_vorticity(
         cutoff,
         sigma_max,
     )?;
+    laps.lap("sums");
     Ok((field, halo.bytes))
 }
 

@@ -15,6 +15,7 @@
 //! reduced over the ranks.
 
 pub mod exchange;
+pub mod halo;
 pub mod lattice;
 pub mod owners;
 pub mod step;

@@ -3,32 +3,46 @@
 //! before an evaluation, the FMM over the slabs, the re-interpolation and the grid velocity on
 //! the ranks' lattice planes.
 
-use super::exchange::{migrate, owners_of};
+use super::exchange::{migrate, owners_of, Ownership};
 use super::lattice::{slab_vorticity, SlabLattice};
 use super::owners::Owners;
 use crate::fourier::GridSpectrum;
 use crate::lattice::{lattice_particles, Planes};
 use crate::reinterpolation::inverse_eigenvalues;
 use crate::simulation::{gpu_err, ResidentSimulation};
-use crate::slab_fourier::{SlabAxis, SlabFourier, SlabLayout};
+use crate::slab_fourier::{Ranks, SlabAxis, SlabFourier, SlabLayout};
 use crate::state::{DeviceFields, DeviceParticles, Moments};
 use cudarc::driver::CudaSlice;
 use std::collections::HashMap;
 use vortex_domain::{Comm, ReduceOp};
+use vortex_exchange::DeviceExchange;
 use vortex_gpu::uniform::slab::SlabPlan;
 use vortex_method::reinterpolation::RbfReport;
 use vortex_method::{Error, Result};
 
-/// What the distributed step keeps between steps: the slab transforms of each lattice size
-/// and split, the inverse eigenvalues of the lattice solve, and counters.
-#[derive(Default)]
+/// What the distributed step keeps between steps: the device exchange, the slab transforms
+/// of each lattice size and split, the inverse eigenvalues of the lattice solve, and counters.
 pub struct SlabStep {
+    /// The device exchange of the transposes (one per run).
+    exchange: Box<dyn DeviceExchange>,
     fouriers: HashMap<(usize, Vec<usize>), SlabFourier>,
     inv_eig: Option<CudaSlice<f64>>,
     /// Particles sent to other ranks by the migrations so far.
     pub migrated: u64,
     /// Bytes this rank sent: migrations, halos of the lattice sums, FMM exchanges.
     pub bytes: u64,
+}
+
+impl SlabStep {
+    pub fn new(exchange: Box<dyn DeviceExchange>) -> Self {
+        Self {
+            exchange,
+            fouriers: HashMap::new(),
+            inv_eig: None,
+            migrated: 0,
+            bytes: 0,
+        }
+    }
 }
 
 /// The moments of every rank's particles (sums added, extremes reduced). Collective.
@@ -86,24 +100,29 @@ impl ResidentSimulation<'_> {
         plan.ok_or_else(|| Error::Other("the device evaluation has no slabs".into()))
     }
 
-    /// The owner of each particle of `lead` and whether any particle of any rank is away from
-    /// its owner. Collective.
-    fn owners_now(&self, lead: &DeviceParticles) -> Result<(Vec<i32>, bool)> {
+    /// Where the particles of `lead` belong (index lists on the device) and whether any
+    /// particle of any rank is away from its owner. Collective.
+    fn owners_now(&self, lead: &DeviceParticles) -> Result<(Ownership, bool)> {
+        let mut laps = crate::laps::Laps::new(&self.s, "owners");
         let m = self.moments_of(lead)?;
+        laps.lap("moments");
         let plan = self.slab_plan(m.sigma_max)?;
+        laps.lap("plan");
         let input = self.pack(lead)?;
-        let owner = owners_of(&self.k, &self.s, &input, lead.n, &owners_of_plan(&plan))
+        let me = self.comm.rank();
+        let own = owners_of(&self.k, &self.s, &input, lead.n, &owners_of_plan(&plan), me)
             .map_err(gpu_err("owners"))?;
-        let me = self.comm.rank() as i32;
-        let mut away = [owner.iter().any(|&o| o != me) as u8 as f64];
+        laps.lap("owner lists");
+        let mut away = [(own.leaving() > 0) as u8 as f64];
         self.comm.allreduce_f64(&mut away, ReduceOp::Max);
-        Ok((owner, away[0] > 0.0))
+        laps.lap("agree");
+        Ok((own, away[0] > 0.0))
     }
 
     /// Hands the particles of the state that left this rank's slab (with their
     /// Adams-Bashforth history) to their owners. Collective.
     pub(crate) fn settle_state(&mut self) -> Result<()> {
-        let (owner, away) = self.owners_now(&self.p)?;
+        let (own, away) = self.owners_now(&self.p)?;
         if !away {
             return Ok(());
         }
@@ -125,7 +144,7 @@ impl ResidentSimulation<'_> {
             &mut arrays,
             &mut p.n,
             &mut self.ids,
-            &owner,
+            &own,
         )
         .map_err(gpu_err("migration"))?;
         let slab = self.slab.as_mut().expect("several ranks");
@@ -141,7 +160,7 @@ impl ResidentSimulation<'_> {
         star: &mut DeviceParticles,
         f_n: &mut DeviceFields,
     ) -> Result<()> {
-        let (owner, away) = self.owners_now(star)?;
+        let (own, away) = self.owners_now(star)?;
         if !away {
             return Ok(());
         }
@@ -166,7 +185,7 @@ impl ResidentSimulation<'_> {
             &mut arrays,
             &mut n,
             &mut self.ids,
-            &owner,
+            &own,
         )
         .map_err(gpu_err("migration"))?;
         star.n = n;
@@ -188,8 +207,12 @@ impl ResidentSimulation<'_> {
             .map_err(gpu_err("lattice"))
     }
 
-    /// The slab transforms of `lat`'s lattice and split (planned once).
-    fn slab_fourier(&mut self, lat: &SlabLattice) -> Result<&mut SlabFourier> {
+    /// The slab transforms of `lat`'s lattice and split (planned once) and the device
+    /// exchange of their transposes.
+    fn slab_fourier(
+        &mut self,
+        lat: &SlabLattice,
+    ) -> Result<(&mut SlabFourier, &mut dyn DeviceExchange)> {
         let key = (lat.n, lat.bounds.clone());
         let slab = self.slab.as_mut().expect("several ranks");
         if !slab.fouriers.contains_key(&key) {
@@ -199,7 +222,8 @@ impl ResidentSimulation<'_> {
                 .map_err(gpu_err("slab transforms"))?;
             slab.fouriers.insert(key.clone(), f);
         }
-        Ok(slab.fouriers.get_mut(&key).expect("inserted above"))
+        let f = slab.fouriers.get_mut(&key).expect("inserted above");
+        Ok((f, &mut *slab.exchange))
     }
 
     /// The RBF re-interpolation over the slabs: fresh particles on this rank's lattice planes
@@ -209,12 +233,16 @@ impl ResidentSimulation<'_> {
         sigma_max: f64,
     ) -> Result<(DeviceParticles, Vec<u64>, RbfReport)> {
         let n = self.config.lattice_n().expect("checked by unsupported()");
+        let mut laps = crate::laps::Laps::new(&self.s, "re-interpolation over slabs");
         let lat = self.slab_lattice(n, sigma_max)?;
+        laps.lap("plan");
         let cutoff = self.config.reinterpolation.cutoff;
+        let exchange = &mut *self.slab.as_mut().expect("several ranks").exchange;
         let (mut field, bytes) = slab_vorticity(
-            self.comm, &self.k, &self.s, &self.p, &lat, cutoff, sigma_max,
+            self.comm, exchange, &self.k, &self.s, &self.p, &lat, cutoff, sigma_max,
         )
         .map_err(gpu_err("lattice sums"))?;
+        laps.lap("sums");
         let sigma0 = self.config.sigma0();
         let slab = self.slab.as_mut().expect("several ranks");
         slab.bytes += bytes as u64;
@@ -231,11 +259,11 @@ impl ResidentSimulation<'_> {
         let inv_eig = slab.inv_eig.take().expect("set above");
         let c = (2.0 * std::f64::consts::PI * sigma0 * sigma0).powf(-1.5);
         let comm = self.comm;
-        let r = self
-            .slab_fourier(&lat)?
-            .solve_rbf(comm, &mut field, &inv_eig, c);
+        let (f, exchange) = self.slab_fourier(&lat)?;
+        let r = f.solve_rbf(Ranks { comm, exchange }, &mut field, &inv_eig, c);
         self.slab.as_mut().expect("several ranks").inv_eig = Some(inv_eig);
         r.map_err(gpu_err("lattice solve"))?;
+        laps.lap("solve");
         let (z0, z1) = lat.own();
         let planes = Planes {
             z_first: z0,
@@ -245,6 +273,7 @@ impl ResidentSimulation<'_> {
         let o = -0.5 * lat.box_length;
         let fresh = lattice_particles(&self.k, &self.s, n, o, lat.h(), sigma0, planes, field)
             .map_err(gpu_err("fresh particles"))?;
+        laps.lap("fresh particles");
         let report = RbfReport {
             iterations: [0; 3],
             residual: 0.0,
@@ -252,7 +281,9 @@ impl ResidentSimulation<'_> {
             kept: n.pow(3),
             seconds: 0.0,
         };
-        Ok((fresh, lat.point_ids(), report))
+        let ids = lat.point_ids();
+        laps.lap("ids");
+        Ok((fresh, ids, report))
     }
 
     /// The velocity statistics of the blobs on the `n^3` grid of the box over the slabs;
@@ -266,14 +297,15 @@ impl ResidentSimulation<'_> {
     ) -> Result<(GridSpectrum, Option<Vec<[f64; 3]>>)> {
         let lat = self.slab_lattice(n, sigma_max)?;
         let cutoff = self.config.reinterpolation.cutoff;
+        let exchange = &mut *self.slab.as_mut().expect("several ranks").exchange;
         let (mut field, bytes) = slab_vorticity(
-            self.comm, &self.k, &self.s, &self.p, &lat, cutoff, sigma_max,
+            self.comm, exchange, &self.k, &self.s, &self.p, &lat, cutoff, sigma_max,
         )
         .map_err(gpu_err("grid sums"))?;
         self.slab.as_mut().expect("several ranks").bytes += bytes as u64;
         let (comm, l) = (self.comm, self.box_length());
-        let f = self.slab_fourier(&lat)?;
-        f.biot_savart(comm, &mut field, l, physical)
+        let (f, exchange) = self.slab_fourier(&lat)?;
+        f.biot_savart(Ranks { comm, exchange }, &mut field, l, physical)
             .map_err(gpu_err("Biot-Savart"))?;
         let spectrum = f.spectrum(comm).map_err(gpu_err("spectrum"))?;
         if !physical {

@@ -1,11 +1,14 @@
-//! The slab-decomposed transforms of one rank on its GPU: cuFFT for the 2-D transforms of the
-//! own planes (one batched plan of the three interleaved components, `Fourier`'s layout in two
-//! dimensions, run plane by plane) and for the 1-D transforms along `s` (one plan over every
-//! column of the pencil spectrum), the transpose staged through the host (download, the plan
-//! of [`super::SlabLayout`], [`vortex_domain::Comm::alltoallv`], upload), the pointwise factors
-//! by the kernels of `kernels/slab_fourier.cu`.
+//! The slab-decomposed transforms of one rank on its GPU, the data on the device end to end:
+//! cuFFT for the 2-D transforms of the own planes (one plan of a plane's three interleaved
+//! components, run plane by plane) and for the 1-D transforms along `s` (one plan
+//! over every column of the pencil spectrum); the transposes as the pack kernel
+//! `sf_copy_rows` (the slab spectrum's block of each pencil rank into its contiguous
+//! message, the own block straight into the pencil spectrum), one all-to-all of device
+//! buffers ([`vortex_exchange::DeviceExchange`]: NCCL, or pinned host buffers and MPI), and
+//! the same kernel back; the pointwise factors by the kernels of `kernels/slab_fourier.cu`.
+//! No host pass over the spectrum.
 
-use super::{pencils_to_slabs, reduce_spectrum, slabs_to_pencils, SlabAxis, SlabError, SlabLayout};
+use super::{reduce_spectrum, Rows, SlabAxis, SlabError, SlabLayout};
 use crate::fourier::{gpu_cufft_present, GridSpectrum};
 use crate::kernels::per_element;
 use cudarc::cufft::{result as cufft_result, sys as cufft_sys, CudaFft, FftDirection};
@@ -13,8 +16,10 @@ use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
 };
 use std::sync::Arc;
-use vortex_cuda::{GpuDevice, GpuError, GpuResult, SLAB_FOURIER};
+use std::time::Instant;
+use vortex_cuda::{GpuDevice, GpuError, GpuResult};
 use vortex_domain::Comm;
+use vortex_exchange::DeviceExchange;
 
 /// Blocks of `sf_spectrum_partial` (each a grid-stride share of the pencil spectrum).
 pub const SPECTRUM_BLOCKS: usize = 128;
@@ -31,27 +36,35 @@ fn fft_err(what: &'static str) -> impl Fn(cufft_result::CufftError) -> GpuError 
     move |e| GpuError::Unsupported(format!("cuFFT {what} (slab FFT): {e:?}"))
 }
 
-/// The kernels of `kernels/slab_fourier.cu`.
-pub struct SlabKernels {
-    solve: CudaFunction,
-    biot_savart: CudaFunction,
-    spectrum_partial: CudaFunction,
+/// The kernels of `kernels/slab_fourier.cu` (the typed table of `vortex_cuda::launch`).
+pub use vortex_cuda::launch::SlabFourier as SlabKernels;
+
+/// The communicator and the device exchange of one rank, handed to each collective call.
+pub struct Ranks<'a> {
+    pub comm: &'a dyn Comm,
+    pub exchange: &'a mut dyn DeviceExchange,
 }
 
-impl SlabKernels {
-    /// Compiles (once per device) and loads the module.
-    pub fn load(dev: &GpuDevice) -> GpuResult<Self> {
-        let f = |name| dev.function(&SLAB_FOURIER, &[], name);
-        Ok(Self {
-            solve: f("sf_solve")?,
-            biot_savart: f("sf_biot_savart")?,
-            spectrum_partial: f("sf_spectrum_partial")?,
-        })
-    }
+/// Seconds and bytes of the phases of the transforms since [`SlabFourier::take_times`]
+/// (measured only with [`SlabFourier::set_timed`]: each phase then ends with a synchronize).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SlabTimes {
+    /// 2-D transforms of the own planes (both directions).
+    pub planes: f64,
+    /// 1-D transforms along `s`.
+    pub along_s: f64,
+    /// Packing and unpacking the messages.
+    pub pack: f64,
+    /// The all-to-all exchanges.
+    pub exchange: f64,
+    /// Bytes sent to other ranks by the exchanges.
+    pub bytes: u64,
+    /// Exchanges run.
+    pub transposes: u64,
 }
 
 /// The slab-decomposed transforms of one rank, its buffers and plans (sizes:
-/// [`SlabLayout::device_bytes`], [`SlabLayout::host_bytes`]).
+/// [`SlabLayout::device_bytes`], [`SlabLayout::host_bytes`] for the pinned transport).
 pub struct SlabFourier {
     layout: SlabLayout,
     stream: Arc<CudaStream>,
@@ -62,13 +75,60 @@ pub struct SlabFourier {
     along_s: CudaFft,
     /// Slab spectrum, `2 slab_len` doubles (at least 2).
     slab: CudaSlice<f64>,
+    /// Messages of the transposes, `2 slab_len` doubles ([`SlabLayout::wire_block`]).
+    wire: CudaSlice<f64>,
     /// Pencil spectrum, `2 pencil_len` doubles.
     pencil: CudaSlice<f64>,
-    host_slab: Vec<f64>,
-    host_pencil: Vec<f64>,
     /// `SPECTRUM_BLOCKS (shells + 2)` partial sums of the last Biot-Savart step.
     partial: CudaSlice<f64>,
     has_spectrum: bool,
+    timed: bool,
+    times: SlabTimes,
+}
+
+/// The 2-D plans of one plane's three interleaved components (`D2Z`, `Z2D`), run plane by
+/// plane. (One plan batched over the planes per component would need the component's real
+/// input at an 8-byte offset, which cuFFT refuses: its pointers must be aligned to the
+/// complex type.)
+fn plane_plans(
+    n: i32,
+    planes: usize,
+    s: &Arc<CudaStream>,
+) -> GpuResult<Option<(CudaFft, CudaFft)>> {
+    if planes == 0 {
+        return Ok(None);
+    }
+    let nh = n / 2 + 1;
+    let (real, half) = ([n, n], [n, nh]);
+    let d2z = cufft_sys::cufftType::CUFFT_D2Z;
+    let z2d = cufft_sys::cufftType::CUFFT_Z2D;
+    let fwd = CudaFft::plan_many(
+        &real,
+        Some(&real),
+        3,
+        1,
+        Some(&half),
+        3,
+        1,
+        d2z,
+        3,
+        s.clone(),
+    )
+    .map_err(fft_err("D2Z plan"))?;
+    let inv = CudaFft::plan_many(
+        &real,
+        Some(&half),
+        3,
+        1,
+        Some(&real),
+        3,
+        1,
+        z2d,
+        3,
+        s.clone(),
+    )
+    .map_err(fft_err("Z2D plan"))?;
+    Ok(Some((fwd, inv)))
 }
 
 impl SlabFourier {
@@ -82,42 +142,9 @@ impl SlabFourier {
             ));
         }
         let s = &stream;
-        let (n, nh) = (layout.n() as i32, layout.nh() as i32);
+        let n = layout.n() as i32;
         let nplanes = layout.planes(layout.rank()).len();
-        let planes = if nplanes > 0 {
-            let (real, half) = ([n, n], [n, nh]);
-            let d2z = cufft_sys::cufftType::CUFFT_D2Z;
-            let z2d = cufft_sys::cufftType::CUFFT_Z2D;
-            let fwd = CudaFft::plan_many(
-                &real,
-                Some(&real),
-                3,
-                1,
-                Some(&half),
-                3,
-                1,
-                d2z,
-                3,
-                s.clone(),
-            )
-            .map_err(fft_err("D2Z plan"))?;
-            let inv = CudaFft::plan_many(
-                &real,
-                Some(&half),
-                3,
-                1,
-                Some(&real),
-                3,
-                1,
-                z2d,
-                3,
-                s.clone(),
-            )
-            .map_err(fft_err("Z2D plan"))?;
-            Some((fwd, inv))
-        } else {
-            None
-        };
+        let planes = plane_plans(n, nplanes, s)?;
         let columns = (layout.pencil_len() / layout.n()) as i32;
         let z2z = cufft_sys::cufftType::CUFFT_Z2Z;
         let along_s = CudaFft::plan_many(
@@ -151,13 +178,15 @@ impl SlabFourier {
             layout.device_bytes()
         );
         let width = layout.shells() + 2;
+        let slab_doubles = 2 * layout.slab_len().max(1);
         Ok(Self {
-            slab: s.alloc_zeros::<f64>(2 * layout.slab_len().max(1))?,
+            slab: s.alloc_zeros::<f64>(slab_doubles)?,
+            wire: s.alloc_zeros::<f64>(slab_doubles)?,
             pencil: s.alloc_zeros::<f64>(2 * layout.pencil_len())?,
-            host_slab: vec![0.0; 2 * layout.slab_len()],
-            host_pencil: vec![0.0; 2 * layout.pencil_len()],
             partial: s.alloc_zeros::<f64>(SPECTRUM_BLOCKS * width)?,
             has_spectrum: false,
+            timed: false,
+            times: SlabTimes::default(),
             kernels: SlabKernels::load(dev)?,
             planes,
             along_s,
@@ -170,18 +199,45 @@ impl SlabFourier {
         &self.layout
     }
 
+    /// Measure the phases (a synchronize after each; for benchmarks).
+    pub fn set_timed(&mut self, timed: bool) {
+        self.timed = timed;
+    }
+
+    /// The phase times since the last call (zero unless timed; bytes always counted).
+    pub fn take_times(&mut self) -> SlabTimes {
+        std::mem::take(&mut self.times)
+    }
+
+    /// Runs `f`, adding its seconds to the phase `slot` when timed.
+    fn phase<T>(
+        &mut self,
+        slot: fn(&mut SlabTimes) -> &mut f64,
+        f: impl FnOnce(&mut Self) -> GpuResult<T>,
+    ) -> GpuResult<T> {
+        if !self.timed {
+            return f(self);
+        }
+        self.stream.synchronize()?;
+        let t = Instant::now();
+        let r = f(self)?;
+        self.stream.synchronize()?;
+        *slot(&mut self.times) += t.elapsed().as_secs_f64();
+        Ok(r)
+    }
+
     /// `beta = A^-1 omega` in place of this rank's planes `field` (collective; `inv_eig` =
     /// `1 / S(k)`, `k = 0..n`, on the device; `c` the Gaussian's normalisation `(2 pi
     /// sigma^2)^(-3/2)`): the factor of [`crate::fourier::Fourier::solve_rbf`].
     pub fn solve_rbf(
         &mut self,
-        comm: &dyn Comm,
+        ranks: Ranks<'_>,
         field: &mut CudaSlice<f64>,
         inv_eig: &CudaSlice<f64>,
         c: f64,
     ) -> GpuResult<()> {
         self.layout.check_eig(inv_eig.len())?;
-        self.forward(comm, field)?;
+        self.forward(ranks.comm, ranks.exchange, field)?;
         let (n, nq, m0, count) = self.pencil_dims();
         let scale = 1.0 / (c * self.layout.n().pow(3) as f64);
         let mut b = self.stream.launch_builder(&self.kernels.solve);
@@ -197,7 +253,7 @@ impl SlabFourier {
         // count complex numbers (the pencil spectrum), inv_eig n doubles (indices < n); one
         // thread per element, threads t >= count return.
         unsafe { b.launch(per_element(count as usize)) }?;
-        self.inverse(comm, field)
+        self.inverse(ranks.comm, ranks.exchange, field)
     }
 
     /// The periodic velocity of the vorticity `field` (this rank's planes, box length `l` in
@@ -205,12 +261,12 @@ impl SlabFourier {
     /// with `physical`, the velocity replaces `field`.
     pub fn biot_savart(
         &mut self,
-        comm: &dyn Comm,
+        ranks: Ranks<'_>,
         field: &mut CudaSlice<f64>,
         l: f64,
         physical: bool,
     ) -> GpuResult<()> {
-        self.forward(comm, field)?;
+        self.forward(ranks.comm, ranks.exchange, field)?;
         let (n, nq, m0, count) = self.pencil_dims();
         let slab_z = (self.layout.axis() == SlabAxis::Z) as i32;
         let scale = 1.0 / self.layout.n().pow(3) as f64;
@@ -251,7 +307,7 @@ impl SlabFourier {
         unsafe { b.launch(cfg) }?;
         self.has_spectrum = true;
         if physical {
-            self.inverse(comm, field)?;
+            self.inverse(ranks.comm, ranks.exchange, field)?;
         }
         Ok(())
     }
@@ -284,61 +340,168 @@ impl SlabFourier {
     }
 
     /// Lattice field (this rank's planes) to the pencil spectrum.
-    fn forward(&mut self, comm: &dyn Comm, field: &CudaSlice<f64>) -> GpuResult<()> {
+    fn forward(
+        &mut self,
+        comm: &dyn Comm,
+        exchange: &mut dyn DeviceExchange,
+        field: &CudaSlice<f64>,
+    ) -> GpuResult<()> {
         self.layout.check_comm(comm)?;
         self.layout.check_field(field.len())?;
-        let s = self.stream.clone();
-        s.context().bind_to_thread()?;
-        let (n, nh) = (self.layout.n() as u64, self.layout.nh() as u64);
-        if let Some((fwd, _)) = &self.planes {
-            let (src, _g1) = field.device_ptr(&s);
-            let (dst, _g2) = self.slab.device_ptr_mut(&s);
-            for p in 0..self.layout.planes(self.layout.rank()).len() as u64 {
-                // SAFETY: plane p of `field` (3 n^2 doubles from 3 n^2 p) and of the slab
-                // spectrum (3 n nh complex numbers from 3 n nh p): the plan's layout; `field`
-                // holds real_len() doubles (checked), the slab 2 slab_len().
-                unsafe {
-                    cufft_result::exec_d2z(
-                        fwd.handle(),
-                        (src + 8 * 3 * n * n * p) as *mut _,
-                        (dst + 16 * 3 * n * nh * p) as *mut _,
-                    )
-                }
-                .map_err(fft_err("D2Z"))?;
-            }
-        }
-        self.transpose(comm, true)?;
-        self.along_s(FftDirection::Forward as i32)
+        self.stream.context().bind_to_thread()?;
+        self.phase(|t| &mut t.planes, |me| me.planes_forward(field))?;
+        self.phase(|t| &mut t.pack, |me| me.pack())?;
+        self.phase(|t| &mut t.exchange, |me| me.exchange(comm, exchange, true))?;
+        self.phase(
+            |t| &mut t.along_s,
+            |me| me.along_s(FftDirection::Forward as i32),
+        )
     }
 
     /// The pencil spectrum back to the lattice field (destroys the pencil spectrum).
-    fn inverse(&mut self, comm: &dyn Comm, field: &mut CudaSlice<f64>) -> GpuResult<()> {
-        self.along_s(FftDirection::Inverse as i32)?;
-        self.transpose(comm, false)?;
-        let s = self.stream.clone();
+    fn inverse(
+        &mut self,
+        comm: &dyn Comm,
+        exchange: &mut dyn DeviceExchange,
+        field: &mut CudaSlice<f64>,
+    ) -> GpuResult<()> {
+        self.phase(
+            |t| &mut t.along_s,
+            |me| me.along_s(FftDirection::Inverse as i32),
+        )?;
+        self.phase(|t| &mut t.exchange, |me| me.exchange(comm, exchange, false))?;
+        self.phase(|t| &mut t.pack, |me| me.unpack())?;
+        self.phase(|t| &mut t.planes, |me| me.planes_inverse(field))
+    }
+
+    /// The 2-D transforms of the own planes.
+    fn planes_forward(&mut self, field: &CudaSlice<f64>) -> GpuResult<()> {
+        let Some((fwd, _)) = &self.planes else {
+            return Ok(());
+        };
+        let s = &self.stream;
         let (n, nh) = (self.layout.n() as u64, self.layout.nh() as u64);
-        if let Some((_, inv)) = &self.planes {
-            let (src, _g1) = self.slab.device_ptr_mut(&s);
-            let (dst, _g2) = field.device_ptr_mut(&s);
-            for p in 0..self.layout.planes(self.layout.rank()).len() as u64 {
-                // SAFETY: as in `forward`, the other way (cuFFT's C2R overwrites its input: the
-                // slab spectrum's plane p only).
-                unsafe {
-                    cufft_result::exec_z2d(
-                        inv.handle(),
-                        (src + 16 * 3 * n * nh * p) as *mut _,
-                        (dst + 8 * 3 * n * n * p) as *mut _,
-                    )
-                }
-                .map_err(fft_err("Z2D"))?;
+        let (src, _g1) = field.device_ptr(s);
+        let (dst, _g2) = self.slab.device_ptr_mut(s);
+        for p in 0..self.layout.planes(self.layout.rank()).len() as u64 {
+            // SAFETY: plane p of `field` (3 n^2 doubles from 3 n^2 p) and of the slab
+            // spectrum (3 n nh complex numbers from 3 n nh p): the plan's layout; `field`
+            // holds real_len() doubles (checked), the slab 2 slab_len().
+            unsafe {
+                cufft_result::exec_d2z(
+                    fwd.handle(),
+                    (src + 8 * 3 * n * n * p) as *mut _,
+                    (dst + 16 * 3 * n * nh * p) as *mut _,
+                )
             }
+            .map_err(fft_err("D2Z"))?;
         }
+        Ok(())
+    }
+
+    /// The inverse 2-D transforms (cuFFT's C2R overwrites its input: the slab spectrum).
+    fn planes_inverse(&mut self, field: &mut CudaSlice<f64>) -> GpuResult<()> {
+        let Some((_, inv)) = &self.planes else {
+            return Ok(());
+        };
+        let s = &self.stream;
+        let (n, nh) = (self.layout.n() as u64, self.layout.nh() as u64);
+        let (src, _g1) = self.slab.device_ptr_mut(s);
+        let (dst, _g2) = field.device_ptr_mut(s);
+        for p in 0..self.layout.planes(self.layout.rank()).len() as u64 {
+            // SAFETY: as in `planes_forward`, the other way.
+            unsafe {
+                cufft_result::exec_z2d(
+                    inv.handle(),
+                    (src + 16 * 3 * n * nh * p) as *mut _,
+                    (dst + 8 * 3 * n * n * p) as *mut _,
+                )
+            }
+            .map_err(fft_err("Z2D"))?;
+        }
+        Ok(())
+    }
+
+    /// The slab spectrum's block of every pencil rank into its message; the own block into
+    /// the pencil spectrum.
+    fn pack(&mut self) -> GpuResult<()> {
+        let Self {
+            layout: l,
+            stream,
+            kernels,
+            slab,
+            wire,
+            pencil,
+            ..
+        } = self;
+        let me = l.rank();
+        for d in 0..l.ranks() {
+            let rows = l.slab_rows(d);
+            let dst = if d == me {
+                (&mut *pencil, l.pencil_run(me).start, rows.width)
+            } else {
+                (&mut *wire, l.wire_block(d).start, rows.width)
+            };
+            copy_rows(stream, &kernels.copy_rows, dst, (slab, rows.first), rows)?;
+        }
+        Ok(())
+    }
+
+    /// Every received message (and the own block of the pencil spectrum) back into its
+    /// block of the slab spectrum.
+    fn unpack(&mut self) -> GpuResult<()> {
+        let Self {
+            layout: l,
+            stream,
+            kernels,
+            slab,
+            wire,
+            pencil,
+            ..
+        } = self;
+        let me = l.rank();
+        for q in 0..l.ranks() {
+            let rows = l.slab_rows(q);
+            let src = if q == me {
+                (&*pencil, l.pencil_run(me).start)
+            } else {
+                (&*wire, l.wire_block(q).start)
+            };
+            let packed = Rows {
+                first: 0,
+                stride: rows.width,
+                ..rows
+            };
+            let dst = (&mut *slab, rows.first, rows.stride);
+            copy_rows(stream, &kernels.copy_rows, dst, src, packed)?;
+        }
+        Ok(())
+    }
+
+    /// The all-to-all of the forward (message buffer to pencil spectrum) or inverse
+    /// transpose.
+    fn exchange(
+        &mut self,
+        comm: &dyn Comm,
+        exchange: &mut dyn DeviceExchange,
+        forward: bool,
+    ) -> GpuResult<()> {
+        let err = |e: vortex_exchange::ExchangeError| GpuError::Unsupported(e.to_string());
+        let bytes = if forward {
+            let parts = self.layout.forward_parts().map_err(err)?;
+            exchange.alltoallv(comm, &self.wire, &mut self.pencil, &parts)
+        } else {
+            let parts = self.layout.inverse_parts().map_err(err)?;
+            exchange.alltoallv(comm, &self.pencil, &mut self.wire, &parts)
+        }
+        .map_err(err)?;
+        self.times.bytes += bytes as u64;
+        self.times.transposes += 1;
         Ok(())
     }
 
     fn along_s(&mut self, direction: i32) -> GpuResult<()> {
         let s = self.stream.clone();
-        s.context().bind_to_thread()?;
         let (p, _g) = self.pencil.device_ptr_mut(&s);
         // SAFETY: the pencil spectrum, 2 pencil_len doubles: the plan's columns, in place.
         unsafe {
@@ -346,29 +509,38 @@ impl SlabFourier {
         }
         .map_err(fft_err("Z2Z"))
     }
+}
 
-    /// The transpose through the host: slab to pencil spectra (`forward`) or back.
-    fn transpose(&mut self, comm: &dyn Comm, forward: bool) -> GpuResult<()> {
-        let s = self.stream.clone();
-        let slab_doubles = self.host_slab.len();
-        if forward {
-            if slab_doubles > 0 {
-                s.memcpy_dtoh(&self.slab.slice(..slab_doubles), &mut self.host_slab[..])?;
-            }
-            s.synchronize()?;
-            slabs_to_pencils(&self.layout, comm, &self.host_slab, &mut self.host_pencil);
-            s.memcpy_htod(&self.host_pencil[..], &mut self.pencil)?;
-        } else {
-            s.memcpy_dtoh(&self.pencil, &mut self.host_pencil[..])?;
-            s.synchronize()?;
-            pencils_to_slabs(&self.layout, comm, &self.host_pencil, &mut self.host_slab);
-            if slab_doubles > 0 {
-                s.memcpy_htod(
-                    &self.host_slab[..],
-                    &mut self.slab.slice_mut(..slab_doubles),
-                )?;
-            }
-        }
-        Ok(())
+/// `rows` of `src` (complex numbers as `f64` pairs) from the complex offset `src.1` to `dst`
+/// from `dst.1`, row stride `dst.2` there: the kernel `sf_copy_rows`.
+fn copy_rows(
+    s: &Arc<CudaStream>,
+    kernel: &CudaFunction,
+    dst: (&mut CudaSlice<f64>, usize, usize),
+    src: (&CudaSlice<f64>, usize),
+    rows: Rows,
+) -> GpuResult<()> {
+    let count = (rows.rows * rows.width) as i64;
+    if count == 0 {
+        return Ok(());
     }
+    let (dst, dst_at, dst_stride) = dst;
+    let last = |at: usize, stride: usize| 2 * (at + (rows.rows - 1) * stride + rows.width);
+    if last(dst_at, dst_stride) > dst.len() || last(src.1, rows.stride) > src.0.len() {
+        return Err(GpuError::Unsupported(format!(
+            "slab FFT: a block of {rows:?} outside its buffers ({} and {} doubles)",
+            dst.len(),
+            src.0.len()
+        )));
+    }
+    let mut d = dst.slice_mut(2 * dst_at..);
+    let sv = src.0.slice(2 * src.1..);
+    let (ds, ss, w) = (dst_stride as i64, rows.stride as i64, rows.width as i64);
+    let mut b = s.launch_builder(kernel);
+    b.arg(&mut d).arg(&ds).arg(&sv).arg(&ss).arg(&w).arg(&count);
+    // SAFETY: sf_copy_rows(double2* dst, long long dst_stride, const double2* src, long long
+    // src_stride, long long width, long long count): the arguments in this order and of these
+    // types; every row lies within both buffers (checked above); threads t >= count return.
+    unsafe { b.launch(per_element(count as usize)) }?;
+    Ok(())
 }

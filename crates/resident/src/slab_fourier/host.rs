@@ -25,6 +25,8 @@ pub struct HostSlabFourier {
     slab: Vec<Complex64>,
     /// `[ks][km - m0][kf][3]`.
     pencil: Vec<Complex64>,
+    /// The messages of the transposes (`2 slab_len` doubles, [`SlabLayout::wire_block`]).
+    wire: Vec<f64>,
     /// Partial sums `[shells..., E, Z]` of the last Biot-Savart step's velocity spectrum.
     partial: Option<Vec<f64>>,
 }
@@ -41,6 +43,7 @@ impl HostSlabFourier {
             inv: cplx.plan_fft_inverse(n),
             slab: vec![Complex64::default(); layout.slab_len()],
             pencil: vec![Complex64::default(); layout.pencil_len()],
+            wire: vec![0.0; 2 * layout.slab_len()],
             partial: None,
             layout,
         }
@@ -72,8 +75,7 @@ impl HostSlabFourier {
                 let g = scale * inv_eig[s] * inv_eig[m] * inv_eig[f];
                 w.iter_mut().for_each(|v| *v *= g);
             });
-        self.inverse(comm, field);
-        Ok(())
+        self.inverse(comm, field)
     }
 
     /// The periodic velocity of the vorticity `field` (this rank's planes, box length `l` in
@@ -112,7 +114,7 @@ impl HostSlabFourier {
             });
         self.partial = Some(spectrum_partial(&self.layout, &self.pencil));
         if physical {
-            self.inverse(comm, field);
+            self.inverse(comm, field)?;
         }
         Ok(())
     }
@@ -137,15 +139,27 @@ impl HostSlabFourier {
                 .zip(field[..3 * n * n * planes].par_chunks(3 * n * n))
                 .for_each(|(out, plane)| plane_forward(n, fwd, r2c, plane, out));
         }
-        slabs_to_pencils(&self.layout, comm, &self.slab, &mut self.pencil);
+        slabs_to_pencils(
+            &self.layout,
+            comm,
+            bytemuck::cast_slice(&self.slab),
+            &mut self.wire,
+            bytemuck::cast_slice_mut(&mut self.pencil),
+        )?;
         along_s(&self.layout, &*self.fwd, &mut self.pencil);
         Ok(())
     }
 
     /// The pencil spectrum back to the lattice field (destroys the pencil spectrum).
-    fn inverse(&mut self, comm: &dyn Comm, field: &mut [f64]) {
+    fn inverse(&mut self, comm: &dyn Comm, field: &mut [f64]) -> Result<(), SlabError> {
         along_s(&self.layout, &*self.inv, &mut self.pencil);
-        pencils_to_slabs(&self.layout, comm, &self.pencil, &mut self.slab);
+        pencils_to_slabs(
+            &self.layout,
+            comm,
+            bytemuck::cast_slice(&self.pencil),
+            &mut self.wire,
+            bytemuck::cast_slice_mut(&mut self.slab),
+        )?;
         let (n, nh) = (self.layout.n(), self.layout.nh());
         let planes = self.layout.planes(self.layout.rank()).len();
         if planes > 0 {
@@ -155,6 +169,7 @@ impl HostSlabFourier {
                 .zip(field[..3 * n * n * planes].par_chunks_mut(3 * n * n))
                 .for_each(|(spec, plane)| plane_inverse(n, inv, c2r, spec, plane));
         }
+        Ok(())
     }
 }
 

@@ -34,14 +34,14 @@
 mod device;
 mod host;
 
-pub use device::{SlabFourier, SlabKernels};
+pub use device::{Ranks, SlabFourier, SlabKernels, SlabTimes};
 pub use host::HostSlabFourier;
 
 use crate::fourier::GridSpectrum;
-use num_complex::Complex64;
-use rayon::prelude::*;
 use std::ops::Range;
 use vortex_domain::{Comm, ReduceOp};
+use vortex_exchange::host::alltoallv_host;
+use vortex_exchange::{ExchangeError, Parts};
 
 /// The physical axis of the slowest lattice index (the axis the slabs split).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,6 +84,14 @@ pub enum SlabError {
     EigenLength { got: usize, n: usize },
     #[error("slab FFT: the spectrum asked for before any Biot-Savart step")]
     NoSpectrum,
+    #[error("slab FFT transpose: {0}")]
+    Exchange(String),
+}
+
+impl From<ExchangeError> for SlabError {
+    fn from(e: ExchangeError) -> Self {
+        SlabError::Exchange(e.to_string())
+    }
 }
 
 /// The decomposition seen from one rank: the planes of every rank, the middle-wavenumber
@@ -98,6 +106,16 @@ pub struct SlabLayout {
     /// `pencils[r] = r n / R`.
     pencils: Vec<usize>,
     rank: usize,
+}
+
+/// A strided block of complex numbers: `rows` rows of `width` from the offset `first`, row
+/// `r` starting at `first + r stride`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rows {
+    pub first: usize,
+    pub width: usize,
+    pub stride: usize,
+    pub rows: usize,
 }
 
 impl SlabLayout {
@@ -211,6 +229,51 @@ impl SlabLayout {
             .sum()
     }
 
+    /// The strided block of this rank's slab spectrum that travels to / from the pencil rank
+    /// `peer`: per own plane, the run of `peer`'s middle wavenumbers (the same runs as
+    /// [`Self::slab_runs`], as one row each).
+    pub fn slab_rows(&self, peer: usize) -> Rows {
+        let (n, nh) = (self.n, self.nh());
+        let m = self.pencil(peer);
+        Rows {
+            first: 3 * m.start * nh,
+            width: 3 * m.len() * nh,
+            stride: 3 * n * nh,
+            rows: self.planes(self.rank).len(),
+        }
+    }
+
+    /// The place (complex numbers) of the message to / from the pencil rank `peer` in the
+    /// message buffer of the slab side, ordered by peer: `[peer][s - s0][km - m0(peer)][kf][3]`.
+    pub fn wire_block(&self, peer: usize) -> Range<usize> {
+        let row = 3 * self.planes(self.rank).len() * self.nh();
+        row * self.pencils[peer]..row * self.pencils[peer + 1]
+    }
+
+    /// The forward transpose's exchange (doubles): the message buffer's blocks to the pencil
+    /// ranks, received into the pencil spectrum. The own block is copied straight from the
+    /// slab spectrum into the pencil spectrum, so it does not appear (empty ranges).
+    pub fn forward_parts(&self) -> Result<Parts, ExchangeError> {
+        let d = |r: Range<usize>| 2 * r.start..2 * r.end;
+        let me = self.rank;
+        let skip = |r: usize, v: Range<usize>| if r == me { 0..0 } else { d(v) };
+        Parts::new(
+            me,
+            (0..self.ranks())
+                .map(|r| skip(r, self.wire_block(r)))
+                .collect(),
+            (0..self.ranks())
+                .map(|r| skip(r, self.pencil_run(r)))
+                .collect(),
+        )
+    }
+
+    /// The inverse transpose's exchange: the forward one with the roles of the buffers swapped.
+    pub fn inverse_parts(&self) -> Result<Parts, ExchangeError> {
+        let f = self.forward_parts()?;
+        Parts::new(self.rank, f.recv_all().to_vec(), f.send_all().to_vec())
+    }
+
     /// Element `t` of the pencil spectrum (complex, per component: `t = (ks nq + kml) nh +
     /// kf`) as its indices `(ks, km, kf)` along `s`, `m` (global) and `f`.
     pub fn pencil_index(&self, t: usize) -> [usize; 3] {
@@ -241,22 +304,22 @@ impl SlabLayout {
         (3.0f64.sqrt() * self.n as f64 / 2.0).ceil() as usize + 1
     }
 
-    /// Bytes this rank allocates on its device for [`SlabFourier`]: the slab and pencil spectra,
-    /// the spectrum partials, and an upper estimate of cuFFT's work areas (per 2-D plan the
-    /// data of one plane's three components, for the 1-D plan the pencil spectrum). The
-    /// lattice field itself (`8 real_len()` bytes) is the caller's.
+    /// Bytes this rank allocates on its device for [`SlabFourier`]: the slab spectrum, the
+    /// message buffer of the transposes (as large as the slab spectrum), the pencil spectrum,
+    /// the spectrum partials, and an upper estimate of cuFFT's work areas (the 2-D plans
+    /// batched over the own planes: one component's slab spectrum each; the 1-D plan: the
+    /// pencil spectrum). The lattice field itself (`8 real_len()` bytes) is the caller's.
     pub fn device_bytes(&self) -> usize {
-        let plane = 16 * 3 * self.n * self.nh();
-        16 * (self.slab_len() + 2 * self.pencil_len())
-            + 2 * plane
+        16 * (2 * self.slab_len() + 2 * self.pencil_len())
+            + 2 * 16 * self.slab_len() / 3
             + 8 * device::SPECTRUM_BLOCKS * (self.shells() + 2)
     }
 
-    /// Bytes of host memory this rank uses for the device's staged transpose: the staging
-    /// copies of both spectra and the messages sent and received (a communicator may hold one
-    /// more copy of the messages in flight).
+    /// Bytes of page-locked host memory this rank uses when the transposes go through the
+    /// host (`vortex_exchange::Transport::Pinned`): a send and a receive buffer as large as
+    /// the larger spectrum. None with NCCL.
     pub fn host_bytes(&self) -> usize {
-        2 * 16 * (self.slab_len() + self.pencil_len())
+        2 * 16 * self.slab_len().max(self.pencil_len())
     }
 
     fn check_comm(&self, comm: &dyn Comm) -> Result<(), SlabError> {
@@ -317,110 +380,88 @@ pub fn wavenumber_spectrum(i: usize, n: usize) -> f64 {
     }
 }
 
-/// A number of the spectra as it travels: little-endian doubles, a complex number as its real
-/// then its imaginary part (so the device's `f64` pairs and the host's `Complex64` make the
-/// same bytes).
-pub trait Wire: Copy + Send + Sync {
-    /// Values per complex number.
-    const PER_COMPLEX: usize;
-    /// Bytes per value.
-    const BYTES: usize = 16 / Self::PER_COMPLEX;
-    fn put(v: &[Self], out: &mut Vec<u8>);
-    fn get(b: &[u8], out: &mut [Self]);
-}
-
-// The values travel as their in-memory bytes (`bytemuck` casts: one copy, no per-element
-// conversion; every rank of a job runs the same binary on the same byte order).
-impl Wire for f64 {
-    const PER_COMPLEX: usize = 2;
-    fn put(v: &[Self], out: &mut Vec<u8>) {
-        out.extend_from_slice(bytemuck::cast_slice(v));
-    }
-    fn get(b: &[u8], out: &mut [Self]) {
-        let n = b.len().min(8 * out.len());
-        bytemuck::cast_slice_mut::<f64, u8>(out)[..n].copy_from_slice(&b[..n]);
+/// Copies the strided block `rows` of `src` (complex numbers as `f64` pairs) into `dst` with
+/// the row stride `dst_stride` (complex numbers), from the complex offsets `src_at` and
+/// `dst_at`: the host twin of the kernel `sf_copy_rows`.
+fn copy_rows(
+    dst: &mut [f64],
+    dst_at: usize,
+    dst_stride: usize,
+    src: &[f64],
+    src_at: usize,
+    rows: Rows,
+) {
+    for r in 0..rows.rows {
+        let (d, s) = (
+            2 * (dst_at + r * dst_stride),
+            2 * (src_at + r * rows.stride),
+        );
+        let w = 2 * rows.width;
+        dst[d..d + w].copy_from_slice(&src[s..s + w]);
     }
 }
 
-impl Wire for Complex64 {
-    const PER_COMPLEX: usize = 1;
-    fn put(v: &[Self], out: &mut Vec<u8>) {
-        out.extend_from_slice(bytemuck::cast_slice(v));
-    }
-    fn get(b: &[u8], out: &mut [Self]) {
-        let n = b.len().min(16 * out.len());
-        bytemuck::cast_slice_mut::<Complex64, u8>(out)[..n].copy_from_slice(&b[..n]);
-    }
-}
-
-fn scaled<T: Wire>(r: Range<usize>) -> Range<usize> {
-    r.start * T::PER_COMPLEX..r.end * T::PER_COMPLEX
-}
-
-fn check_message(got: usize, want: usize, from: usize, to: usize) {
-    assert_eq!(
-        got, want,
-        "slab FFT transpose: rank {to} got {got} bytes from rank {from}, expected {want}"
-    );
-}
-
-/// Forward transpose: the slab spectrum of every rank to the pencil spectra (collective).
-pub fn slabs_to_pencils<T: Wire>(
+/// Forward transpose on the host (collective): the slab spectrum (`2 slab_len` doubles) into
+/// the pencil spectrum (`2 pencil_len`), through the message buffer `wire` (`2 slab_len`):
+/// the plan of the device's transpose ([`SlabLayout::slab_rows`], [`SlabLayout::forward_parts`]).
+pub fn slabs_to_pencils(
     layout: &SlabLayout,
     comm: &dyn Comm,
-    slab: &[T],
-    pencil: &mut [T],
-) {
-    let send: Vec<Vec<u8>> = (0..layout.ranks())
-        .into_par_iter()
-        .map(|d| {
-            let len: usize = layout.slab_runs(d).map(|r| 16 * r.len()).sum();
-            let mut b = Vec::with_capacity(len);
-            layout
-                .slab_runs(d)
-                .for_each(|r| T::put(&slab[scaled::<T>(r)], &mut b));
-            b
-        })
-        .collect();
-    let recv = comm.alltoallv(&send);
-    for (r, b) in recv.iter().enumerate() {
-        let run = scaled::<T>(layout.pencil_run(r));
-        check_message(b.len(), T::BYTES * run.len(), r, layout.rank);
-        T::get(b, &mut pencil[run]);
-    }
-}
-
-/// Inverse transpose: the pencil spectra back to the slab spectrum of every rank (collective).
-pub fn pencils_to_slabs<T: Wire>(
-    layout: &SlabLayout,
-    comm: &dyn Comm,
-    pencil: &[T],
-    slab: &mut [T],
-) {
-    let send: Vec<Vec<u8>> = (0..layout.ranks())
-        .into_par_iter()
-        .map(|d| {
-            let run = layout.pencil_run(d);
-            let mut b = Vec::with_capacity(16 * run.len());
-            T::put(&pencil[scaled::<T>(run)], &mut b);
-            b
-        })
-        .collect();
-    let recv = comm.alltoallv(&send);
-    for (r, b) in recv.iter().enumerate() {
-        let want: usize = layout
-            .slab_runs(r)
-            .map(|run| T::BYTES * scaled::<T>(run).len())
-            .sum();
-        check_message(b.len(), want, r, layout.rank);
-        let mut at = 0;
-        for run in layout.slab_runs(r) {
-            let run = scaled::<T>(run);
-            let len = T::BYTES * run.len();
-            T::get(&b[at..at + len], &mut slab[run]);
-            at += len;
+    slab: &[f64],
+    wire: &mut [f64],
+    pencil: &mut [f64],
+) -> Result<usize, SlabError> {
+    let me = layout.rank();
+    for d in 0..layout.ranks() {
+        let rows = layout.slab_rows(d);
+        if d == me {
+            copy_rows(
+                pencil,
+                layout.pencil_run(me).start,
+                rows.width,
+                slab,
+                rows.first,
+                rows,
+            );
+        } else {
+            copy_rows(
+                wire,
+                layout.wire_block(d).start,
+                rows.width,
+                slab,
+                rows.first,
+                rows,
+            );
         }
     }
+    alltoallv_host(comm, wire, pencil, &layout.forward_parts()?).map_err(SlabError::from)
+}
+
+/// Inverse transpose on the host (collective): the pencil spectrum back to the slab spectrum.
+pub fn pencils_to_slabs(
+    layout: &SlabLayout,
+    comm: &dyn Comm,
+    pencil: &[f64],
+    wire: &mut [f64],
+    slab: &mut [f64],
+) -> Result<usize, SlabError> {
+    let me = layout.rank();
+    let bytes = alltoallv_host(comm, pencil, wire, &layout.inverse_parts()?)?;
+    for q in 0..layout.ranks() {
+        let rows = layout.slab_rows(q);
+        let (src, at) = if q == me {
+            (pencil, layout.pencil_run(me).start)
+        } else {
+            (&*wire, layout.wire_block(q).start)
+        };
+        let packed = Rows {
+            first: 0,
+            stride: rows.width,
+            ..rows
+        };
+        copy_rows(slab, rows.first, rows.stride, src, at, packed);
+    }
+    Ok(bytes)
 }
 
 /// Shell spectrum, energy and enstrophy from the per-rank partial sums `[shells..., E, Z]`,

@@ -28,4 +28,4 @@ pub mod layout;
 mod solver;
 
 #[cfg(feature = "cuda")]
-pub use solver::{cufft_present, probe, GpuSolver, KERNELS, SPECTRAL};
+pub use solver::{cufft_present, probe, GpuSolver, SPECTRAL};

@@ -6,25 +6,14 @@ use crate::config::Dealias;
 use crate::field::SpectralField;
 use crate::solver::{choose_dt, product_grid, SolverError, StepInfo, StepMode};
 use cudarc::cufft::{result as cufft_result, sys as cufft_sys, CudaFft};
-use cudarc::driver::{
-    CudaFunction, CudaSlice, CudaStream, DevicePtrMut, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut, LaunchConfig};
 use num_complex::Complex64;
 use std::sync::Arc;
+use vortex_cuda::launch::Spectral;
 use vortex_cuda::{GpuDevice, GpuError};
 
 /// The kernel source, embedded in the binary and compiled by NVRTC at first use on a device.
 pub use vortex_cuda::SPECTRAL;
-
-/// The kernels of [`SPECTRAL`].
-pub const KERNELS: [&str; 6] = [
-    "pad_velocity_vorticity",
-    "cross_umax",
-    "unpad_project",
-    "project_truncate",
-    "factors",
-    "rk_combine",
-];
 
 fn dev_err<E: std::fmt::Display>(what: &'static str) -> impl FnOnce(E) -> SolverError {
     move |e| SolverError::Device(format!("{what}: {e}"))
@@ -64,15 +53,6 @@ fn launch_cfg(len: usize) -> LaunchConfig {
     }
 }
 
-struct Kernels {
-    pad: CudaFunction,
-    cross: CudaFunction,
-    unpad: CudaFunction,
-    project: CudaFunction,
-    factors: CudaFunction,
-    rk: CudaFunction,
-}
-
 /// The pseudo-spectral solver on a CUDA device, in double precision. Same algorithm, same
 /// parameters and same results (to round-off) as [`crate::Solver`].
 pub struct GpuSolver {
@@ -88,7 +68,7 @@ pub struct GpuSolver {
     cfl_warned: bool,
     dev: Arc<GpuDevice>,
     stream: Arc<CudaStream>,
-    k: Kernels,
+    k: Spectral,
     inv: CudaFft,
     fwd: CudaFft,
     /// State, accumulator, stage and right-hand side: 3 components of `n^2 (n/2+1)` complex each
@@ -158,15 +138,7 @@ impl GpuSolver {
                 free as f64 / (1u64 << 30) as f64
             )));
         }
-        let f = |name: &str| dev.function(&SPECTRAL, &[], name).map_err(gpu_err);
-        let k = Kernels {
-            pad: f("pad_velocity_vorticity")?,
-            cross: f("cross_umax")?,
-            unpad: f("unpad_project")?,
-            project: f("project_truncate")?,
-            factors: f("factors")?,
-            rk: f("rk_combine")?,
-        };
+        let k = Spectral::load(&dev).map_err(gpu_err)?;
         let stream = dev.stream().clone();
         let mi = m as i32;
         let mh = (m / 2 + 1) as i32;
@@ -426,16 +398,18 @@ impl GpuSolver {
         }
         let clen = self.n * self.n * (self.n / 2 + 1);
         let (n, nu) = (self.n as i32, self.nu);
-        let mut b = self.stream.launch_builder(&self.k.factors);
-        b.arg(&mut self.e_half)
-            .arg(&mut self.e_full)
-            .arg(&n)
-            .arg(&nu)
-            .arg(&dt);
-        // SAFETY: factors(double* e_half, double* e_full, int n, double nu, double dt) in
-        // kernels/spectral.cu: the arguments in this order and of these types; e_half and e_full
-        // hold n^2 (n/2+1) doubles; a grid-stride loop over them, whatever the grid.
-        unsafe { b.launch(launch_cfg(clen)) }.map_err(dev_err("factors"))?;
+        let cfg = launch_cfg(clen);
+        self.k
+            .factors(
+                &self.stream,
+                cfg,
+                &mut self.e_half,
+                &mut self.e_full,
+                n,
+                nu,
+                dt,
+            )
+            .map_err(gpu_err)?;
         self.factor_dt = dt;
         Ok(())
     }
@@ -443,27 +417,26 @@ impl GpuSolver {
     fn combine(&mut self, stage: i32, h: f64) -> Result<(), SolverError> {
         let clen = (self.n * self.n * (self.n / 2 + 1)) as i64;
         let (h2, h6) = (h / 2.0, h / 6.0);
-        let mut b = self.stream.launch_builder(&self.k.rk);
-        b.arg(&stage)
-            .arg(&mut self.state)
-            .arg(&self.rhs)
-            .arg(&mut self.acc)
-            .arg(&mut self.stage)
-            .arg(&self.e_half)
-            .arg(&self.e_full)
-            .arg(&clen)
-            .arg(&h)
-            .arg(&h2)
-            .arg(&h6);
         // The non-finite flag is the second entry of `flags`.
         let mut flag = self.flags.slice_mut(1..2);
-        b.arg(&mut flag);
-        // SAFETY: rk_combine(int stage, double2* u, const double2* k, double2* acc, double2* st,
-        // const double* eh, const double* ef, long long nclen, double h, h2, h6, u64* nonfinite):
-        // the arguments in this order and of these types; state, rhs, acc and stage hold 3 n^2
-        // (n/2+1) complex values, e_half and e_full n^2 (n/2+1) doubles, the flag one u64; a
-        // grid-stride loop over the 3 clen values, whatever the grid.
-        unsafe { b.launch(launch_cfg(3 * clen as usize)) }.map_err(dev_err("rk_combine"))?;
+        self.k
+            .rk(
+                &self.stream,
+                launch_cfg(3 * clen as usize),
+                stage,
+                &mut self.state,
+                &self.rhs,
+                &mut self.acc,
+                &mut self.stage,
+                &self.e_half,
+                &self.e_full,
+                clen,
+                h,
+                h2,
+                h6,
+                &mut flag,
+            )
+            .map_err(gpu_err)?;
         Ok(())
     }
 
@@ -479,13 +452,11 @@ impl GpuSolver {
                 Input::State => &self.state,
                 Input::Stage => &self.stage,
             };
-            let mut b = self.stream.launch_builder(&self.k.pad);
-            b.arg(input).arg(&mut self.work).arg(&n).arg(&m).arg(&kcut);
-            // SAFETY: pad_velocity_vorticity(const double2* u, double2* work, int n, int m,
-            // int kcut): the arguments in this order and of these types; the input holds 3 n^2
-            // (n/2+1) complex values, work six buffers of m^2 (m/2+1) complex (allocated in
-            // `new`); a grid-stride loop over the padded modes, whatever the grid.
-            unsafe { b.launch(launch_cfg(mclen)) }.map_err(dev_err("pad"))?;
+            // work: six buffers of m^2 (m/2+1) complex (allocated in `new`)
+            let cfg = launch_cfg(mclen);
+            self.k
+                .pad(&self.stream, cfg, input, &mut self.work, n, m, kcut)
+                .map_err(gpu_err)?;
         }
         // cuFFT runs in the current context of the calling thread.
         self.stream
@@ -510,14 +481,11 @@ impl GpuSolver {
             self.stream
                 .memset_zeros(&mut flags)
                 .map_err(dev_err("memset"))?;
-            let mut b = self.stream.launch_builder(&self.k.cross);
-            b.arg(&mut self.work).arg(&m).arg(&mut flags);
-            let total = self.m * self.m * self.m;
-            // SAFETY: cross_umax(double* work, int m, u64* umax_bits): the arguments in this
-            // order and of these types; work holds six in-place buffers of m^2 (m/2+1) complex
-            // (2 m^2 (m/2+1) doubles each), the flag one u64; a grid-stride loop over the m^3
-            // points; BLOCK = 256 threads, at most the 32 warps of its shared array.
-            unsafe { b.launch(launch_cfg(total)) }.map_err(dev_err("cross"))?;
+            // BLOCK = 256 threads, at most the 32 warps of the kernel's shared array
+            let cfg = launch_cfg(self.m * self.m * self.m);
+            self.k
+                .cross(&self.stream, cfg, &mut self.work, m, &mut flags)
+                .map_err(gpu_err)?;
         }
         // Three in-place D2Z transforms.
         {
@@ -534,17 +502,19 @@ impl GpuSolver {
         // Truncation to the n grid, 1/m^3, projection.
         {
             let scale = 1.0 / (self.m * self.m * self.m) as f64;
-            let mut b = self.stream.launch_builder(&self.k.unpad);
-            b.arg(&self.work)
-                .arg(&mut self.rhs)
-                .arg(&n)
-                .arg(&m)
-                .arg(&kcut)
-                .arg(&scale);
-            // SAFETY: unpad_project(const double2* work, double2* rhs, int n, int m, int kcut,
-            // double scale): the arguments in this order and of these types; work as above, rhs
-            // 3 n^2 (n/2+1) complex values, n <= m; a grid-stride loop, whatever the grid.
-            unsafe { b.launch(launch_cfg(clen)) }.map_err(dev_err("unpad"))?;
+            let cfg = launch_cfg(clen);
+            self.k
+                .unpad(
+                    &self.stream,
+                    cfg,
+                    &self.work,
+                    &mut self.rhs,
+                    n,
+                    m,
+                    kcut,
+                    scale,
+                )
+                .map_err(gpu_err)?;
         }
         Ok(())
     }
@@ -554,12 +524,9 @@ impl GpuSolver {
     pub fn project_state(&mut self) -> Result<(), SolverError> {
         let (n, kcut) = (self.n as i32, self.kcut as i32);
         let clen = self.n * self.n * (self.n / 2 + 1);
-        let mut b = self.stream.launch_builder(&self.k.project);
-        b.arg(&mut self.state).arg(&n).arg(&kcut);
-        // SAFETY: project_truncate(double2* v, int n, int kcut): the arguments in this order
-        // and of these types; the state holds 3 n^2 (n/2+1) complex values; a grid-stride loop
-        // over them, whatever the grid.
-        unsafe { b.launch(launch_cfg(clen)) }.map_err(dev_err("project"))?;
+        self.k
+            .project(&self.stream, launch_cfg(clen), &mut self.state, n, kcut)
+            .map_err(gpu_err)?;
         self.host = None;
         Ok(())
     }

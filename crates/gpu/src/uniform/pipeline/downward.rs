@@ -17,26 +17,28 @@ impl UniformFmm {
     ) -> GpuResult<()> {
         let (s, g, p) = (&ps.s, &ps.g, ps.p);
         let (r_i, trt) = (tb.r as i32, tr_threads(p));
+        let k = self.kernels(p)?;
         tm.k_l2l = self.event_timed(|| {
-            let f = self.func(p, "u_l2l")?;
             for l in 1..=g.k {
                 let (coff, nl) = (g.level_offset(l) as i32, g.n_at(l) as i32);
                 let poff = g.level_offset(l - 1) as i32;
                 let dist = (0.5 * 3f64.sqrt() * g.width(l)) as f32;
                 let (c0, cnt) = ps.region.level_cells(l);
-                let c0_i = c0 as i32;
-                let mut b = s.launch_builder(&f);
-                b.arg(&mut xp.loc)
-                    .arg(&tb.rots)
-                    .arg(&tb.z_l2l)
-                    .arg(&tb.toff)
-                    .arg(&r_i);
-                b.arg(&coff).arg(&nl).arg(&poff).arg(&dist).arg(&c0_i);
-                // SAFETY: u_l2l(float2* loc, const float* rots, ztab, const int* toff, int R,
-                // child_off, nl, parent_off, float dist, int c0): the arguments in this order
-                // and of these types; one block of TR_THREADS per child c0 .. c0 + cnt of
-                // level l (inside the level).
-                unsafe { b.launch(blocks(cnt, trt)) }?;
+                // one block per child c0 .. c0 + cnt of level l (inside the level)
+                k.uniform.l2l(
+                    s,
+                    blocks(cnt, trt),
+                    &mut xp.loc,
+                    &tb.rots,
+                    &tb.z_l2l,
+                    &tb.toff,
+                    r_i,
+                    coff,
+                    nl,
+                    poff,
+                    dist,
+                    c0 as i32,
+                )?;
             }
             Ok(())
         })?;
@@ -44,21 +46,19 @@ impl UniformFmm {
             if tasks.ntasks == 0 {
                 return Ok(());
             }
-            let f = self.func(p, "l2p")?;
-            let mut b = s.launch_builder(&f);
-            b.arg(&tasks.sorted.pos)
-                .arg(&tasks.sorted.str)
-                .arg(&tasks.l2p)
-                .arg(&xp.centers)
-                .arg(&xp.loc);
-            b.arg(&tb.knm).arg(&mut fl.vel).arg(&mut fl.strf);
-            // SAFETY: l2p(const float4* tpos, tstr, const int4* tasks, const float4* centers,
-            // const float2* locals, const float* knm, float* vel, float* str) of fmm.cu: the
-            // arguments in this order and of these types; one block of EVAL_BLOCK =
-            // UNIFORM_EVAL_BLOCK threads per task (ntasks, at most that many targets each);
-            // vel and strf hold 3 np floats.
-            unsafe { b.launch(blocks(tasks.ntasks, UNIFORM_EVAL_BLOCK)) }?;
-            Ok(())
+            // EVAL_BLOCK = UNIFORM_EVAL_BLOCK threads per task (at most that many targets)
+            k.fmm.l2p(
+                s,
+                blocks(tasks.ntasks, UNIFORM_EVAL_BLOCK),
+                &tasks.sorted.pos,
+                &tasks.sorted.str,
+                &tasks.l2p,
+                &xp.centers,
+                &xp.loc,
+                &tb.knm,
+                &mut fl.vel,
+                &mut fl.strf,
+            )
         })?;
         Ok(())
     }
@@ -86,19 +86,17 @@ impl UniformFmm {
             ..
         } = tasks.sorted;
         drop((xp.mult, xp.loc, pos, sstr));
+        let k = self.kernels(ps.p)?;
         tm.k_scatter = self.event_timed(|| {
-            let f = self.func(ps.p, "u_scatter_fields")?;
-            let mut b = s.launch_builder(&f);
-            b.arg(&perm)
-                .arg(&np_i)
-                .arg(&fl.vel)
-                .arg(&fl.strf)
-                .arg(&mut out6);
-            // SAFETY: u_scatter_fields(const int* perm, int np, const float* vel, str, float*
-            // out): the arguments in this order and of these types; perm holds np input
-            // indices (< np), vel and strf 3 np floats, out6 6 np; threads k >= np return.
-            unsafe { b.launch(grid1(np, THREADS)) }?;
-            Ok(())
+            k.uniform.scatter_fields(
+                s,
+                grid1(np, THREADS),
+                &perm,
+                np_i,
+                &fl.vel,
+                &fl.strf,
+                &mut out6,
+            )
         })?;
         Ok(out6)
     }

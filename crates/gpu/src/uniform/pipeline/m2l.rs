@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::uniform::dense_m2l::{compact_map, dense_launch, DenseM2l, CLASSES, DENSE_THREADS};
+use vortex_cuda::launch::Uniform;
 
 /// The dense M2L matrices of one order on the device (f32, the layout of
 /// [`DenseM2l::mats`]) and the compact map of the coefficients.
@@ -99,27 +100,29 @@ impl UniformFmm {
     ) -> GpuResult<()> {
         let (s, g, p) = (&ps.s, &ps.g, ps.p);
         let (r_i, trt, periodic_i) = (tb.r as i32, tr_threads(p), ps.periodic_i());
-        let f = self.func(p, "u_m2l")?;
+        let k = self.kernels(p)?;
         let (off, nl) = (g.level_offset(l) as i32, g.n_at(l) as i32);
         let top = (l == 0) as i32;
         let w = g.width(l) as f32;
         let (c0, cnt) = ps.region.level_cells(l);
-        let c0_i = c0 as i32;
-        let mut b = s.launch_builder(&f);
-        b.arg(&xp.mult)
-            .arg(&mut xp.loc)
-            .arg(&tb.rots)
-            .arg(&tb.z_m2l)
-            .arg(&tb.toff);
-        b.arg(&r_i).arg(&off).arg(&nl).arg(&top).arg(&periodic_i);
-        b.arg(&w).arg(&c0_i);
-        // SAFETY: u_m2l(const float2* mult, float2* loc, const float* rots, ztab, const int*
-        // toff, int R, level_off, nl, top, periodic, float w, int c0): the arguments in this
-        // order and of these types; one block of TR_THREADS per target cell c0 .. c0 + cnt of
-        // level l (inside the level); the stencil's offsets are at most R = tb.r
-        // (ensure_tables).
-        unsafe { b.launch(blocks(cnt, trt)) }?;
-        Ok(())
+        // one block per target cell c0 .. c0 + cnt of level l (inside the level); the
+        // stencil's offsets are at most R = tb.r (ensure_tables)
+        k.uniform.m2l(
+            s,
+            blocks(cnt, trt),
+            &xp.mult,
+            &mut xp.loc,
+            &tb.rots,
+            &tb.z_m2l,
+            &tb.toff,
+            r_i,
+            off,
+            nl,
+            top,
+            periodic_i,
+            w,
+            c0 as i32,
+        )
     }
 
     /// The dense M2L of level `l >= 1`: per parity class, blocks of 32 targets.
@@ -135,7 +138,7 @@ impl UniformFmm {
         let (c0, cnt) = ps.region.level_cells(l);
         let (zlo, zhi) = (c0 / (nl * nl), (c0 + cnt) / (nl * nl));
         let ln = dense_launch(nl, zlo, zhi);
-        let f = self.func(p, "u_m2l_dense")?;
+        let k = self.kernels(p)?;
         let args = DenseArgs {
             level_off: g.level_offset(l) as i32,
             nl: nl as i32,
@@ -144,7 +147,7 @@ impl UniformFmm {
             z: (zlo as i32, zhi as i32),
             q: (ln.q0 as i32, ln.qcount as i32),
         };
-        launch_dense(&ps.s, &f, &xp.mult, &mut xp.loc, d, &args, ln.tiles)
+        launch_dense(&ps.s, &k.uniform, &xp.mult, &mut xp.loc, d, &args, ln.tiles)
     }
 
     /// The dense M2L of one level on the device, alone (for tests and timings): `mult` holds
@@ -176,7 +179,7 @@ impl UniformFmm {
         let m = s.clone_htod(mult)?;
         let mut loc = s.alloc_zeros::<f32>(len)?;
         let ln = dense_launch(nl, zlo, zhi);
-        let f = self.func(p, "u_m2l_dense")?;
+        let k = self.kernels(p)?;
         let args = DenseArgs {
             level_off: 0,
             nl: nl as i32,
@@ -185,7 +188,7 @@ impl UniformFmm {
             z: (zlo as i32, zhi as i32),
             q: (ln.q0 as i32, ln.qcount as i32),
         };
-        launch_dense(s, &f, &m, &mut loc, d, &args, ln.tiles)?;
+        launch_dense(s, &k.uniform, &m, &mut loc, d, &args, ln.tiles)?;
         Ok(s.clone_dtoh(&loc)?)
     }
 }
@@ -202,7 +205,7 @@ struct DenseArgs {
 
 fn launch_dense(
     s: &Arc<CudaStream>,
-    f: &CudaFunction,
+    k: &Uniform,
     mult: &CudaSlice<f32>,
     loc: &mut CudaSlice<f32>,
     d: &DenseTables,
@@ -212,22 +215,27 @@ fn launch_dense(
     if tiles == 0 {
         return Ok(());
     }
-    let mut b = s.launch_builder(f);
-    b.arg(mult).arg(loc).arg(&d.mats).arg(&d.map);
-    b.arg(&a.level_off).arg(&a.nl).arg(&a.periodic).arg(&a.w);
-    b.arg(&a.z.0).arg(&a.z.1).arg(&a.q.0).arg(&a.q.1);
     let cfg = LaunchConfig {
         grid_dim: (tiles as u32, CLASSES as u32, 1),
         block_dim: (DENSE_THREADS as u32, 1, 1),
         shared_mem_bytes: 0,
     };
-    // SAFETY: u_m2l_dense(const float* mult, float* loc, const float* mats, const int* dmap,
-    // int level_off, nl, periodic, float w, int zlo, zhi, q0, qcount): the arguments in this
-    // order and of these types; mult and loc hold the level's cells at level_off (nl even,
-    // sources wrapped or checked against the level), mats the 343 padded matrices of the
-    // module's order and dmap padded_dofs(p) ints (ensure_dense, same order as the module);
-    // grid (ceil(qcount / 32), 8) of DTHREADS = 192 threads (its launch bounds), targets
-    // beyond qcount or outside zlo..zhi masked.
-    unsafe { b.launch(cfg) }?;
-    Ok(())
+    // mult and loc hold the level's cells at level_off (nl even, sources wrapped or checked
+    // against the level); mats and dmap of the module's order (ensure_dense)
+    k.m2l_dense(
+        s,
+        cfg,
+        mult,
+        loc,
+        &d.mats,
+        &d.map,
+        a.level_off,
+        a.nl,
+        a.periodic,
+        a.w,
+        a.z.0,
+        a.z.1,
+        a.q.0,
+        a.q.1,
+    )
 }

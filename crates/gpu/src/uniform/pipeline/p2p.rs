@@ -28,21 +28,21 @@ impl UniformFmm {
         let start = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
         if tasks.ntasks > 0 {
             let (spos, sstr) = (&tasks.sorted.pos, &tasks.sorted.str);
-            let f = self.func(ps.p, "p2p_near")?;
-            let mut b = s.launch_builder(&f);
-            b.arg(spos).arg(sstr).arg(spos).arg(sstr);
-            b.arg(&tasks.near)
-                .arg(&tasks.near_nsrc)
-                .arg(&tasks.runs)
-                .arg(&period);
-            b.arg(&mut vel).arg(&mut strf);
-            // SAFETY: p2p_near(const float4* tpos, tstr, spos, sstr, const int4* tasks, const
-            // int* task_nsrc, const int4* runs, float period, float* vel, float* str) of
-            // p2p.cu: the arguments in this order and of these types; one block of
-            // P2P_THREADS = NEAR_THREADS per task (ntasks), at most P2P_TARGETS = NEAR_TARGETS
-            // targets each; tasks and runs index the np sorted particles, vel and strf hold
-            // 3 np floats.
-            unsafe { b.launch(blocks(tasks.ntasks, P2P_THREADS)) }?;
+            // tasks and runs index the np sorted particles (targets and sources alike)
+            self.kernels(ps.p)?.p2p.p2p_near(
+                s,
+                blocks(tasks.ntasks, P2P_THREADS),
+                spos,
+                sstr,
+                spos,
+                sstr,
+                &tasks.near,
+                &tasks.near_nsrc,
+                &tasks.runs,
+                period,
+                &mut vel,
+                &mut strf,
+            )?;
         }
         let end = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
         Ok(OwnP2p {
@@ -94,24 +94,19 @@ impl UniformFmm {
         let mut runs = s.alloc_zeros::<i32>(i4(rpl * nr))?;
         let mut scratch = s.alloc_zeros::<i32>(i4(nr.max(ntasks)))?;
         let mut scratch2 = s.alloc_zeros::<i32>(i4(ntasks))?;
+        let k = self.kernels(ps.p)?;
         tm.k_sort += self.event_timed(|| {
-            let f = self.func(ps.p, "u_p2m_tasks")?;
             let mut at = 0;
             for &(za, zb) in &region.halo {
                 let (c0, cnt) = (za * plane, (zb - za) * plane);
                 let (c0_i, cnt_i) = (c0 as i32, cnt as i32);
                 let mut out = p2m.slice_mut(4 * at..4 * (at + cnt));
-                let mut b = s.launch_builder(&f);
-                b.arg(&h.starts).arg(&c0_i).arg(&cnt_i).arg(&ps.leaf_base);
-                b.arg(&mut out);
-                // SAFETY: u_p2m_tasks(const int* starts, int c0, int ncells, int leaf_base,
-                // int4* out): the arguments in this order and of these types; the halo's
-                // starts hold n^3 + 1 ints (c0 + cnt <= n^3), out cnt int4; threads u >= cnt
-                // return.
-                unsafe { b.launch(grid1(cnt, 128)) }?;
+                // the halo's starts hold n^3 + 1 ints (c0 + cnt <= n^3)
+                let cfg = grid1(cnt, 128);
+                k.uniform
+                    .p2m_tasks(s, cfg, &h.starts, c0_i, cnt_i, ps.leaf_base, &mut out)?;
                 at += cnt;
             }
-            let f = self.func(ps.p, "u_leaf_tasks")?;
             let mut at = 0;
             for &(za, zb) in &ranges {
                 let u0 = (za - region.own.0) * plane;
@@ -129,7 +124,7 @@ impl UniformFmm {
                 let leaves = (za * plane, cnt, ps.periodic_i());
                 self.launch_leaf_tasks(
                     ps,
-                    &f,
+                    &k,
                     starts,
                     (&h.starts, &sl),
                     leaves,
@@ -166,23 +161,22 @@ impl UniformFmm {
     ) -> GpuResult<()> {
         let (s, p, plane) = (&ps.s, ps.p, ps.plane);
         let period = ps.period();
+        let k = self.kernels(p)?;
         tm.k_p2m += self.event_timed(|| {
-            let f = self.func(p, "p2m")?;
-            let mut b = s.launch_builder(&f);
-            b.arg(&h.pos)
-                .arg(&h.str)
-                .arg(&ht.p2m)
-                .arg(&xp.centers)
-                .arg(&tb.knm);
-            b.arg(&mut xp.mult);
-            // SAFETY: p2m (signature at its launch in `upward_pass`): the arguments in this
-            // order and of these types; one block of P2M_THREADS per halo leaf (ht.count
-            // tasks indexing the halo's sorted particles and the global leaf cells).
-            unsafe { b.launch(blocks(ht.count, ncoef(p).div_ceil(32) * 32)) }?;
-            Ok(())
+            // one block per halo leaf (ht.count tasks indexing the halo's sorted particles
+            // and the global leaf cells)
+            k.fmm.p2m(
+                s,
+                blocks(ht.count, ncoef(p).div_ceil(32) * 32),
+                &h.pos,
+                &h.str,
+                &ht.p2m,
+                &xp.centers,
+                &tb.knm,
+                &mut xp.mult,
+            )
         })?;
         tm.k_p2p += self.event_timed(|| {
-            let f = self.func(p, "p2p_near")?;
             let mut at = 0;
             for &(za, zb) in &ht.ranges {
                 let u0 = (za - ps.region.own.0) * plane;
@@ -193,18 +187,22 @@ impl UniformFmm {
                     let nsrc = ht.nsrc.slice(ta..te);
                     let rpl = ps.runs_per_leaf;
                     let hr = ht.runs.slice(4 * rpl * at..4 * rpl * (at + cnt));
-                    let mut b = s.launch_builder(&f);
-                    b.arg(&tasks.sorted.pos)
-                        .arg(&tasks.sorted.str)
-                        .arg(&h.pos)
-                        .arg(&h.str);
-                    b.arg(&near).arg(&nsrc).arg(&hr).arg(&period);
-                    b.arg(&mut fl.vel).arg(&mut fl.strf);
-                    // SAFETY: p2p_near (signature at its launch in `own_p2p`): the arguments
-                    // in this order and of these types; one block of P2P_THREADS per task ta ..
-                    // te of these planes; the tasks index the own sorted particles, the runs
-                    // (rpl per leaf, relative to hr) the halo's; vel and strf hold 3 np floats.
-                    unsafe { b.launch(blocks(te - ta, P2P_THREADS)) }?;
+                    // the tasks ta .. te of these planes index the own sorted particles, the
+                    // runs (rpl per leaf, relative to hr) the halo's
+                    k.p2p.p2p_near(
+                        s,
+                        blocks(te - ta, P2P_THREADS),
+                        &tasks.sorted.pos,
+                        &tasks.sorted.str,
+                        &h.pos,
+                        &h.str,
+                        &near,
+                        &nsrc,
+                        &hr,
+                        period,
+                        &mut fl.vel,
+                        &mut fl.strf,
+                    )?;
                 }
                 at += cnt;
             }

@@ -17,29 +17,11 @@ impl UniformFmm {
         let nb = len.div_ceil(SCAN_BLOCK).max(1);
         let mut sums = s.alloc_zeros::<i32>(nb)?;
         let (len_i, nb_i) = (len as i32, nb as i32);
-        let f = self.func(p, "u_scan_blocks")?;
-        let mut b = s.launch_builder(&f);
-        b.arg(input).arg(&len_i).arg(&mut *out).arg(&mut sums);
-        // SAFETY: u_scan_blocks(const int* in, int len, int* out, int* sums): the arguments in this
-        // order and of these types; input holds len ints, out len + 1, sums nb = ceil(len /
-        // SCAN_BLOCK); nb blocks of SCAN_THREADS = 256 threads (its launch bounds), SCAN_ITEMS
-        // elements each, elements >= len skipped.
-        unsafe { b.launch(blocks(nb, 256)) }?;
-        let f = self.func(p, "u_scan_sums")?;
-        let mut b = s.launch_builder(&f);
-        b.arg(&mut sums).arg(&nb_i).arg(&mut *out).arg(&len_i);
-        // SAFETY: u_scan_sums(int* sums, int nb, int* out, int len): the arguments in this order
-        // and of these types; sums holds nb ints, out len + 1 (out[len] gets the total); one block
-        // of SCAN_THREADS = 256 threads.
-        unsafe { b.launch(blocks(1, 256)) }?;
-        let f = self.func(p, "u_scan_add")?;
-        let mut b = s.launch_builder(&f);
-        b.arg(&mut *out).arg(&len_i).arg(&sums);
-        // SAFETY: u_scan_add(int* out, int len, const int* sums): the arguments in this order and
-        // of these types; out holds len + 1 ints, sums nb = ceil(len / SCAN_BLOCK); threads i >=
-        // len do nothing.
-        unsafe { b.launch(grid1(len, THREADS)) }?;
-        Ok(())
+        let k = &self.kernels(p)?.uniform;
+        // input holds len ints, out len + 1; nb blocks of SCAN_THREADS = 256 threads
+        k.scan_blocks(s, blocks(nb, 256), input, len_i, &mut *out, &mut sums)?;
+        k.scan_sums(s, blocks(1, 256), &mut sums, nb_i, &mut *out, len_i)?;
+        k.scan_add(s, grid1(len, THREADS), &mut *out, len_i, &sums)
     }
 
     /// Counting sort of `np` particles (`input`: `float4` position rows, then strength rows)
@@ -71,46 +53,42 @@ impl UniformFmm {
         }
         bytes.add(&spos);
         bytes.add(&sstr);
+        let k = self.kernels(p)?;
+        let k = &k.uniform;
         *k_time += self.event_timed(|| {
-            let f = self.func(p, "u_cell_index")?;
-            let mut b = s.launch_builder(&f);
-            b.arg(&pos_in).arg(&np_i);
-            b.arg(&lo[0]).arg(&lo[1]).arg(&lo[2]).arg(&inv_w).arg(&n_i);
-            b.arg(&mut cell).arg(&mut slot).arg(&mut counts);
-            // SAFETY: u_cell_index(const float4* pos, int np, float lox, loy, loz, float inv_w, int
-            // n, int* cell, int* slot, int* counts): the arguments in this order and of these
-            // types; pos_in holds np float4, cell and slot np ints, counts n^3 = nleaf (the cell
-            // index is clamped to the grid); threads i >= np return.
-            unsafe { b.launch(grid1(np, THREADS)) }?;
+            let per_particle = grid1(np, THREADS);
+            let [lox, loy, loz] = lo;
+            // counts: n^3 = nleaf ints (the cell index is clamped to the grid)
+            k.cell_index(
+                s,
+                per_particle,
+                &pos_in,
+                np_i,
+                lox,
+                loy,
+                loz,
+                inv_w,
+                n_i,
+                &mut cell,
+                &mut slot,
+                &mut counts,
+            )?;
             self.scan(p, &counts, nleaf, &mut starts)?;
-            let f = self.func(p, "u_scatter")?;
-            let mut b = s.launch_builder(&f);
-            b.arg(&cell)
-                .arg(&slot)
-                .arg(&starts)
-                .arg(&np_i)
-                .arg(&mut perm0);
-            // SAFETY: u_scatter(const int* cell, const int* slot, const int* starts, int np, int*
-            // perm): the arguments in this order and of these types; cell and slot hold np ints,
-            // starts nleaf + 1 (the scan of the counts, so starts[c] + slot < starts[c + 1]), perm0
-            // np; threads i >= np do nothing.
-            unsafe { b.launch(grid1(np, THREADS)) }?;
-            let f = self.func(p, "u_sort_cells")?;
-            let mut b = s.launch_builder(&f);
-            b.arg(&starts).arg(&nleaf_i).arg(&perm0).arg(&mut perm);
-            // SAFETY: u_sort_cells(const int* starts, int ncells, const int* in, int* out): the
-            // arguments in this order and of these types; starts holds nleaf + 1 ints, perm0 and
-            // perm np; one warp per leaf (32 nleaf threads), warps >= nleaf return.
-            unsafe { b.launch(grid1(32 * nleaf, THREADS)) }?;
-            let f = self.func(p, "u_gather")?;
-            let mut b = s.launch_builder(&f);
-            b.arg(&perm).arg(&np_i).arg(&pos_in).arg(&str_in);
-            b.arg(&mut spos).arg(&mut sstr);
-            // SAFETY: u_gather(const int* perm, int np, const float4* pos_in, str_in, float4* pos,
-            // float4* str): the arguments in this order and of these types; perm holds np indices
-            // (< np), pos_in, str_in, spos and sstr np float4 each; threads k >= np return.
-            unsafe { b.launch(grid1(np, THREADS)) }?;
-            Ok(())
+            // starts: the scan of the counts, so starts[c] + slot < starts[c + 1]
+            k.scatter(s, per_particle, &cell, &slot, &starts, np_i, &mut perm0)?;
+            // one warp per leaf
+            let per_leaf = grid1(32 * nleaf, THREADS);
+            k.sort_cells(s, per_leaf, &starts, nleaf_i, &perm0, &mut perm)?;
+            k.gather(
+                s,
+                per_particle,
+                &perm,
+                np_i,
+                &pos_in,
+                &str_in,
+                &mut spos,
+                &mut sstr,
+            )
         })?;
         Ok(Sorted {
             perm,
@@ -144,8 +122,8 @@ impl UniformFmm {
         for b in [&p2m, &near, &near_nsrc, &l2p, &runs] {
             bytes.add(b);
         }
+        let k = self.kernels(ps.p)?;
         tm.k_sort += self.event_timed(|| {
-            let f = self.func(ps.p, "u_leaf_tasks")?;
             let out = TaskOutputs {
                 p2m: p2m.as_view_mut(),
                 near: near.as_view_mut(),
@@ -155,7 +133,7 @@ impl UniformFmm {
             };
             let sources = (&sorted.starts, &slice_starts.as_view());
             let leaves = (ps.c_own, nown, ps.periodic_i());
-            self.launch_leaf_tasks(ps, &f, &sorted.starts, sources, leaves, out, &mut pairs)
+            self.launch_leaf_tasks(ps, &k, &sorted.starts, sources, leaves, out, &mut pairs)
         })?;
         Ok(LeafTasks {
             sorted,
@@ -185,18 +163,12 @@ impl UniformFmm {
         let mut nslices = s.alloc_zeros::<i32>(nown.max(1))?;
         let mut slice_starts = s.alloc_zeros::<i32>(nown + 1)?;
         let (nown_i, slice_i) = (nown as i32, P2P_TARGETS as i32);
+        let k = self.kernels(ps.p)?;
         *k_time += self.event_timed(|| {
-            let f = self.func(ps.p, "u_slices")?;
-            let mut b = s.launch_builder(&f);
             let own_starts = starts.slice(c_own..c_own + nown + 1);
-            b.arg(&own_starts)
-                .arg(&nown_i)
-                .arg(&slice_i)
-                .arg(&mut nslices);
-            // SAFETY: u_slices(const int* starts, int ncells, int slice, int* out): the
-            // arguments in this order and of these types; own_starts holds nown + 1 ints,
-            // nslices nown (at least one); threads c >= nown do nothing.
-            unsafe { b.launch(grid1(nown, THREADS)) }?;
+            let cfg = grid1(nown, THREADS);
+            k.uniform
+                .slices(s, cfg, &own_starts, nown_i, slice_i, &mut nslices)?;
             self.scan(ps.p, &nslices, nown, &mut slice_starts)?;
             Ok(())
         })?;
@@ -213,7 +185,7 @@ impl UniformFmm {
     pub(super) fn launch_leaf_tasks(
         &self,
         ps: &Pass,
-        f: &CudaFunction,
+        k: &UniformModule,
         starts: &CudaSlice<i32>,
         sources: (&CudaSlice<i32>, &CudaView<'_, i32>),
         (c0, cnt, periodic): (usize, usize, i32),
@@ -221,30 +193,27 @@ impl UniformFmm {
         pairs: &mut CudaSlice<u64>,
     ) -> GpuResult<()> {
         let (n_i, slice_i) = (ps.g.n() as i32, P2P_TARGETS as i32);
-        let (c0_i, cnt_i) = (c0 as i32, cnt as i32);
-        let mut b = ps.s.launch_builder(f);
-        b.arg(starts)
-            .arg(sources.0)
-            .arg(sources.1)
-            .arg(&n_i)
-            .arg(&ps.leaf_base)
-            .arg(&slice_i)
-            .arg(&c0_i)
-            .arg(&cnt_i)
-            .arg(&periodic);
-        b.arg(&mut out.p2m)
-            .arg(&mut out.near)
-            .arg(&mut out.nsrc)
-            .arg(&mut out.l2p)
-            .arg(&mut out.runs)
-            .arg(pairs);
-        // SAFETY: u_leaf_tasks(const int* starts, src_starts, slice_starts, int n, leaf_base,
-        // slice, c0, ncells, periodic, int4* p2m_tasks, near_tasks, int* near_nsrc, int4*
-        // l2p_tasks, runs, u64* pairs): the arguments in this order and of these types; both
-        // starts hold n^3 + 1 ints (c0 + cnt <= n^3), the slice offsets cnt + 1 (their last
-        // at most the task count), p2m cnt int4 at least, near, nsrc and l2p the task count,
-        // runs 9 (18 when periodic: the kernel's rpl) int4 per leaf; threads u >= cnt return.
-        unsafe { b.launch(grid1(cnt, 128)) }?;
-        Ok(())
+        // both starts hold n^3 + 1 ints (c0 + cnt <= n^3), the slice offsets cnt + 1 (their
+        // last at most the task count); p2m holds cnt int4 at least, near, nsrc and l2p the
+        // task count, runs ps.runs_per_leaf int4 per leaf
+        k.uniform.leaf_tasks(
+            &ps.s,
+            grid1(cnt, 128),
+            starts,
+            sources.0,
+            sources.1,
+            n_i,
+            ps.leaf_base,
+            slice_i,
+            c0 as i32,
+            cnt as i32,
+            periodic,
+            &mut out.p2m,
+            &mut out.near,
+            &mut out.nsrc,
+            &mut out.l2p,
+            &mut out.runs,
+            pairs,
+        )
     }
 }

@@ -25,62 +25,51 @@ impl UniformFmm {
         bytes.add(&loc);
         bytes.add(&centers);
         let trt = tr_threads(p);
+        let kern = self.kernels(p)?;
         tm.k_p2m = self.event_timed(|| {
-            let f = self.func(p, "u_centers")?;
             for l in 0..=k {
                 let (off, nl) = (g.level_offset(l) as i32, g.n_at(l) as i32);
                 let w = g.width(l);
-                let mut b = s.launch_builder(&f);
-                b.arg(&off)
-                    .arg(&nl)
-                    .arg(&g.lo[0])
-                    .arg(&g.lo[1])
-                    .arg(&g.lo[2])
-                    .arg(&w);
-                b.arg(&mut centers);
-                // SAFETY: u_centers(int level_off, int nl, double lox, loy, loz, double w,
-                // float4* centers): the arguments in this order and of these types; centers
-                // holds one float4 per cell of every level, level l at level_off .. level_off
-                // + nl^3; threads c >= nl^3 return.
-                unsafe { b.launch(grid1(g.n_at(l).pow(3), THREADS)) }?;
+                // centers holds one float4 per cell of every level
+                let [lox, loy, loz] = g.lo;
+                let cfg = grid1(g.n_at(l).pow(3), THREADS);
+                kern.uniform
+                    .centers(s, cfg, off, nl, lox, loy, loz, w, &mut centers)?;
             }
-            let f = self.func(p, "p2m")?;
-            let mut b = s.launch_builder(&f);
-            b.arg(&tasks.sorted.pos)
-                .arg(&tasks.sorted.str)
-                .arg(&tasks.p2m)
-                .arg(&centers)
-                .arg(&tb.knm);
-            b.arg(&mut mult);
-            // SAFETY: p2m(const float4* spos, sstr, const int4* tasks, const float4* centers,
-            // const float* knm, float2* mult) of fmm.cu: the arguments in this order and of
-            // these types; one block per own leaf (nown tasks), P2M_THREADS = NC rounded up to
-            // a warp threads; the tasks index the np sorted particles and the global cells
-            // of mult (3 NC complex each) and centers.
-            unsafe { b.launch(blocks(ps.nown, ncoef(p).div_ceil(32) * 32)) }?;
-            Ok(())
+            // one block per own leaf (nown tasks) of the np sorted particles
+            kern.fmm.p2m(
+                s,
+                blocks(ps.nown, ncoef(p).div_ceil(32) * 32),
+                &tasks.sorted.pos,
+                &tasks.sorted.str,
+                &tasks.p2m,
+                &centers,
+                &tb.knm,
+                &mut mult,
+            )
         })?;
         tm.k_m2m = self.event_timed(|| {
-            let f = self.func(p, "u_m2m")?;
             for l in (0..k).rev() {
                 let (poff, nl) = (g.level_offset(l) as i32, g.n_at(l) as i32);
                 let coff = g.level_offset(l + 1) as i32;
                 let dist = (0.5 * 3f64.sqrt() * g.width(l + 1)) as f32;
                 let (c0, cnt) = ps.region.level_cells(l);
-                let c0_i = c0 as i32;
-                let mut b = s.launch_builder(&f);
-                b.arg(&mut mult)
-                    .arg(&tb.rots)
-                    .arg(&tb.z_m2m)
-                    .arg(&tb.toff)
-                    .arg(&r_i);
-                b.arg(&poff).arg(&nl).arg(&coff).arg(&dist).arg(&c0_i);
-                // SAFETY: u_m2m(float2* mult, const float* rots, ztab, const int* toff, int R,
-                // parent_off, nl, child_off, float dist, int c0): the arguments in this order
-                // and of these types; one block per parent c0 .. c0 + cnt of level l (inside
-                // the level), tr_threads(p) = TR_THREADS threads; the rotation records cover
-                // offsets up to R = tb.r >= the grid's largest (ensure_tables).
-                unsafe { b.launch(blocks(cnt, trt)) }?;
+                // one block per parent c0 .. c0 + cnt of level l (inside the level); the
+                // rotation records cover offsets up to R = tb.r (ensure_tables)
+                kern.uniform.m2m(
+                    s,
+                    blocks(cnt, trt),
+                    &mut mult,
+                    &tb.rots,
+                    &tb.z_m2m,
+                    &tb.toff,
+                    r_i,
+                    poff,
+                    nl,
+                    coff,
+                    dist,
+                    c0 as i32,
+                )?;
             }
             Ok(())
         })?;

@@ -133,3 +133,16 @@ extern "C" __global__ void sf_spectrum_partial(const double2* __restrict__ spec,
         out[nshell + 1] = sz[0];
     }
 }
+
+// The strided blocks of the slab transposes (crates/resident/src/slab_fourier: SlabLayout::
+// slab_rows): count = rows * width complex numbers, row r of the block from
+// src[r src_stride + j] to dst[r dst_stride + j], j < width. Packs the slab spectrum's block
+// of one pencil rank into its contiguous message (forward) and back (inverse).
+extern "C" __global__ void sf_copy_rows(double2* __restrict__ dst, long long dst_stride,
+                                        const double2* __restrict__ src, long long src_stride,
+                                        long long width, long long count) {
+    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= count) return;
+    long long r = t / width, j = t - r * width;
+    dst[r * dst_stride + j] = src[r * src_stride + j];
+}

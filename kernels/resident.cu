@@ -605,3 +605,72 @@ extern "C" __global__ void r_gather_rows(const double* __restrict__ src, int wid
     int r = (int)(t / width), c = (int)(t % width);
     dst[t] = src[(long long)idx[r] * width + c];
 }
+
+// The halo of the slab Gaussian sums on the device (crates/resident/src/slab/halo.rs), the
+// rule of the host twin slab::owners::halo_sends: flag[i] = 1 when particle i's periodic z
+// cell c = floor((z + half) / h) mod nz, shifted by shift nz, lies in [lo, hi) (a rank's
+// planes widened by the reach), else 0.
+extern "C" __global__ void r_halo_flag(const double* __restrict__ pos, int n, double half,
+                                       double h, int nz, int shift, int lo, int hi,
+                                       int* __restrict__ flag) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    long long c = (long long)floor((pos[3 * i + 2] + half) / h);
+    c %= nz;
+    if (c < 0) c += nz;
+    long long cs = c + (long long)shift * nz;
+    flag[i] = (cs >= lo && cs < hi) ? 1 : 0;
+}
+
+// Row starts[i] of out for every flagged particle: (x, y, z + dz, ax, ay, az, sigma).
+extern "C" __global__ void r_halo_rows(const double* __restrict__ pos,
+                                       const double* __restrict__ a,
+                                       const double* __restrict__ sigma, int n,
+                                       const int* __restrict__ flag,
+                                       const int* __restrict__ starts, double dz,
+                                       double* __restrict__ out) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n || !flag[i]) return;
+    double* r = out + 7LL * starts[i];
+    r[0] = pos[3 * i];
+    r[1] = pos[3 * i + 1];
+    r[2] = pos[3 * i + 2] + dz;
+    r[3] = a[3 * i];
+    r[4] = a[3 * i + 1];
+    r[5] = a[3 * i + 2];
+    r[6] = sigma[i];
+}
+
+// The m received rows of 7 doubles into the particle arrays (pointers at the first halo row).
+extern "C" __global__ void r_halo_split(const double* __restrict__ rows, int m,
+                                        double* __restrict__ pos, double* __restrict__ a,
+                                        double* __restrict__ sigma) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= m) return;
+    const double* r = rows + 7LL * i;
+    pos[3 * i] = r[0];
+    pos[3 * i + 1] = r[1];
+    pos[3 * i + 2] = r[2];
+    a[3 * i] = r[3];
+    a[3 * i + 1] = r[4];
+    a[3 * i + 2] = r[5];
+    sigma[i] = r[6];
+}
+
+// The migration lists on the device (crates/resident/src/slab/exchange.rs, the rule of the
+// host twin slab::owners::migration_lists): flag[i] = (owner[i] == q); then, after the scan,
+// idx[starts[i]] = i for every flagged i (the indices in increasing order).
+extern "C" __global__ void r_flag_owner(const int* __restrict__ owner, int n, int q,
+                                        int* __restrict__ flag) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    flag[i] = owner[i] == q ? 1 : 0;
+}
+
+extern "C" __global__ void r_compact_index(const int* __restrict__ flag,
+                                           const int* __restrict__ starts, int n,
+                                           int* __restrict__ idx) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n || !flag[i]) return;
+    idx[starts[i]] = i;
+}

@@ -1,5 +1,5 @@
 // Uniform-grid FMM built on the device (crates/gpu/src/uniform). Compiled by NVRTC with
-// kernels/p2p.cu and kernels/fmm.cu included (named headers, crates/cuda/src/kernels.rs; one
+// kernels/p2p.cu and kernels/fmm.cu included (named headers, kernels/lib.rs; one
 // module, -DORDER=p -DEVAL_BLOCK=32): it reuses their device functions and the kernels p2m,
 // l2p and p2p_near, fed with task arrays built here.
 // Every kernel below has a host emulation in crates/gpu/src/uniform/sort.rs (sort, scan, tasks)

@@ -1,5 +1,5 @@
 // Block-wide idioms shared by the kernels, included by NVRTC as a named header (the sources
-// that include it list it in crates/cuda/src/kernels.rs): a tree reduction in shared memory
+// that include it list it in kernels/lib.rs): a tree reduction in shared memory
 // and the Hillis-Steele inclusive scan. Both visit the elements in a fixed order, so results
 // do not depend on scheduling, and both end with the block synchronized.
 #ifndef VORTEX_COMMON_CUH

@@ -1,10 +1,24 @@
-//! Checkpoints: the container of `vortex_spectral::durable` (magic `VXMETHOD`, format version, payload
-//! length, FNV-1a checksum; written to `PATH.tmp`, synced, renamed, the directory synced; the
-//! last `output.checkpoints_kept` kept as `PATH`, `PATH.1`, ...) around the bincode 2 (serde)
-//! encoding of the configuration keys a restart must keep and the [`State`]. A flipped bit is
-//! refused with the reason; a restart with a changed configuration is refused with the changed
-//! keys listed. f64 values are stored bit for bit, so a restart continues exactly as the
-//! uninterrupted run would. See `docs/CONVENTIONS.md`, "Checkpoints".
+//! Checkpoints. One rank writes one file, as always: the container of
+//! `vortex_spectral::durable` (magic `VXMETHOD`, format version, payload length, FNV-1a
+//! checksum; written to `PATH.tmp`, synced, renamed, the directory synced; the last
+//! `output.checkpoints_kept` kept as `PATH`, `PATH.1`, ...) around the bincode 2 (serde)
+//! encoding of the configuration keys a restart must keep and the [`State`]. Several ranks
+//! write one piece each, in parallel, and rank 0 a manifest once every piece is durable
+//! ([`pieces`]: the same container around each rank's particles with their global ids; the
+//! manifest lists every piece with its length, checksum and particle count). A restart reads
+//! either on any number of ranks ([`restart`]); [`writer`] writes them while the run goes on.
+//!
+//! A flipped bit is refused with the reason; a restart with a changed configuration is refused
+//! with the changed keys listed. f64 values are stored bit for bit, so a restart continues
+//! exactly as the uninterrupted run would. See `docs/CONVENTIONS.md`, "Checkpoints".
+
+pub mod pieces;
+pub mod restart;
+pub mod writer;
+
+pub use pieces::{Manifest, PieceEntry, MANIFEST_FILE};
+pub use restart::{current, read_restart, read_whole, Restart, Source};
+pub use writer::CheckpointWriter;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -15,6 +29,8 @@ use vortex_spectral::durable::{self, DurableError};
 
 pub const MAGIC: &[u8; 8] = b"VXMETHOD";
 pub const VERSION: u32 = 2;
+/// The single-file checkpoint of a run in its output directory.
+pub const SINGLE_FILE: &str = "checkpoint.bin";
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Checkpoint {
@@ -29,25 +45,21 @@ impl Checkpoint {
     /// A checkpoint of `state` for a run of `config`.
     pub fn new(config: &Config, initial_energy: f64, state: State) -> Self {
         Self {
-            config: config
-                .restart_keys()
-                .iter()
-                .map(|(k, v)| format!("{k} = {v}\n"))
-                .collect(),
+            config: config_record(config),
             initial_energy,
             state,
         }
     }
 }
 
-fn ck_err(path: &Path, msg: impl Into<String>) -> Error {
+pub(crate) fn ck_err(path: &Path, msg: impl Into<String>) -> Error {
     Error::Checkpoint {
         path: path.to_path_buf(),
         msg: msg.into(),
     }
 }
 
-fn from_durable(e: DurableError) -> Error {
+pub(crate) fn from_durable(e: DurableError) -> Error {
     match e {
         DurableError::Os { path, source } => Error::Io { path, source },
         DurableError::Corrupt { path, msg } | DurableError::OutDir { path, msg } => {
@@ -82,11 +94,18 @@ pub fn read(path: &Path) -> Result<Checkpoint> {
 }
 
 /// Reads a checkpoint and checks that it was written by a run of the same configuration
-/// (everything except `t_end`, the outputs, the health thresholds and where it runs); a
-/// difference is refused with every changed key listed.
+/// ([`check_config`]).
 pub fn read_for(path: &Path, config: &Config) -> Result<Checkpoint> {
     let ck = read(path)?;
-    let old = durable::flatten_toml(&ck.config)
+    check_config(path, &ck.config, config)?;
+    Ok(ck)
+}
+
+/// Refuses the checkpoint `path` whose configuration record (`key = value` lines) differs from
+/// `config` in anything except `t_end`, the outputs, the health thresholds and where it runs,
+/// with every changed key listed.
+pub fn check_config(path: &Path, record: &str, config: &Config) -> Result<()> {
+    let old = durable::flatten_toml(record)
         .map_err(|e| ck_err(path, format!("its configuration record is unreadable: {e}")))?;
     let diff = durable::config_diff(&old, &config.restart_keys());
     if !diff.is_empty() {
@@ -99,5 +118,14 @@ pub fn read_for(path: &Path, config: &Config) -> Result<Checkpoint> {
             ),
         ));
     }
-    Ok(ck)
+    Ok(())
+}
+
+/// The configuration record of a checkpoint: [`Config::restart_keys`] as `key = value` lines.
+pub fn config_record(config: &Config) -> String {
+    config
+        .restart_keys()
+        .iter()
+        .map(|(k, v)| format!("{k} = {v}\n"))
+        .collect()
 }

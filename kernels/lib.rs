@@ -1,5 +1,8 @@
-//! The CUDA C sources of `kernels/` inside this crate (`crates/cuda/kernels/`, so that the crate
-//! packages on its own), embedded in the binary with `include_str!`, and the headers they include.
+//! The CUDA C kernels of the vortex solvers (`kernels/*.cu`, `kernels/*.cuh`), handed out as
+//! source text: each [`KernelSource`] carries its name, its text (embedded with `include_str!`),
+//! the preprocessor defines it has no default for and the headers it includes. `vortex-cuda`
+//! compiles them with NVRTC at their first use on a device (no `nvcc` at build time), so this
+//! crate needs neither CUDA nor a GPU to build.
 //!
 //! NVRTC sees no file system: a source's `#include "name"` is resolved against the headers
 //! handed to the program at its creation ([`KernelSource::headers`], the include names
@@ -24,20 +27,20 @@ pub struct KernelSource {
     pub headers: &'static [Header],
     /// The preprocessor defines the source has no default for (`-DNAME=value`): its
     /// parameters (the expansion order, block sizes) are set once, on the Rust side, and
-    /// [`crate::compile`] refuses a call that leaves one out.
+    /// `vortex_cuda::compile` refuses a call that leaves one out.
     pub required: &'static [&'static str],
 }
 
 /// Block-wide Hillis-Steele scan and shared-memory tree reduction (`kernels/common.cuh`).
 pub const COMMON_H: Header = Header {
     name: "common.cuh",
-    source: include_str!("../kernels/common.cuh"),
+    source: include_str!("common.cuh"),
 };
 
 /// Near-field and all-pairs P2P kernels.
 pub const P2P: KernelSource = KernelSource {
     name: "p2p",
-    source: include_str!("../kernels/p2p.cu"),
+    source: include_str!("p2p.cu"),
     headers: &[],
     required: &[],
 };
@@ -46,7 +49,7 @@ pub const P2P: KernelSource = KernelSource {
 /// `-DEVAL_BLOCK=` the targets per L2P / M2P block).
 pub const FMM: KernelSource = KernelSource {
     name: "fmm",
-    source: include_str!("../kernels/fmm.cu"),
+    source: include_str!("fmm.cu"),
     headers: &[],
     required: &["ORDER", "EVAL_BLOCK"],
 };
@@ -54,7 +57,7 @@ pub const FMM: KernelSource = KernelSource {
 /// Pseudo-particle operators (compiled with `-DPPM_K=K -DPPM_P=p`).
 pub const PPM: KernelSource = KernelSource {
     name: "ppm",
-    source: include_str!("../kernels/ppm.cu"),
+    source: include_str!("ppm.cu"),
     headers: &[],
     required: &["PPM_K", "PPM_P"],
 };
@@ -64,7 +67,7 @@ pub const PPM: KernelSource = KernelSource {
 /// and their `p2p_near`, `p2m` and `l2p` kernels (one module).
 pub const UNIFORM: KernelSource = KernelSource {
     name: "uniform",
-    source: include_str!("../kernels/uniform.cu"),
+    source: include_str!("uniform.cu"),
     headers: &[
         Header {
             name: "p2p.cu",
@@ -81,7 +84,7 @@ pub const UNIFORM: KernelSource = KernelSource {
 /// Element-wise steps of the pseudo-spectral solver (`crates/spectral`, cuFFT path).
 pub const SPECTRAL: KernelSource = KernelSource {
     name: "spectral",
-    source: include_str!("../kernels/spectral.cu"),
+    source: include_str!("spectral.cu"),
     headers: &[],
     required: &[],
 };
@@ -89,7 +92,7 @@ pub const SPECTRAL: KernelSource = KernelSource {
 /// The vortex-method step resident on the device (`crates/resident`).
 pub const RESIDENT: KernelSource = KernelSource {
     name: "resident",
-    source: include_str!("../kernels/resident.cu"),
+    source: include_str!("resident.cu"),
     headers: &[COMMON_H],
     required: &[],
 };
@@ -98,7 +101,7 @@ pub const RESIDENT: KernelSource = KernelSource {
 /// `slab_fourier`).
 pub const SLAB_FOURIER: KernelSource = KernelSource {
     name: "slab_fourier",
-    source: include_str!("../kernels/slab_fourier.cu"),
+    source: include_str!("slab_fourier.cu"),
     headers: &[COMMON_H],
     required: &[],
 };
@@ -107,7 +110,7 @@ pub const SLAB_FOURIER: KernelSource = KernelSource {
 /// `spreading`).
 pub const SPREAD: KernelSource = KernelSource {
     name: "spread",
-    source: include_str!("../kernels/spread.cu"),
+    source: include_str!("spread.cu"),
     headers: &[COMMON_H],
     required: &[],
 };
@@ -123,3 +126,63 @@ pub const ALL_SOURCES: [KernelSource; 8] = [
     SLAB_FOURIER,
     SPREAD,
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `"name"` of every `#include "name"` line of a text.
+    fn includes(text: &str) -> Vec<&str> {
+        text.lines()
+            .filter_map(|l| l.trim().strip_prefix("#include"))
+            .filter_map(|rest| rest.trim().strip_prefix('"')?.split('"').next())
+            .collect()
+    }
+
+    /// Every `#include "name"` of a source (and of the headers it includes) is one of the
+    /// headers handed out with it, and every header handed out is included: NVRTC finds
+    /// each by name and no header travels for nothing.
+    #[test]
+    fn every_include_is_a_header_of_its_source_and_back() {
+        for src in &ALL_SOURCES {
+            let names: Vec<&str> = src.headers.iter().map(|h| h.name).collect();
+            let mut wanted = includes(src.source);
+            for h in src.headers {
+                wanted.extend(includes(h.source));
+            }
+            for w in &wanted {
+                assert!(
+                    names.contains(w),
+                    "{}: #include \"{w}\" not handed out",
+                    src.name
+                );
+            }
+            for n in &names {
+                assert!(wanted.contains(n), "{}: header {n} not included", src.name);
+            }
+        }
+    }
+
+    /// Every required define is one the source (or a header) tests for; the sources' names
+    /// are distinct (they are cache keys).
+    #[test]
+    fn required_defines_appear_in_the_source_and_names_are_distinct() {
+        for src in &ALL_SOURCES {
+            let text: String = std::iter::once(src.source)
+                .chain(src.headers.iter().map(|h| h.source))
+                .collect();
+            for d in src.required {
+                assert!(
+                    text.contains(&format!("defined({d})"))
+                        || text.contains(&format!("#ifndef {d}")),
+                    "{}: the required define {d} is not tested in the source",
+                    src.name
+                );
+            }
+        }
+        let mut names: Vec<&str> = ALL_SOURCES.iter().map(|s| s.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), ALL_SOURCES.len());
+    }
+}

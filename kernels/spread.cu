@@ -123,7 +123,7 @@ __device__ void spread_tiles(const double4* __restrict__ sp, const double4* __re
 
 // grid (m^3, z fastest) += the spread of component `comp` of the strengths sa of the particles
 // sp binned by tile (starts: m^3 / tile^3 + 1 offsets); one block per tile, dynamic shared
-// memory spread_shared_bytes(tile, w, sizeof(T)) (crates/resident/src/spreading.rs).
+// memory shared_bytes(tile, w, precision) (crates/resident/src/spreading.rs).
 extern "C" __global__ void s_spread_f(const double4* __restrict__ sp,
                                       const double4* __restrict__ sa,
                                       const int* __restrict__ starts, int m, int tile, int w,
