@@ -358,7 +358,8 @@ __device__ __forceinline__ void plane_point(long long t, int nx, int ny, int z_f
 // omega(y) = sum_j a_j zeta_{sigma_j}(y - x_j), truncated at |y - x_j| < cutoff sigma_j, at the
 // lattice points y = o + h (i, j, k) of the planes k in [z_first, z_first + z_count) (one thread
 // each, output [3] per point: k fastest, or with `xfast` i fastest, `((k - z_first) ny + j) nx
-// + i`, the layout of the slab transforms), from the particles binned into the cells of the same
+// + i`, the layout of the slab transforms; the threads walk k fastest either way, so that the
+// threads of a warp read one window of the same cell rows), from the particles binned into the cells of the same
 // lattice: the cells within `reach` cells of the point's own along each axis, row by row along z
 // (one or two contiguous runs), rows and z ranges beyond the largest truncation radius
 // sqrt(rmax2) skipped. `periodic`: bit 0, 1, 2 for x, y, z; a periodic axis takes
@@ -376,7 +377,8 @@ extern "C" __global__ void r_gauss_lattice(const double4* __restrict__ sp,
     long long npts = (long long)nx * ny * z_count;
     if (t >= npts) return;
     int i, j, k;
-    plane_point(t, nx, ny, z_first, z_count, xfast, &i, &j, &k);
+    plane_point(t, nx, ny, z_first, z_count, 0, &i, &j, &k);
+    const long long out = xfast ? ((long long)(k - z_first) * ny + j) * nx + i : t;
     const int px = periodic & 1, py = periodic & 2, pz = periodic & 4;
     double y0 = ox + h * i, y1 = oy + h * j, y2 = oz + h * k;
     const double cut2 = cutoff * cutoff;
@@ -435,9 +437,9 @@ extern "C" __global__ void r_gauss_lattice(const double4* __restrict__ sp,
             }
         }
     }
-    omega[3 * t] = w0;
-    omega[3 * t + 1] = w1;
-    omega[3 * t + 2] = w2;
+    omega[3 * out] = w0;
+    omega[3 * out + 1] = w1;
+    omega[3 * out + 2] = w2;
 }
 
 // ---- Fourier space (the R2C half of an n^3 lattice, cuFFT layout: (i * n + j) * (n/2+1) + k,

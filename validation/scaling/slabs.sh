@@ -100,7 +100,7 @@ if [[ " $PARTS " == *" scaling "* ]]; then
         d="$OUT/iso256-r$r"
         rm -rf "$d"
         cp -r "$start" "$d"
-        mpi "$r" run "$cfg" --grid uniform --steps "$STEPS" --out "$d" --restart "$d/checkpoint.bin" > "$d.log" 2>&1
+        mpi "$r" run "$cfg" --grid uniform --steps "$STEPS" --out "$d" --restart "$d" > "$d.log" 2>&1
         log "256^3 p = 10 on $r GPU(s): $(mean_step "$d")"
     done
 fi

@@ -219,6 +219,17 @@ pub(crate) fn from_rows(rows: &[f64], extra: usize) -> (Particles, Vec<Vec<[f64;
     (p, ex)
 }
 
+/// The Adams-Bashforth history from the last two `extra` fields of [`from_rows`] (velocity,
+/// then stretching).
+fn history(ex: &mut Vec<Vec<[f64; 3]>>) -> Derivatives {
+    let stretching = ex.pop().expect("two history fields");
+    let velocity = ex.pop().expect("two history fields");
+    Derivatives {
+        velocity,
+        stretching,
+    }
+}
+
 pub(crate) fn rows_of(p: &Particles, extra: &[&[[f64; 3]]]) -> Vec<f64> {
     let width = PARTICLE_ROW + 3 * extra.len();
     let mut out = vec![0.0; p.len() * width];
@@ -265,14 +276,7 @@ pub fn gather_state(comm: &dyn Comm, gid: &[u64], n: usize, local: &State) -> Op
         Some(d) => gather_particles(comm, gid, n, p, &[&d.velocity, &d.stretching])?,
         None => gather_particles(comm, gid, n, p, &[])?,
     };
-    let previous = local.previous.as_ref().map(|_| {
-        let stretching = ex.pop().expect("two fields gathered");
-        let velocity = ex.pop().expect("two fields gathered");
-        Derivatives {
-            velocity,
-            stretching,
-        }
-    });
+    let previous = local.previous.as_ref().map(|_| history(&mut ex));
     Some(State {
         step: local.step,
         step_reset: local.step_reset,
@@ -314,14 +318,7 @@ pub fn scatter_state(comm: &dyn Comm, global: Option<State>) -> (State, Vec<u64>
     drop(global);
     let (gid, rows) = scatter_rows(comm, rows, PARTICLE_ROW + 3 * extra, n);
     let (particles, mut ex) = from_rows(&rows, extra);
-    let previous = has_prev.then(|| {
-        let stretching = ex.pop().expect("two fields scattered");
-        let velocity = ex.pop().expect("two fields scattered");
-        Derivatives {
-            velocity,
-            stretching,
-        }
-    });
+    let previous = has_prev.then(|| history(&mut ex));
     let state = State {
         step: head[0] as u64,
         step_reset: head[1] as u64,
@@ -517,14 +514,7 @@ pub fn balance_by_gid(
     }
     let (particles, mut ex) = from_rows(&rows, extra);
     drop(rows);
-    let previous = (extra == 2).then(|| {
-        let stretching = ex.pop().expect("two fields");
-        let velocity = ex.pop().expect("two fields");
-        Derivatives {
-            velocity,
-            stretching,
-        }
-    });
+    let previous = (extra == 2).then(|| history(&mut ex));
     Ok(LocalState {
         state: State {
             particles,

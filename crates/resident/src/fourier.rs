@@ -51,6 +51,7 @@ impl Fourier {
                     .into(),
             ));
         }
+        vortex_cuda::device::trim_pool(s.context())?;
         let ni = n as i32;
         let nh = (n / 2 + 1) as i32;
         let clen = n * n * (n / 2 + 1);

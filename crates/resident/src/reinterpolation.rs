@@ -196,8 +196,12 @@ impl Reinterpolator {
         lat: &Lattice,
         sigma_max: f64,
     ) -> GpuResult<CudaSlice<f64>> {
+        let mut laps = crate::laps::Laps::new(s, "lattice vorticity");
         let b = bin(k, s, p, lat)?;
-        gaussian_sums(k, s, &b, lat, self.cutoff, sigma_max)
+        laps.lap("bin");
+        let omega = gaussian_sums(k, s, &b, lat, self.cutoff, sigma_max);
+        laps.lap("sums");
+        omega
     }
 
     /// `L_c[x] v = A^{-1} G_c[x] v` on the `n^3` lattice of the box: the Gaussian sums of the
@@ -279,10 +283,13 @@ impl Reinterpolator {
     ) -> GpuResult<(DeviceParticles, RbfReport)> {
         let (n, l) = (self.n, self.box_length);
         let lat = Lattice::periodic_box(n, l);
+        let mut laps = crate::laps::Laps::new(s, "re-interpolation");
         let field = self.lattice_operator(k, s, p, sigma_max)?;
+        laps.lap("sums and solve");
         let n3 = n * n * n;
         let planes = Planes::all(&lat);
         let fresh = lattice_particles(k, s, n, lat.origin[0], lat.h, self.sigma0, planes, field)?;
+        laps.lap("fresh particles");
         let report = RbfReport {
             iterations: [0; 3],
             residual: 0.0,

@@ -27,7 +27,7 @@ use crate::slab::step::reduce_moments;
 use crate::slab::SlabStep;
 use crate::state::{first_non_finite, DeviceFields, DeviceParticles, Moments};
 use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 use std::time::Instant;
 use vortex_cuda::{GpuDevice, GpuError};
 use vortex_domain::{Comm, ReduceOp};
@@ -40,9 +40,6 @@ use vortex_method::reinterpolation::history::History;
 use vortex_method::reinterpolation::RbfReport;
 use vortex_method::stepping::{Scheme, State, StepReport, Stepper};
 use vortex_method::{Config, Error, Particles, Result, Simulator};
-
-/// The note that the AB2 history is not yet carried over slabs, logged once per process.
-static CARRY_OVER_SLABS: Once = Once::new();
 
 /// Device bytes per particle at the peak of a step (state 160, Heun copy and its fields 104,
 /// FMM buffers ~150), measured against `cudaMemGetInfo` on an H100 (BENCHMARKS.md).
@@ -656,18 +653,21 @@ impl Simulator for ResidentSimulation<'_> {
         let mut reinterpolation = None;
         if self.stepper.reinterpolation_due(since, m.ratio_max, strain) {
             let t1 = Instant::now();
-            let carried = if self.several() {
-                if self.stepper.history == History::Carry {
-                    CARRY_OVER_SLABS.call_once(|| {
-                        log::info!(
-                            "reinterpolation.history = \"carry\" is not implemented over slabs \
-                             (several ranks): the step after each re-interpolation is a Heun step"
-                        )
-                    });
-                }
-                None
+            let (fresh, carried, mut report) = if self.several() {
+                let history = match (self.stepper.history, self.previous.take()) {
+                    (History::Carry, Some(prev)) => {
+                        let elapsed =
+                            self.stepper.time(self.step - 1) - self.stepper.time(self.step_reset);
+                        Some((prev, elapsed))
+                    }
+                    _ => None,
+                };
+                let (fresh, ids, report, carried) =
+                    self.reinterpolate_slab(m.sigma_max, history.as_ref().map(|(p, e)| (p, *e)))?;
+                self.ids = ids;
+                (fresh, carried, report)
             } else {
-                crate::reinterpolation::carried_history(
+                let carried = crate::reinterpolation::carried_history(
                     &mut self.rbf,
                     &self.k,
                     &self.s,
@@ -678,16 +678,12 @@ impl Simulator for ResidentSimulation<'_> {
                     self.step_reset,
                     m.sigma_max,
                 )
-                .map_err(|e| Error::Rbf(format!("step {}: the AB2 history: {e}", self.step)))?
-            };
-            let (fresh, mut report) = if self.several() {
-                let (fresh, ids, report) = self.reinterpolate_slab(m.sigma_max)?;
-                self.ids = ids;
-                (fresh, report)
-            } else {
-                self.rbf
+                .map_err(|e| Error::Rbf(format!("step {}: the AB2 history: {e}", self.step)))?;
+                let (fresh, report) = self
+                    .rbf
                     .reinterpolate(&self.k, &self.s, &self.p, m.sigma_max)
-                    .map_err(|e| Error::Rbf(format!("step {}: {e}", self.step)))?
+                    .map_err(|e| Error::Rbf(format!("step {}: {e}", self.step)))?;
+                (fresh, carried, report)
             };
             self.n_global = report.lattice_points;
             if !self.several() {

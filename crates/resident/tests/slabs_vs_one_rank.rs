@@ -3,12 +3,14 @@
 //! with a re-interpolation every 3 steps (Heun and AB2 steps, migrations, three
 //! re-interpolations over the slabs), energy and enstrophy from the grid velocity over the
 //! slabs; then the state gathered in global-id order on rank 0 against the one-rank state.
+//! Both histories after a re-interpolation: restarted (a Heun step) and carried through the
+//! lattice operator over the slabs (an AB2 step).
 //! Needs a CUDA GPU: run with `--features gpu-tests` (ignored, reported as such, elsewhere).
 
 use vortex_domain::{Comm, SelfComm, ThreadComm};
 use vortex_method::{Config, Simulator};
 
-fn config(kind: &str) -> Config {
+fn config(kind: &str, history: &str) -> Config {
     let initial = match kind {
         "taylor-green" => "kind = \"taylor-green\"\nn = 24\noverlap = 1.0".to_string(),
         _ => {
@@ -40,6 +42,7 @@ exchange = "pinned"
 [reinterpolation]
 every = 3
 ratio = 1.2
+history = "{history}"
 
 [output]
 grid = 24
@@ -69,8 +72,12 @@ fn run(comm: &dyn Comm, config: &Config) -> (f64, f64, Option<Vec<[f64; 3]>>) {
     ignore = "needs a CUDA GPU: cargo test --features gpu-tests"
 )]
 fn slabs_match_one_rank() {
-    for kind in ["taylor-green", "isotropic"] {
-        let config = config(kind);
+    for (kind, history) in [
+        ("taylor-green", "restart"),
+        ("isotropic", "restart"),
+        ("isotropic", "carry"),
+    ] {
+        let config = config(kind, history);
         let (e1, z1, x1) = run(&SelfComm, &config);
         let x1 = x1.unwrap();
         for ranks in [2, 3, 4] {
@@ -92,7 +99,9 @@ fn slabs_match_one_rank() {
                         .fold(0.0, f64::max)
                 })
                 .fold(0.0, f64::max);
-            println!("{kind} R = {ranks}: energy {de:.2e}, enstrophy {dz:.2e}, positions {dx:.2e}");
+            println!(
+                "{kind} ({history}) R = {ranks}: energy {de:.2e}, enstrophy {dz:.2e}, positions {dx:.2e}"
+            );
             assert!(
                 de < 1e-6 && dz < 1e-6,
                 "{kind} R = {ranks}: {de:.2e} {dz:.2e}"

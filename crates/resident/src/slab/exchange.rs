@@ -138,16 +138,20 @@ pub struct Moved {
     pub bytes: usize,
 }
 
-/// The global ids of the kept particles: `ids` without the (sorted) `leaving` indices.
-fn kept_ids(ids: &[u64], leaving: &[u32]) -> Vec<u64> {
-    let mut out = Vec::with_capacity(ids.len() - leaving.len());
-    let mut from = 0;
-    for &i in leaving {
-        out.extend_from_slice(&ids[from..i as usize]);
-        from = i as usize + 1;
+/// Removes the (sorted, distinct) indices `leaving` from `ids` in place, keeping the order
+/// of the rest: each run between two leavers moves down once (no second vector of all ids).
+fn remove_leavers(ids: &mut Vec<u64>, leaving: &[u32]) {
+    let Some(&first) = leaving.first() else {
+        return;
+    };
+    let mut to = first as usize;
+    for (w, &i) in leaving.iter().enumerate() {
+        let from = i as usize + 1;
+        let end = leaving.get(w + 1).map_or(ids.len(), |&e| e as usize);
+        ids.copy_within(from..end, to);
+        to += end - from;
     }
-    out.extend_from_slice(&ids[from..]);
-    out
+    ids.truncate(to);
 }
 
 /// Collective: moves the particles owned by other ranks (`own`) to their owners. `arrays` are
@@ -218,10 +222,11 @@ pub fn migrate(
         .collect();
     let mut sorted = order.clone();
     sorted.sort_unstable();
-    let mut new_ids = kept_ids(ids, &sorted);
+    remove_leavers(ids, &sorted);
+    laps.lap("ids");
     for b in &recv {
         for row in b.chunks_exact(row_bytes) {
-            new_ids.push(u64::from_le_bytes(row[..8].try_into().expect("8 bytes")));
+            ids.push(u64::from_le_bytes(row[..8].try_into().expect("8 bytes")));
             let vals: Vec<f64> = bytemuck::pod_collect_to_vec(&row[8..]);
             let mut j = 0;
             for (h, (_, w)) in host.iter_mut().zip(arrays.iter()) {
@@ -242,7 +247,6 @@ pub fn migrate(
     }
     laps.lap("compact + arrivals up");
     *n = total;
-    *ids = new_ids;
     Ok(Moved {
         sent: order.len(),
         received: arrived,
@@ -257,4 +261,36 @@ fn bytes_to_others(bufs: &[Vec<u8>], me: usize) -> usize {
         .filter(|(q, _)| *q != me)
         .map(|(_, b)| b.len())
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::remove_leavers;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    /// In-place removal equals the filter of the kept indices, for leavers at the ends,
+    /// adjacent leavers, none and all.
+    #[test]
+    fn leavers_leave_and_the_rest_keeps_its_order() {
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        for (len, p) in [
+            (0, 0.5),
+            (1, 1.0),
+            (50, 0.0),
+            (50, 1.0),
+            (1000, 0.1),
+            (1000, 0.7),
+        ] {
+            let ids: Vec<u64> = (0..len).map(|_| rng.gen()).collect();
+            let leaving: Vec<u32> = (0..len as u32).filter(|_| rng.gen_bool(p)).collect();
+            let want: Vec<u64> = (0..len)
+                .filter(|i| leaving.binary_search(&(*i as u32)).is_err())
+                .map(|i| ids[i])
+                .collect();
+            let mut got = ids.clone();
+            remove_leavers(&mut got, &leaving);
+            assert_eq!(got, want, "{len} ids, {} leaving", leaving.len());
+        }
+    }
 }

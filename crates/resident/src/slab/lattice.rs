@@ -99,18 +99,20 @@ impl SlabLattice {
     }
 
     /// The global id (the one-rank lattice order `(i n + j) n + k`, x slowest) of the own
-    /// points in the slab layout.
+    /// points in the slab layout, filled row by row on the host's threads (8.4 M ids per rank
+    /// at 256^3 on 2 ranks).
     pub fn point_ids(&self) -> Vec<u64> {
-        let (a, b) = self.own();
-        let n = self.n as u64;
-        let mut ids = Vec::with_capacity(self.points());
-        for k in a as u64..b as u64 {
-            for j in 0..n {
-                for i in 0..n {
-                    ids.push((i * n + j) * n + k);
-                }
+        use rayon::prelude::*;
+        let (a, n) = (self.own().0 as u64, self.n);
+        let mut ids = vec![0u64; self.points()];
+        ids.par_chunks_mut(n).enumerate().for_each(|(row, out)| {
+            // row = (k - a) n + j of the slab layout
+            let (k, j) = (a + (row / n) as u64, (row % n) as u64);
+            let n = n as u64;
+            for (i, id) in out.iter_mut().enumerate() {
+                *id = (i as u64 * n + j) * n + k;
             }
-        }
+        });
         ids
     }
 }

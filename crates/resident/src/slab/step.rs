@@ -226,20 +226,22 @@ impl ResidentSimulation<'_> {
         Ok((f, &mut *slab.exchange))
     }
 
-    /// The RBF re-interpolation over the slabs: fresh particles on this rank's lattice planes
-    /// and their global ids (the one-rank lattice order). Collective.
-    pub(crate) fn reinterpolate_slab(
+    /// `L_c[x] v = A^{-1} G_c[x] v` over the slabs: the Gaussian sums of the blobs `q` (every
+    /// rank's, `sigma_max` the largest core) at this rank's planes of `lat`, then the lattice
+    /// solve with the core `sigma0` over the slabs (`3` doubles per own point, slab layout, the
+    /// first `3 lat.points()` of the returned buffer). The one-GPU twin is
+    /// `Reinterpolator::lattice_operator`. Collective.
+    fn lattice_operator_slab(
         &mut self,
+        q: &DeviceParticles,
+        lat: &SlabLattice,
         sigma_max: f64,
-    ) -> Result<(DeviceParticles, Vec<u64>, RbfReport)> {
-        let n = self.config.lattice_n().expect("checked by unsupported()");
-        let mut laps = crate::laps::Laps::new(&self.s, "re-interpolation over slabs");
-        let lat = self.slab_lattice(n, sigma_max)?;
-        laps.lap("plan");
+    ) -> Result<CudaSlice<f64>> {
+        let mut laps = crate::laps::Laps::new(&self.s, "lattice operator over slabs");
         let cutoff = self.config.reinterpolation.cutoff;
         let exchange = &mut *self.slab.as_mut().expect("several ranks").exchange;
         let (mut field, bytes) = slab_vorticity(
-            self.comm, exchange, &self.k, &self.s, &self.p, &lat, cutoff, sigma_max,
+            self.comm, exchange, &self.k, &self.s, q, lat, cutoff, sigma_max,
         )
         .map_err(gpu_err("lattice sums"))?;
         laps.lap("sums");
@@ -248,7 +250,7 @@ impl ResidentSimulation<'_> {
         slab.bytes += bytes as u64;
         if slab.inv_eig.is_none() {
             let filter = &self.config.reinterpolation.filter;
-            let e = inverse_eigenvalues(n, lat.h(), sigma0, cutoff, filter)
+            let e = inverse_eigenvalues(lat.n, lat.h(), sigma0, cutoff, filter)
                 .map_err(|e| Error::Rbf(format!("{e}; lower initial.overlap")))?;
             slab.inv_eig = Some(
                 self.s
@@ -259,11 +261,40 @@ impl ResidentSimulation<'_> {
         let inv_eig = slab.inv_eig.take().expect("set above");
         let c = (2.0 * std::f64::consts::PI * sigma0 * sigma0).powf(-1.5);
         let comm = self.comm;
-        let (f, exchange) = self.slab_fourier(&lat)?;
+        let (f, exchange) = self.slab_fourier(lat)?;
         let r = f.solve_rbf(Ranks { comm, exchange }, &mut field, &inv_eig, c);
         self.slab.as_mut().expect("several ranks").inv_eig = Some(inv_eig);
         r.map_err(gpu_err("lattice solve"))?;
         laps.lap("solve");
+        Ok(field)
+    }
+
+    /// The RBF re-interpolation over the slabs: fresh particles on this rank's lattice planes
+    /// and their global ids (the one-rank lattice order); with `history` (the AB2 history of
+    /// the current particles, see [`ResidentSimulation::carry_history_slab`]), that history
+    /// carried to the fresh particles. Collective.
+    pub(crate) fn reinterpolate_slab(
+        &mut self,
+        sigma_max: f64,
+        history: Option<(&DeviceFields, f64)>,
+    ) -> Result<(DeviceParticles, Vec<u64>, RbfReport, Option<DeviceFields>)> {
+        let n = self.config.lattice_n().expect("checked by unsupported()");
+        let mut laps = crate::laps::Laps::new(&self.s, "re-interpolation over slabs");
+        let lat = self.slab_lattice(n, sigma_max)?;
+        laps.lap("plan");
+        let carried = match history {
+            Some((prev, elapsed)) => Some(self.carry_history_slab(prev, elapsed, &lat, sigma_max)?),
+            None => None,
+        };
+        laps.lap("history");
+        let p = std::mem::replace(
+            &mut self.p,
+            DeviceParticles::zeros(&self.s, 0).map_err(gpu_err("alloc"))?,
+        );
+        let field = self.lattice_operator_slab(&p, &lat, sigma_max);
+        self.p = p;
+        let field = field?;
+        laps.lap("sums and solve");
         let (z0, z1) = lat.own();
         let planes = Planes {
             z_first: z0,
@@ -271,6 +302,7 @@ impl ResidentSimulation<'_> {
             xfast: true,
         };
         let o = -0.5 * lat.box_length;
+        let sigma0 = self.config.sigma0();
         let fresh = lattice_particles(&self.k, &self.s, n, o, lat.h(), sigma0, planes, field)
             .map_err(gpu_err("fresh particles"))?;
         laps.lap("fresh particles");
@@ -283,7 +315,64 @@ impl ResidentSimulation<'_> {
         };
         let ids = lat.point_ids();
         laps.lap("ids");
-        Ok((fresh, ids, report))
+        Ok((fresh, ids, report, carried))
+    }
+
+    /// The AB2 history `prev` of this rank's particles (rates evaluated `elapsed` after the
+    /// last reset) carried to the fresh particles of `lat`'s planes through the lattice
+    /// operator over the slabs, as `Reinterpolator::carry_history` on one GPU (the derivation:
+    /// `vortex_method::reinterpolation::history`): the strength rates with the cores of that
+    /// evaluation, the velocities with the fresh core. Collective.
+    fn carry_history_slab(
+        &mut self,
+        prev: &DeviceFields,
+        elapsed: f64,
+        lat: &SlabLattice,
+        sigma_max: f64,
+    ) -> Result<DeviceFields> {
+        let p = &self.p;
+        if prev.vel.len() != 3 * p.n || prev.str.len() != 3 * p.n {
+            return Err(Error::Other(format!(
+                "step {}: the AB2 history holds {} rows for {} particles",
+                self.step,
+                prev.vel.len() / 3,
+                p.n
+            )));
+        }
+        let s = self.s.clone();
+        let copy = |a: &CudaSlice<f64>| s.clone_dtod(a).map_err(|e| gpu_err("copy")(e.into()));
+        let mut q = DeviceParticles {
+            n: p.n,
+            pos: copy(&p.pos)?,
+            alpha: copy(&prev.str)?,
+            sigma: copy(&p.sigma)?,
+            sigma0: copy(&p.sigma0)?,
+        };
+        let nu = self.stepper.nu;
+        q.spread(&self.k, &s, nu, elapsed)
+            .map_err(gpu_err("spread"))?;
+        let rates = self.lattice_operator_slab(&q, lat, sigma_max)?;
+        q.alpha = copy(&prev.vel)?;
+        q.spread(&self.k, &s, 0.0, 0.0).map_err(gpu_err("spread"))?;
+        let vel = self.lattice_operator_slab(&q, lat, sigma_max)?;
+        let own = 3 * lat.points();
+        let exact = |a: CudaSlice<f64>| -> Result<CudaSlice<f64>> {
+            if a.len() == own {
+                return Ok(a);
+            }
+            let mut b = s
+                .alloc_zeros::<f64>(own.max(1))
+                .map_err(|e| gpu_err("alloc")(e.into()))?;
+            if own > 0 {
+                s.memcpy_dtod(&a.slice(0..own), &mut b.slice_mut(0..own))
+                    .map_err(|e| gpu_err("copy")(e.into()))?;
+            }
+            Ok(b)
+        };
+        Ok(DeviceFields {
+            vel: exact(vel)?,
+            str: exact(rates)?,
+        })
     }
 
     /// The velocity statistics of the blobs on the `n^3` grid of the box over the slabs;

@@ -142,6 +142,7 @@ impl SlabFourier {
             ));
         }
         let s = &stream;
+        dev.trim_pool()?;
         let n = layout.n() as i32;
         let nplanes = layout.planes(layout.rank()).len();
         let planes = plane_plans(n, nplanes, s)?;
