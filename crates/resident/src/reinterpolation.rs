@@ -223,7 +223,7 @@ impl Reinterpolator {
         let lat = Lattice::periodic_box(n, self.box_length);
         let mut laps = Laps::new(s, "lattice operator by direct sums");
         let mut field = self.lattice_vorticity(k, s, p, &lat, sigma_max)?;
-        laps.lap("sums");
+        laps.lap("vorticity");
         if self.inv_eig.is_none() {
             let e = inverse_eigenvalues(n, lat.h, self.sigma0, self.cutoff, &self.filter)
                 .map_err(|e| GpuError::Unsupported(format!("{e}; lower initial.overlap")))?;
