@@ -131,6 +131,9 @@ impl<'c> ResidentSimulation<'c> {
         agree(comm, rbf.prepare(&dev, reserved, ranks))?;
         let fmm = agree(comm, device_engine(comm, &config, index))?;
         let mut name = format!("{}, state resident on the device", fmm.describe());
+        if rbf.spreading().is_some() {
+            name.push_str(", Gaussian sums by spreading");
+        }
         let slab = if ranks > 1 {
             let choice = config.evaluation.exchange;
             let x =

@@ -187,6 +187,11 @@ fn resident_step_with_spreading_matches_the_host_step() {
     let comm = SelfComm;
     let mut host = DistSimulation::new(&comm, config.clone(), vortex_fmm::CpuBackend).unwrap();
     let mut dev = vortex_resident::ResidentSimulation::new(&comm, config, 0, None).unwrap();
+    assert!(
+        dev.describe().contains("by spreading"),
+        "the spreading route was not made: {}",
+        dev.describe()
+    );
     let mut reinterpolations = 0;
     for _ in 0..8 {
         Simulator::step(&mut host).unwrap();
