@@ -1,8 +1,9 @@
 //! `vortex bench reinterp`: the periodic re-interpolation with its Gaussian sums by spreading
 //! (`reinterpolation.sums = { kind = "spread" }`) per lattice size, on the CPU (the f64 twin)
 //! or one GPU: the time of each phase (binning, spread, FFT of the fine grid, deconvolution and
-//! folding, the Fourier solve, the fresh particles), the direct route's time (truncated sums
-//! at every lattice point and the same solve) for comparison, and the relative L2 error of the
+//! folding, the Fourier solve, the fresh particles), the direct route's two phases for
+//! comparison (`dsums_ms`: the truncated sums at every lattice point with their binning;
+//! `dsolve_ms`: its solve, the matrix truncated as the sums), and the relative L2 error of the
 //! spread lattice values against the direct Gaussian sums (cutoff 8 core radii: truncation
 //! `exp(-32)`) at sampled lattice points, beside the design's estimate.
 //!
@@ -102,12 +103,27 @@ impl Phases {
     }
 }
 
+/// The direct route's milliseconds (the fastest of the repeats; `NaN`: not timed): the
+/// truncated Gaussian sums at every lattice point (with their binning) and the solve.
+#[derive(Clone, Copy, Debug)]
+struct Direct {
+    sums: f64,
+    solve: f64,
+}
+
+impl Direct {
+    const NOT_TIMED: Direct = Direct {
+        sums: f64::NAN,
+        solve: f64::NAN,
+    };
+}
+
 /// One size: the phases, the lattice spectra (`3 clen`, for the error) and the direct route's
-/// milliseconds (`NaN`: not timed).
+/// phases.
 struct Measured {
     phases: Phases,
     spectra: Vec<Complex64>,
-    direct_ms: f64,
+    direct: Direct,
     precision: &'static str,
 }
 
@@ -176,9 +192,9 @@ fn run_in_pool(b: &ReinterpBench, device: Device, plans: &[(SpreadPlan, f64)]) -
         env!("VORTEX_GIT_COMMIT")
     );
     println!(
-        "{:>5} {:>5} {:>3} {:>4} {:>7} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>10} {:>9} {:>9}",
+        "{:>5} {:>5} {:>3} {:>4} {:>7} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}",
         "n", "m", "w", "prec", "plan_s", "bin_ms", "spread_ms", "fft_ms", "fold_ms", "solve_ms",
-        "fresh_ms", "total_ms", "direct_ms", "err", "estimate"
+        "fresh_ms", "total_ms", "dsums_ms", "dsolve_ms", "err", "estimate"
     );
     for (plan, plan_s) in plans {
         let n = plan.n;
@@ -190,7 +206,7 @@ fn run_in_pool(b: &ReinterpBench, device: Device, plans: &[(SpreadPlan, f64)]) -
         };
         let err = sampled_error(b, plan, &p, &m.spectra)?;
         println!(
-            "{:>5} {:>5} {:>3} {:>4} {:>7.2} {:>8.2} {:>9.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>9.2} {:>10.2} {:>9.2e} {:>9.2e}",
+            "{:>5} {:>5} {:>3} {:>4} {:>7.2} {:>8.2} {:>9.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2e} {:>9.2e}",
             n,
             plan.design.fine,
             plan.design.kernel.width,
@@ -203,7 +219,8 @@ fn run_in_pool(b: &ReinterpBench, device: Device, plans: &[(SpreadPlan, f64)]) -
             m.phases.solve,
             m.phases.fresh,
             m.phases.total(),
-            m.direct_ms,
+            m.direct.sums,
+            m.direct.solve,
             err,
             plan.design.white,
         );
@@ -299,7 +316,7 @@ fn measure_cpu(b: &ReinterpBench, plan: &SpreadPlan, p: &Particles) -> Result<Me
             fresh: fresh_ms,
         });
     }
-    let direct_ms = if n <= b.direct_max {
+    let direct = if n <= b.direct_max {
         let t0 = Instant::now();
         let omega = gaussian_sum(
             &p.position,
@@ -309,15 +326,20 @@ fn measure_cpu(b: &ReinterpBench, plan: &SpreadPlan, p: &Particles) -> Result<Me
             settings.cutoff,
             Some(2.0 * PI),
         );
+        let sums = ms(t0);
+        let t1 = Instant::now();
         solve(&lat, sigma0, &omega, &settings).context("the direct route's solve")?;
-        ms(t0)
+        Direct {
+            sums,
+            solve: ms(t1),
+        }
     } else {
-        f64::NAN
+        Direct::NOT_TIMED
     };
     Ok(Measured {
         phases: best,
         spectra,
-        direct_ms,
+        direct,
         precision: "f64",
     })
 }
@@ -433,20 +455,27 @@ fn measure_cuda(b: &ReinterpBench, plan: &SpreadPlan, p: &Particles) -> Result<M
         &inverse_eigenvalues(n, lat.h, sigma0, settings.cutoff, &filter)
             .map_err(|e| anyhow::anyhow!(e))?,
     )?;
-    let mut direct_ms = f64::INFINITY;
+    let mut direct = Direct {
+        sums: f64::INFINITY,
+        solve: f64::INFINITY,
+    };
     for _ in 0..b.repeat.max(1) {
         sync()?;
         let t = Instant::now();
         let binned = bin(&k, &s, &dp, &lat)?;
         let mut field = gaussian_sums(&k, &s, &binned, &lat, settings.cutoff, core)?;
+        sync()?;
+        direct.sums = direct.sums.min(ms(t));
+        drop(binned);
+        let t = Instant::now();
         f.solve_rbf(&k, &s, &mut field, &truncated, c)?;
         sync()?;
-        direct_ms = direct_ms.min(ms(t));
+        direct.solve = direct.solve.min(ms(t));
     }
     Ok(Measured {
         phases: best,
         spectra,
-        direct_ms,
+        direct,
         precision: match sp.precision {
             Precision::F32 => "f32",
             Precision::F64 => "f64",
@@ -457,4 +486,54 @@ fn measure_cuda(b: &ReinterpBench, plan: &SpreadPlan, p: &Particles) -> Result<M
 #[cfg(not(feature = "cuda"))]
 fn measure_cuda(_: &ReinterpBench, _: &SpreadPlan, _: &Particles) -> Result<Measured> {
     bail!("--backend cuda: this binary was built without the cuda feature")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bench(n: usize, tolerance: f64) -> ReinterpBench {
+        ReinterpBench {
+            n: vec![n],
+            backend: BackendChoice::Cpu,
+            device: 0,
+            tolerance,
+            overlap: 0.8,
+            growth: 1.2,
+            samples: 300,
+            repeat: 1,
+            direct_max: n,
+            seed: 5,
+            threads: None,
+        }
+    }
+
+    /// The host twin's lattice values against the direct Gaussian sums at the sampled points:
+    /// within the tolerance asked for (1e-9, the f64 figure of the spreading design), and the
+    /// direct route timed.
+    #[test]
+    fn the_cpu_route_meets_the_tolerance_against_the_direct_sums() {
+        let b = bench(16, 1e-9);
+        let sigma0 = b.overlap * 2.0 * PI / 16.0;
+        let plan = SpreadPlan::new(16, 2.0 * PI, sigma0, b.tolerance).unwrap();
+        let p = particles(16, b.growth * sigma0, b.seed);
+        let m = measure_cpu(&b, &plan, &p).unwrap();
+        let err = sampled_error(&b, &plan, &p, &m.spectra).unwrap();
+        assert!(err < 1e-9, "{err:e}");
+        assert!(m.direct.sums.is_finite() && m.direct.solve.is_finite());
+        assert!(m.phases.total().is_finite());
+    }
+
+    /// A bad size, tolerance or growth is refused before any work, naming the flag.
+    #[test]
+    fn bad_arguments_are_refused_by_name() {
+        let e = run(&bench(15, 1e-6)).unwrap_err().to_string();
+        assert!(e.contains("--n 15"), "{e}");
+        let e = run(&bench(16, 1e-20)).unwrap_err().to_string();
+        assert!(e.contains("--tolerance"), "{e}");
+        let mut b = bench(16, 1e-6);
+        b.growth = 0.5;
+        let e = run(&b).unwrap_err().to_string();
+        assert!(e.contains("--growth 0.5"), "{e}");
+    }
 }
