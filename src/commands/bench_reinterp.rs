@@ -15,7 +15,7 @@ use crate::planner::resolve;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use rand::seq::index::sample;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::f64::consts::PI;
 use std::time::Instant;
@@ -23,7 +23,9 @@ use vortex_fmm::expansions::Complex64;
 use vortex_fmm::planner::Device;
 use vortex_fmm::BackendChoice;
 use vortex_method::cells::gaussian_sum;
-use vortex_method::reinterpolation::spreading::{fold, SpreadPlan, SpreadTimes, UNTRUNCATED};
+use vortex_method::reinterpolation::spreading::{
+    fold, jittered_lattice, SpreadPlan, SpreadTimes, UNTRUNCATED,
+};
 use vortex_method::reinterpolation::{fresh_particles, solve, Lattice, LatticeFilter, RbfSettings};
 use vortex_method::Particles;
 use vortex_spectral::fft::Fft3;
@@ -127,18 +129,10 @@ struct Measured {
     precision: &'static str,
 }
 
-/// The fresh random particles of the module documentation.
+/// The fresh random particles of the module documentation
+/// (`vortex_method::reinterpolation::spreading::jittered_lattice`).
 fn particles(n: usize, core: f64, seed: u64) -> Particles {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let lat = Lattice::periodic_box(n, 2.0 * PI);
-    let pos = lat
-        .points()
-        .iter()
-        .map(|y| std::array::from_fn(|c| y[c] + lat.h * rng.gen_range(-0.5..0.5)))
-        .collect();
-    let alpha = (0..lat.len())
-        .map(|_| std::array::from_fn(|_| rng.gen_range(-1.0..1.0)))
-        .collect();
+    let (pos, alpha) = jittered_lattice(n, 2.0 * PI, seed);
     Particles::new(pos, alpha, core)
 }
 

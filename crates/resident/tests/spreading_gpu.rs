@@ -6,13 +6,12 @@
 //! such, elsewhere); without a working GPU the tests fail.
 
 use num_complex::Complex64;
-use rand::{Rng, SeedableRng};
 use std::f64::consts::PI;
 use vortex_cuda::GpuDevice;
 use vortex_domain::SelfComm;
 use vortex_method::cells::gaussian_sum;
 use vortex_method::parallel::DistSimulation;
-use vortex_method::reinterpolation::spreading::SpreadPlan;
+use vortex_method::reinterpolation::spreading::{jittered_lattice, SpreadPlan};
 use vortex_method::reinterpolation::Lattice;
 use vortex_method::{Config, Particles, Simulator};
 use vortex_resident::fourier::Fourier;
@@ -21,19 +20,10 @@ use vortex_resident::spreading::{DeviceSpread, Precision};
 use vortex_resident::state::DeviceParticles;
 use vortex_spectral::fft::Fft3;
 
-/// The periodic `n^3` lattice of the box `2 pi`, every point displaced by a uniform vector of
-/// `[-h/2, h/2]^3`, strengths uniform in `[-1, 1]^3`, the core `core`.
+/// The jittered periodic `n^3` lattice of the box `2 pi`
+/// (`vortex_method::reinterpolation::spreading::jittered_lattice`), the core `core`.
 fn jittered(n: usize, core: f64, seed: u64) -> Particles {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let lat = Lattice::periodic_box(n, 2.0 * PI);
-    let pos = lat
-        .points()
-        .iter()
-        .map(|y| std::array::from_fn(|c| y[c] + lat.h * rng.gen_range(-0.5..0.5)))
-        .collect();
-    let alpha = (0..lat.len())
-        .map(|_| std::array::from_fn(|_| rng.gen_range(-1.0..1.0)))
-        .collect();
+    let (pos, alpha) = jittered_lattice(n, 2.0 * PI, seed);
     Particles::new(pos, alpha, core)
 }
 
@@ -87,27 +77,21 @@ fn rel_rows(a: &[[f64; 3]], b: &[[f64; 3]]) -> f64 {
     (d / r).sqrt()
 }
 
-/// f32 grid (tolerance 1e-6): the device's lattice spectra against the host twin's with the same
-/// plan, and the device's lattice values against the direct Gaussian sums (cutoff 8 core radii,
-/// truncation `exp(-32)`), both within 2e-6 relative.
-#[test]
-#[cfg_attr(
-    not(feature = "gpu-tests"),
-    ignore = "needs a CUDA GPU: cargo test --features gpu-tests"
-)]
-fn f32_spreading_matches_the_host_twin_and_the_direct_sums() {
-    let n = 32;
+/// The relative errors of one plan on the jittered lattice (`sigma0 = 0.8 h`, the particles'
+/// core `growth sigma0`, tolerance `tol`): the device's spectra against the host twin's, the
+/// device's and the host twin's lattice values against the direct Gaussian sums (cutoff 8 core
+/// radii, truncation `exp(-32)`); and the device grid's precision.
+fn errors(n: usize, growth: f64, tol: f64, seed: u64) -> (Precision, [f64; 3]) {
     let h = 2.0 * PI / n as f64;
-    let (sigma0, core) = (0.8 * h, 0.9 * h);
-    let plan = SpreadPlan::new(n, 2.0 * PI, sigma0, 1e-6).unwrap();
-    let p = jittered(n, core, 17);
+    let sigma0 = 0.8 * h;
+    let core = growth * sigma0;
+    let plan = SpreadPlan::new(n, 2.0 * PI, sigma0, tol).unwrap();
+    let p = jittered(n, core, seed);
     let (dev, precision) = device_spectra(&plan, &p, core);
-    assert_eq!(precision, Precision::F32);
     let host: Vec<Complex64> = plan
         .lattice_spectra(&p.position, &p.strength, &p.sigma)
         .unwrap()
         .concat();
-    let e_twin = rel_complex(&dev, &host);
     let pts = Lattice::periodic_box(n, 2.0 * PI).points();
     let direct = gaussian_sum(
         &p.position,
@@ -117,17 +101,31 @@ fn f32_spreading_matches_the_host_twin_and_the_direct_sums() {
         8.0,
         Some(2.0 * PI),
     );
-    let e_direct = rel_rows(&values(&dev, n), &direct);
-    let e_host = rel_rows(&values(&host, n), &direct);
+    let e = [
+        rel_complex(&dev, &host),
+        rel_rows(&values(&dev, n), &direct),
+        rel_rows(&values(&host, n), &direct),
+    ];
     println!(
-        "f32 grid {}^3, kernel {} points: device vs host twin {e_twin:.2e}, device vs direct \
-         sums {e_direct:.2e} (host twin vs direct {e_host:.2e})",
-        plan.design.fine, plan.design.kernel.width
+        "{precision:?} grid {}^3, kernel {} points: device vs host twin {:.2e}, device vs \
+         direct sums {:.2e} (host twin vs direct {:.2e})",
+        plan.design.fine, plan.design.kernel.width, e[0], e[1], e[2]
     );
-    assert!(
-        e_twin < 2e-6 && e_direct < 2e-6,
-        "{e_twin:.2e} {e_direct:.2e}"
-    );
+    (precision, e)
+}
+
+/// f32 grid (tolerance 1e-6, cores grown by 1.125): the device's lattice spectra against the
+/// host twin's with the same plan, and the device's lattice values against the direct Gaussian
+/// sums, both within 2e-6 relative.
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a CUDA GPU: cargo test --features gpu-tests"
+)]
+fn f32_spreading_matches_the_host_twin_and_the_direct_sums() {
+    let (precision, [twin, direct, _]) = errors(32, 1.125, 1e-6, 17);
+    assert_eq!(precision, Precision::F32);
+    assert!(twin < 2e-6 && direct < 2e-6, "{twin:.2e} {direct:.2e}");
 }
 
 /// f64 grid (tolerance 1e-9): the device's spectra are the host twin's to round-off, and its
@@ -138,33 +136,9 @@ fn f32_spreading_matches_the_host_twin_and_the_direct_sums() {
     ignore = "needs a CUDA GPU: cargo test --features gpu-tests"
 )]
 fn f64_spreading_matches_the_host_twin_to_round_off() {
-    let n = 24;
-    let h = 2.0 * PI / n as f64;
-    let sigma0 = 0.8 * h;
-    let plan = SpreadPlan::new(n, 2.0 * PI, sigma0, 1e-9).unwrap();
-    let p = jittered(n, sigma0, 18);
-    let (dev, precision) = device_spectra(&plan, &p, sigma0);
+    let (precision, [twin, direct, _]) = errors(24, 1.0, 1e-9, 18);
     assert_eq!(precision, Precision::F64);
-    let host: Vec<Complex64> = plan
-        .lattice_spectra(&p.position, &p.strength, &p.sigma)
-        .unwrap()
-        .concat();
-    let e_twin = rel_complex(&dev, &host);
-    let pts = Lattice::periodic_box(n, 2.0 * PI).points();
-    let direct = gaussian_sum(
-        &p.position,
-        &p.strength,
-        &p.sigma,
-        &pts,
-        8.0,
-        Some(2.0 * PI),
-    );
-    let e_direct = rel_rows(&values(&dev, n), &direct);
-    println!("f64 grid: device vs host twin {e_twin:.2e}, device vs direct sums {e_direct:.2e}");
-    assert!(
-        e_twin < 1e-12 && e_direct < 1e-9,
-        "{e_twin:.2e} {e_direct:.2e}"
-    );
+    assert!(twin < 1e-12 && direct < 1e-9, "{twin:.2e} {direct:.2e}");
 }
 
 /// The resident step with `reinterpolation.sums = { kind = "spread" }` and the carried history

@@ -445,3 +445,21 @@ pub fn plan_for(
     }
     SpreadPlan::new(n, n as f64 * lat.h, sigma0, tolerance).map(Some)
 }
+
+/// The particles of the spreading tests and of `vortex bench reinterp`: the points of the
+/// periodic `n^3` lattice of the box `l`, each displaced by a uniform random vector of
+/// `[-h/2, h/2]^3` (seeded), with strengths uniform in `[-1, 1]^3`: positions and strengths.
+pub fn jittered_lattice(n: usize, l: f64, seed: u64) -> (Vec<[f64; 3]>, Vec<[f64; 3]>) {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let lat = Lattice::periodic_box(n, l);
+    let pos = lat
+        .points()
+        .iter()
+        .map(|y| std::array::from_fn(|c| y[c] + lat.h * rng.gen_range(-0.5..0.5)))
+        .collect();
+    let alpha = (0..lat.len())
+        .map(|_| std::array::from_fn(|_| rng.gen_range(-1.0..1.0)))
+        .collect();
+    (pos, alpha)
+}
