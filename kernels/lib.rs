@@ -106,9 +106,26 @@ pub const SLAB_FOURIER: KernelSource = KernelSource {
     required: &[],
 };
 
+/// The Gaussian sums of the re-interpolation by spreading and FFT (`crates/resident`,
+/// `spreading`).
+pub const SPREAD: KernelSource = KernelSource {
+    name: "spread",
+    source: include_str!("spread.cu"),
+    headers: &[COMMON_H],
+    required: &[],
+};
+
 /// Every kernel source of the workspace.
-pub const ALL_SOURCES: [KernelSource; 7] =
-    [P2P, FMM, PPM, UNIFORM, SPECTRAL, RESIDENT, SLAB_FOURIER];
+pub const ALL_SOURCES: [KernelSource; 8] = [
+    P2P,
+    FMM,
+    PPM,
+    UNIFORM,
+    SPECTRAL,
+    RESIDENT,
+    SLAB_FOURIER,
+    SPREAD,
+];
 
 #[cfg(test)]
 mod tests {

@@ -5,6 +5,7 @@
 //!   translations (M2L, or M2P for the treecode) and P2P pairs per second of wall time, and on
 //!   the GPU the speed-up over the CPU backend (same parameters, N <= `--cpu-max`).
 //! * `vortex bench m2l`: time of one M2L translation, rotation-based O(p^3) vs plain O(p^4).
+//! * `vortex bench spectral`, `vortex bench reinterp`: their own modules.
 
 use crate::planner::{request_at_sources, resolve, uniform_core_cutoff};
 use anyhow::{bail, Result};
@@ -36,6 +37,9 @@ pub enum BenchKind {
     M2l(M2lBench),
     /// Pseudo-spectral solver: GPU-vs-CPU check, time per RK4 step per grid size.
     Spectral(super::bench_spectral::SpectralBench),
+    /// Re-interpolation with the Gaussian sums by spreading: time per phase and error against
+    /// the direct sums, per lattice size.
+    Reinterp(super::bench_reinterp::ReinterpBench),
     /// The slab-decomposed FFT of the re-interpolation over the GPUs of the job (mpirun).
     SlabFft(super::bench_slab::SlabFftBench),
 }
@@ -168,6 +172,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         BenchKind::Fmm(b) => bench_fmm(b),
         BenchKind::M2l(b) => bench_m2l(b),
         BenchKind::Spectral(b) => super::bench_spectral::run(b),
+        BenchKind::Reinterp(b) => super::bench_reinterp::run(b),
         BenchKind::SlabFft(b) => super::bench_slab::run(b),
     }
 }

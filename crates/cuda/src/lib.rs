@@ -28,7 +28,7 @@ pub use device::{
 };
 pub use kernels::{
     Header, KernelSource, ALL_SOURCES, COMMON_H, FMM, P2P, PPM, RESIDENT, SLAB_FOURIER, SPECTRAL,
-    UNIFORM,
+    SPREAD, UNIFORM,
 };
 pub use nvrtc::{compile, compile_options};
 

@@ -133,6 +133,27 @@ impl Fourier {
     ) -> GpuResult<()> {
         self.check_len(field)?;
         self.forward(s, field)?;
+        self.solve_rbf_spectrum(k, s, field, inv_eig, c)
+    }
+
+    /// The spectrum buffer: `3 clen` complex numbers (f64 pairs), the half spectrum of each
+    /// component after the other, unnormalised (cuFFT's D2Z convention), for a caller that
+    /// computes the spectrum itself (`crate::spreading`).
+    pub fn spectrum_mut(&mut self) -> &mut CudaSlice<f64> {
+        &mut self.spec
+    }
+
+    /// [`Fourier::solve_rbf`] of the field whose spectrum is in the buffer
+    /// ([`Fourier::spectrum_mut`]): `beta` into `field` (`3 n^3` doubles, interleaved).
+    pub fn solve_rbf_spectrum(
+        &mut self,
+        k: &Kernels,
+        s: &Arc<CudaStream>,
+        field: &mut CudaSlice<f64>,
+        inv_eig: &CudaSlice<f64>,
+        c: f64,
+    ) -> GpuResult<()> {
+        self.check_len(field)?;
         let scale = 1.0 / (c * self.n.pow(3) as f64);
         let (n_i, clen_i) = (self.n as i32, self.clen as i64);
         let cfg = per_element(self.clen);

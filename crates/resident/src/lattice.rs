@@ -146,7 +146,6 @@ pub fn bin_rows(
     }
     let mut cell = s.alloc_zeros::<i32>(n.max(1))?;
     let mut counts = s.alloc_zeros::<i32>(ncell)?;
-    let mut starts = s.alloc_zeros::<i32>(ncell + 1)?;
     let [nx, ny, nz] = lat.dims.map(|d| d as i32);
     let (n_i, per) = (n as i32, periodic);
     let o = lat.origin;
@@ -167,20 +166,28 @@ pub fn bin_rows(
         &mut cell,
         &mut counts,
     )?;
+    sort_into_cells(k, s, p, &cell, counts)
+}
+
+/// The particle rows sorted by `cell` (one cell index per particle, below `counts.len()`;
+/// `counts` the particles per cell, consumed as the fill counters): the exclusive scan of the
+/// counts, the scatter, the particles of each cell in index order, their rows gathered.
+pub fn sort_into_cells(
+    k: &Kernels,
+    s: &Arc<CudaStream>,
+    p: Rows<'_>,
+    cell: &CudaSlice<i32>,
+    counts: CudaSlice<i32>,
+) -> GpuResult<Binned> {
+    let (n, ncell) = (p.n, counts.len());
+    let n_i = n as i32;
+    let mut starts = s.alloc_zeros::<i32>(ncell + 1)?;
     scan(k, s, &counts, ncell, &mut starts)?;
     let mut fill = counts; // reused as the fill counters
     s.memset_zeros(&mut fill)?;
     let mut order = s.alloc_zeros::<i32>(n.max(1))?;
     // starts[c] + fill[c] < starts[c + 1]: every write lands in order
-    k.bin_scatter(
-        s,
-        per_element(n),
-        &cell,
-        n_i,
-        &starts,
-        &mut fill,
-        &mut order,
-    )?;
+    k.bin_scatter(s, per_element(n), cell, n_i, &starts, &mut fill, &mut order)?;
     let nc_i = ncell as i32;
     k.bin_sort(s, per_element(ncell), &starts, nc_i, &mut order)?;
     let mut sp = s.alloc_zeros::<f64>(4 * n.max(1))?;

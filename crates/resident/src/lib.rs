@@ -9,6 +9,7 @@
 //!   lattice points (core paper Eq. 3-4);
 //! * [`fourier`]: cuFFT steps: the periodic RBF lattice solve, the Biot-Savart law;
 //! * [`reinterpolation`]: the RBF re-interpolation (core paper Sec. 2) on the device;
+//! * [`spreading`]: its Gaussian sums by spreading and FFT (`reinterpolation.sums = "spread"`);
 //! * [`slab_fourier`]: the same Fourier-space steps on a lattice split over ranks in slabs of
 //!   planes (slab-decomposed 3-D FFT, all-to-all transpose), with its CPU twin;
 //! * [`diagnostics`]: energy, enstrophy, spectrum from the device's grid velocity;
@@ -27,6 +28,7 @@ pub mod reinterpolation;
 pub mod simulation;
 pub mod slab;
 pub mod slab_fourier;
+pub mod spreading;
 pub mod state;
 
 pub use simulation::{

@@ -12,17 +12,19 @@
 
 use crate::fourier::{Fourier, GridSpectrum};
 use crate::kernels::Kernels;
+use crate::laps::Laps;
 use crate::lattice::{bin, gaussian_sums, lattice_particles, Planes};
+use crate::spreading::{core_bin, device_bytes, DeviceSpread, Precision};
 use crate::state::{DeviceFields, DeviceParticles};
 use cudarc::driver::{CudaSlice, CudaStream};
 use std::collections::HashMap;
-use std::sync::Arc;
-use vortex_cuda::{GpuError, GpuResult};
+use std::sync::{Arc, Once};
+use vortex_cuda::{GpuDevice, GpuError, GpuResult};
 use vortex_method::reinterpolation::history::History;
-use vortex_method::reinterpolation::separable::{axis_weights, AxisSolver};
-use vortex_method::reinterpolation::{Lattice, LatticeFilter, RbfReport};
+use vortex_method::reinterpolation::spreading::{plan_for, UNTRUNCATED};
+use vortex_method::reinterpolation::{Lattice, LatticeFilter, LatticeSums, RbfReport};
 use vortex_method::stepping::Stepper;
-use vortex_method::Config;
+use vortex_method::{Config, Error, Result};
 
 /// Settings of the periodic re-interpolation and the transforms and eigenvalues it keeps.
 pub struct Reinterpolator {
@@ -33,22 +35,31 @@ pub struct Reinterpolator {
     filter: LatticeFilter,
     ffts: HashMap<usize, Fourier>,
     inv_eig: Option<CudaSlice<f64>>,
+    sums: LatticeSums,
+    /// The spreading route, once [`Reinterpolator::prepare`] made it.
+    spread: Option<DeviceSpread>,
+    /// `f(k) / S(k)` of the untruncated lattice matrix (the spreading route's).
+    inv_eig_exact: Option<CudaSlice<f64>>,
 }
 
 /// `f(k) / S(k)`, `k = 0..n`, of the circulant axis factor (the host's `AxisSolver`) and the
 /// transfer function `filter`, or the reason the system is not safely positive definite.
-pub fn inverse_eigenvalues(
+pub use vortex_method::reinterpolation::spreading::fold::inverse_eigenvalues;
+
+/// The transforms of one lattice size, made at its first use.
+fn fourier_of<'a>(
+    ffts: &'a mut HashMap<usize, Fourier>,
+    s: &Arc<CudaStream>,
     n: usize,
-    h: f64,
-    sigma: f64,
-    cutoff: f64,
-    filter: &LatticeFilter,
-) -> Result<Vec<f64>, String> {
-    match AxisSolver::new(n, &axis_weights(h, sigma, cutoff), true)?.filtered(filter) {
-        AxisSolver::Circulant { inv_eig, .. } => Ok(inv_eig),
-        AxisSolver::Banded { .. } => Err("a periodic axis gave a banded factor".into()),
+) -> GpuResult<&'a mut Fourier> {
+    match ffts.entry(n) {
+        std::collections::hash_map::Entry::Occupied(e) => Ok(e.into_mut()),
+        std::collections::hash_map::Entry::Vacant(e) => Ok(e.insert(Fourier::new(s, n)?)),
     }
 }
+
+static MIXED_CORES: Once = Once::new();
+static SPREAD_OVER_SLABS: Once = Once::new();
 
 impl Reinterpolator {
     pub fn new(config: &Config) -> Self {
@@ -60,14 +71,120 @@ impl Reinterpolator {
             filter: config.reinterpolation.filter,
             ffts: HashMap::new(),
             inv_eig: None,
+            sums: config.reinterpolation.sums,
+            spread: None,
+            inv_eig_exact: None,
         }
     }
 
-    fn fourier(&mut self, s: &Arc<CudaStream>, n: usize) -> GpuResult<&mut Fourier> {
-        match self.ffts.entry(n) {
-            std::collections::hash_map::Entry::Occupied(e) => Ok(e.into_mut()),
-            std::collections::hash_map::Entry::Vacant(e) => Ok(e.insert(Fourier::new(s, n)?)),
+    /// Makes the spreading route of `reinterpolation.sums = { kind = "spread" }` on `dev`
+    /// (kernels compiled, FFT planned, grid allocated) before the run starts, refusing a plan
+    /// that does not fit the device's free memory, `reserved` bytes kept for the run's
+    /// particles; nothing for the direct sums. Over several ranks the slabs keep the direct
+    /// sums (logged once).
+    pub fn prepare(&mut self, dev: &GpuDevice, reserved: f64, ranks: usize) -> Result<()> {
+        let lat = Lattice::periodic_box(self.n, self.box_length);
+        let plan = plan_for(&lat, &self.sums, self.sigma0)
+            .map_err(|e| Error::Rbf(format!("reinterpolation.sums: {e}")))?;
+        let Some(plan) = plan else {
+            return Ok(());
+        };
+        if ranks > 1 {
+            SPREAD_OVER_SLABS.call_once(|| {
+                log::info!(
+                    "reinterpolation.sums = \"spread\" is not implemented over slabs (several \
+                     ranks): the slabs use the direct Gaussian sums"
+                )
+            });
+            return Ok(());
         }
+        let precision = Precision::for_tolerance(plan.tolerance);
+        let need = device_bytes(&plan, precision);
+        let (free, _) = dev
+            .mem_info()
+            .map_err(|e| Error::Other(format!("device memory: {e}")))?;
+        if need + reserved > free as f64 {
+            const GIB: f64 = (1u64 << 30) as f64;
+            return Err(Error::Memory(format!(
+                "reinterpolation.sums: the spreading grid of {m}^3 points ({precision:?}, from \
+                 reinterpolation.n = {n} and tolerance {tol:e}) needs about {:.2} GiB on {} \
+                 besides the {:.2} GiB of the particles; {:.2} GiB are free (limit: a coarser \
+                 tolerance or the direct sums)",
+                need / GIB,
+                dev.name(),
+                reserved / GIB,
+                free as f64 / GIB,
+                m = plan.design.fine,
+                n = plan.n,
+                tol = plan.tolerance,
+            )));
+        }
+        let spread = DeviceSpread::new(dev, plan)
+            .map_err(|e| Error::Rbf(format!("reinterpolation.sums: {e}")))?;
+        log::info!(
+            "reinterpolation.sums: spreading with a kernel of {} points on a {}^3 grid ({:?}, tiles \
+             of {}^3)",
+            spread.plan.design.kernel.width,
+            spread.plan.design.fine,
+            spread.precision,
+            spread.tile
+        );
+        self.spread = Some(spread);
+        Ok(())
+    }
+
+    /// The spreading route's strengths of the blobs `p` (`3 n^3` doubles, lattice order), or
+    /// `None` when their cores differ by more than one transform allows (the caller uses the
+    /// direct sums).
+    fn spread_operator(
+        &mut self,
+        k: &Kernels,
+        s: &Arc<CudaStream>,
+        p: &DeviceParticles,
+    ) -> GpuResult<Option<CudaSlice<f64>>> {
+        let Some(sp) = self.spread.as_mut() else {
+            return Ok(None);
+        };
+        let mut laps = Laps::new(s, "lattice operator by spreading");
+        let (lo, hi) = sp.range(s, &p.sigma, p.n)?;
+        laps.lap("cores");
+        if lo.is_nan() || lo < sp.plan.sigma_min * (1.0 - 1e-12) {
+            return Err(GpuError::Unsupported(format!(
+                "reinterpolation.sums: a core of {lo:e} is below the smallest core {:e} the \
+                 spreading plan was designed for",
+                sp.plan.sigma_min
+            )));
+        }
+        let Some(core) = core_bin(lo, hi, sp.plan.tolerance) else {
+            MIXED_CORES.call_once(|| {
+                log::info!(
+                    "reinterpolation.sums: the cores range over [{lo:e}, {hi:e}], more than one \
+                     transform allows; those re-interpolations use the direct sums"
+                )
+            });
+            return Ok(None);
+        };
+        let n = self.n;
+        if self.inv_eig_exact.is_none() {
+            let h = self.box_length / n as f64;
+            let e = inverse_eigenvalues(n, h, self.sigma0, UNTRUNCATED, &self.filter)
+                .map_err(|e| GpuError::Unsupported(format!("{e}; lower initial.overlap")))?;
+            self.inv_eig_exact = Some(s.clone_htod(&e)?);
+        }
+        let f = fourier_of(&mut self.ffts, s, n)?;
+        sp.lattice_spectra(k, s, p.into(), core, f.spectrum_mut())?;
+        laps.lap("spectra");
+        let mut field = s.alloc_zeros::<f64>(3 * n * n * n)?;
+        let c = (2.0 * std::f64::consts::PI * self.sigma0 * self.sigma0).powf(-1.5);
+        let inv_eig = self.inv_eig_exact.as_ref().expect("set above");
+        f.solve_rbf_spectrum(k, s, &mut field, inv_eig, c)?;
+        laps.lap("solve");
+        Ok(Some(field))
+    }
+
+    /// The spreading route on the device, if [`Reinterpolator::prepare`] made one.
+    pub fn spreading(&mut self) -> Option<&mut DeviceSpread> {
+        self.spread.as_mut()
     }
 
     /// The vorticity of the blobs `p` at the points of `lat` (`3` doubles per point).
@@ -99,9 +216,14 @@ impl Reinterpolator {
         p: &DeviceParticles,
         sigma_max: f64,
     ) -> GpuResult<CudaSlice<f64>> {
+        if let Some(beta) = self.spread_operator(k, s, p)? {
+            return Ok(beta);
+        }
         let n = self.n;
         let lat = Lattice::periodic_box(n, self.box_length);
+        let mut laps = Laps::new(s, "lattice operator by direct sums");
         let mut field = self.lattice_vorticity(k, s, p, &lat, sigma_max)?;
+        laps.lap("vorticity");
         if self.inv_eig.is_none() {
             let e = inverse_eigenvalues(n, lat.h, self.sigma0, self.cutoff, &self.filter)
                 .map_err(|e| GpuError::Unsupported(format!("{e}; lower initial.overlap")))?;
@@ -109,9 +231,10 @@ impl Reinterpolator {
         }
         let c = (2.0 * std::f64::consts::PI * self.sigma0 * self.sigma0).powf(-1.5);
         let inv_eig = self.inv_eig.take().expect("set above");
-        let r = self.fourier(s, n)?.solve_rbf(k, s, &mut field, &inv_eig, c);
+        let r = fourier_of(&mut self.ffts, s, n)?.solve_rbf(k, s, &mut field, &inv_eig, c);
         self.inv_eig = Some(inv_eig);
         r?;
+        laps.lap("solve");
         Ok(field)
     }
 
@@ -197,7 +320,7 @@ impl Reinterpolator {
         let b = bin(k, s, p, &lat)?;
         let mut field = gaussian_sums(k, s, &b, &lat, cutoff, sigma_max)?;
         drop(b);
-        let f = self.fourier(s, n)?;
+        let f = fourier_of(&mut self.ffts, s, n)?;
         f.biot_savart(k, s, &mut field, l, physical)?;
         let spectrum = f.spectrum(k, s)?;
         let velocity = if physical {

@@ -126,8 +126,14 @@ impl<'c> ResidentSimulation<'c> {
             }
             _ => None,
         };
+        let mut rbf = Reinterpolator::new(&config);
+        let reserved = n_max as f64 * DEVICE_BYTES_PER_PARTICLE;
+        agree(comm, rbf.prepare(&dev, reserved, ranks))?;
         let fmm = agree(comm, device_engine(comm, &config, index))?;
         let mut name = format!("{}, state resident on the device", fmm.describe());
+        if rbf.spreading().is_some() {
+            name.push_str(", Gaussian sums by spreading");
+        }
         let slab = if ranks > 1 {
             let choice = config.evaluation.exchange;
             let x =
@@ -141,7 +147,7 @@ impl<'c> ResidentSimulation<'c> {
         Ok(Self {
             comm,
             stepper: Stepper::from_config(&config),
-            rbf: Reinterpolator::new(&config),
+            rbf,
             config,
             periodic,
             dev,

@@ -28,6 +28,7 @@ pub mod ppm;
 pub mod resident;
 pub mod slab_fourier;
 pub mod spectral;
+pub mod spread;
 pub mod uniform;
 
 pub use fmm::Fmm;
@@ -36,6 +37,7 @@ pub use ppm::Ppm;
 pub use resident::Resident;
 pub use slab_fourier::SlabFourier;
 pub use spectral::Spectral;
+pub use spread::Spread;
 pub use uniform::Uniform;
 
 use crate::error::{GpuError, GpuResult};

@@ -118,6 +118,7 @@ fn tables() -> Vec<Table> {
             SlabFourier::DEFINES,
             vec![SlabFourier::SIGNATURES],
         ),
+        (Spread::SOURCE, Spread::DEFINES, vec![Spread::SIGNATURES]),
     ]
 }
 

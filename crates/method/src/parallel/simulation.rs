@@ -69,6 +69,7 @@ impl<'c, B: Backend> DistSimulation<'c, B> {
     /// Collective.
     pub fn new(comm: &'c dyn Comm, config: Config, backend: B) -> Result<Self> {
         check_same(comm, "configurations", &config.fingerprint())?;
+        check_spread_memory(comm, &config)?;
         let built = if comm.rank() == 0 {
             crate::initial::build(&config).map(Some)
         } else {
@@ -105,6 +106,7 @@ impl<'c, B: Backend> DistSimulation<'c, B> {
         local: LocalState,
     ) -> Result<Self> {
         check_same(comm, "configurations", &config.fingerprint())?;
+        check_spread_memory(comm, &config)?;
         let LocalState {
             state,
             ids,
@@ -535,4 +537,20 @@ impl<B: Backend> crate::simulator::Simulator for DistSimulation<'_, B> {
             None => self.rhs.backend.name(),
         }
     }
+}
+
+/// Refuses, before the run, a spreading grid (`reinterpolation.sums`) that rank 0, where the
+/// re-interpolation runs, cannot hold. Collective.
+fn check_spread_memory(comm: &dyn Comm, config: &Config) -> Result<()> {
+    let r = match (comm.rank(), config.periodic(), config.lattice_n()) {
+        (0, Some(p), Some(n)) => crate::reinterpolation::spreading::check_host_memory(
+            n,
+            p.box_length,
+            config.sigma0(),
+            &config.reinterpolation.sums,
+        )
+        .map_err(|e| Error::Memory(e.to_string())),
+        _ => Ok(()),
+    };
+    agree(comm, r)
 }

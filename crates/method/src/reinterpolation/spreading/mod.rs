@@ -52,6 +52,7 @@ use grid::{Buckets, FineGrid};
 use kernel::EsKernel;
 use num_complex::Complex64;
 use serde::{Deserialize, Serialize};
+use std::time::Instant;
 use thiserror::Error;
 use vortex_spectral::fft::Fft3;
 
@@ -162,6 +163,8 @@ pub enum SpreadError {
     TooManyBins,
     #[error("{0}")]
     Memory(String),
+    #[error("{0}")]
+    Tolerance(String),
     #[error("spreading needs a cubic periodic lattice of an even number of points, got {0:?}")]
     Lattice([usize; 3]),
     #[error("{0}")]
@@ -172,8 +175,18 @@ fn reachable(best: f64) -> String {
     if best.is_finite() {
         format!("the smallest reachable is {best:.1e}")
     } else {
-        "no fine grid within the limit resolves cores this small".into()
+        "no fine grid within that limit is fine enough for this lattice and core".into()
     }
+}
+
+/// Wall seconds of the phases of [`SpreadPlan::lattice_spectra_timed`]: the bucketing (and
+/// the factors `d(q)`), the spread, the fine FFT, the folding (three components, every bin).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SpreadTimes {
+    pub bin: f64,
+    pub spread: f64,
+    pub fft: f64,
+    pub fold: f64,
 }
 
 /// Particles whose cores share one Gaussian transform to the tolerance: their `core` (the
@@ -240,6 +253,9 @@ impl SpreadPlan {
         sigma_min: f64,
         tolerance: f64,
     ) -> Result<Self, SpreadError> {
+        LatticeSums::Spread { tolerance }
+            .check()
+            .map_err(SpreadError::Tolerance)?;
         let sigma_h = sigma_min * n as f64 / box_length;
         let design =
             design::design(n, sigma_h, tolerance).map_err(|u| SpreadError::Unreachable {
@@ -291,6 +307,21 @@ impl SpreadPlan {
         8.0 * m.powi(3) + 16.0 * m * m * (m / 2.0 + 1.0) + 3.0 * 16.0 * n * n * (n / 2.0 + 1.0)
     }
 
+    /// Refuses a grid that `available` bytes (`None`: unknown) cannot hold, naming the key,
+    /// the grid and the limit.
+    pub fn check_memory_against(&self, available: Option<f64>) -> Result<(), SpreadError> {
+        vortex_spectral::durable::check_memory_against(
+            &format!(
+                "reinterpolation.sums: the spreading grid of {}^3 points (from n = {} and \
+                 tolerance {:e})",
+                self.design.fine, self.n, self.tolerance
+            ),
+            self.host_bytes(),
+            available,
+        )
+        .map_err(SpreadError::Memory)
+    }
+
     /// The lattice half spectra `W` (three components) of the Gaussian sums of the blobs at
     /// `position` with values `values` and cores `cores` ([`fold`]).
     pub fn lattice_spectra(
@@ -298,6 +329,17 @@ impl SpreadPlan {
         position: &[[f64; 3]],
         values: &[[f64; 3]],
         cores: &[f64],
+    ) -> Result<[Vec<Complex64>; 3], SpreadError> {
+        self.lattice_spectra_timed(position, values, cores, &mut SpreadTimes::default())
+    }
+
+    /// [`Self::lattice_spectra`], its phases' wall times added to `times`.
+    pub fn lattice_spectra_timed(
+        &self,
+        position: &[[f64; 3]],
+        values: &[[f64; 3]],
+        cores: &[f64],
+        times: &mut SpreadTimes,
     ) -> Result<[Vec<Complex64>; 3], SpreadError> {
         if let Some(&core) = cores
             .iter()
@@ -309,14 +351,7 @@ impl SpreadPlan {
             });
         }
         let bins = core_bins(cores, self.tolerance)?;
-        vortex_spectral::durable::check_memory(
-            &format!(
-                "reinterpolation.sums: the spreading grid of {}^3 points",
-                self.design.fine
-            ),
-            self.host_bytes(),
-        )
-        .map_err(SpreadError::Memory)?;
+        self.check_memory_against(vortex_spectral::durable::available_memory())?;
         let (n, m) = (self.n, self.design.fine);
         let (kernel, grid) = (self.design.kernel, self.grid());
         let fine_fft = Fft3::new(m);
@@ -325,14 +360,22 @@ impl SpreadPlan {
         let mut out: [Vec<Complex64>; 3] =
             std::array::from_fn(|_| vec![Complex64::new(0.0, 0.0); n * n * (n / 2 + 1)]);
         for bin in &bins {
+            let t = Instant::now();
             let d = self.axis_factors(bin.core);
             let buckets = Buckets::new(&kernel, &grid, position, &bin.members);
+            times.bin += t.elapsed().as_secs_f64();
             for (c, w) in out.iter_mut().enumerate() {
+                let t = Instant::now();
                 let v: Vec<f64> = values.iter().map(|a| a[c]).collect();
                 fine.fill(0.0);
                 grid::spread(&kernel, &grid, position, &v, &buckets, &mut fine);
+                let t1 = Instant::now();
                 fine_fft.forward(&fine, &mut spec);
+                let t2 = Instant::now();
                 fold::fold(&spec, m, &d, n, w);
+                times.spread += (t1 - t).as_secs_f64();
+                times.fft += (t2 - t1).as_secs_f64();
+                times.fold += t2.elapsed().as_secs_f64();
             }
         }
         Ok(out)
@@ -369,6 +412,20 @@ impl SpreadPlan {
     }
 }
 
+/// Refuses, before a run, a spreading grid (`sums`, the periodic lattice of `n` points of the
+/// box `box_length`, fresh core `sigma0`) that the host's available memory cannot hold.
+pub fn check_host_memory(
+    n: usize,
+    box_length: f64,
+    sigma0: f64,
+    sums: &LatticeSums,
+) -> Result<(), SpreadError> {
+    match plan_for(&Lattice::periodic_box(n, box_length), sums, sigma0)? {
+        Some(plan) => plan.check_memory_against(vortex_spectral::durable::available_memory()),
+        None => Ok(()),
+    }
+}
+
 /// The plan of the periodic lattice `lat` for `sums`, or `None` for the direct sums (the
 /// setting, or a free-space lattice).
 pub fn plan_for(
@@ -387,4 +444,22 @@ pub fn plan_for(
         return Err(SpreadError::Lattice(lat.dims));
     }
     SpreadPlan::new(n, n as f64 * lat.h, sigma0, tolerance).map(Some)
+}
+
+/// The particles of the spreading tests and of `vortex bench reinterp`: the points of the
+/// periodic `n^3` lattice of the box `l`, each displaced by a uniform random vector of
+/// `[-h/2, h/2]^3` (seeded), with strengths uniform in `[-1, 1]^3`: positions and strengths.
+pub fn jittered_lattice(n: usize, l: f64, seed: u64) -> (Vec<[f64; 3]>, Vec<[f64; 3]>) {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let lat = Lattice::periodic_box(n, l);
+    let pos = lat
+        .points()
+        .iter()
+        .map(|y| std::array::from_fn(|c| y[c] + lat.h * rng.gen_range(-0.5..0.5)))
+        .collect();
+    let alpha = (0..lat.len())
+        .map(|_| std::array::from_fn(|_| rng.gen_range(-1.0..1.0)))
+        .collect();
+    (pos, alpha)
 }

@@ -3,24 +3,7 @@
 use super::*;
 use crate::cells::gaussian_sum;
 use crate::reinterpolation::{solve, RbfSettings};
-use rand::{Rng, SeedableRng};
 use std::f64::consts::PI;
-
-/// Particles on the points of the periodic `n^3` lattice of the box `l`, each displaced by a
-/// uniform random vector of `[-h/2, h/2]^3`, with strengths uniform in `[-1, 1]^3`.
-pub fn jittered_particles(n: usize, l: f64, seed: u64) -> (Vec<[f64; 3]>, Vec<[f64; 3]>) {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let lat = Lattice::periodic_box(n, l);
-    let pos = lat
-        .points()
-        .iter()
-        .map(|y| std::array::from_fn(|c| y[c] + lat.h * rng.gen_range(-0.5..0.5)))
-        .collect();
-    let alpha = (0..lat.len())
-        .map(|_| std::array::from_fn(|_| rng.gen_range(-1.0..1.0)))
-        .collect();
-    (pos, alpha)
-}
 
 /// The exact periodic Gaussian sums at the lattice points (lattice order), by the
 /// factorisation of the Gaussian over the axes: per particle, the 1-D image sums
@@ -90,7 +73,7 @@ fn values_of(plan: &SpreadPlan, spectra: [Vec<Complex64>; 3]) -> Vec<[f64; 3]> {
 #[test]
 fn exact_sums_agree_with_the_cell_list_sums() {
     let (n, l) = (12, 2.0 * PI);
-    let (pos, alpha) = jittered_particles(n, l, 1);
+    let (pos, alpha) = jittered_lattice(n, l, 1);
     let h = l / n as f64;
     let cores: Vec<f64> = (0..pos.len())
         .map(|p| h * (0.8 + 0.1 * (p % 3) as f64))
@@ -128,7 +111,7 @@ fn spread_sums_match_the_exact_sums() {
         (3, &|p: usize| if p % 2 == 0 { 0.8 } else { 1.2 }),
         (4, &|_p: usize| 0.96),
     ] {
-        let (pos, alpha) = jittered_particles(n, l, seed);
+        let (pos, alpha) = jittered_lattice(n, l, seed);
         let cores: Vec<f64> = (0..pos.len()).map(|p| cores_of(p) * h).collect();
         let want = exact_sums(n, l, &pos, &alpha, &cores);
         let got = values_of(&plan, plan.lattice_spectra(&pos, &alpha, &cores).unwrap());
@@ -146,7 +129,7 @@ fn spread_sums_match_the_exact_sums() {
 fn a_loose_tolerance_is_met_and_not_exceeded_by_much() {
     let (n, l) = (16, 2.0 * PI);
     let h = l / n as f64;
-    let (pos, alpha) = jittered_particles(n, l, 5);
+    let (pos, alpha) = jittered_lattice(n, l, 5);
     let cores = vec![0.9 * h; pos.len()];
     let want = exact_sums(n, l, &pos, &alpha, &cores);
     let plan = SpreadPlan::new(n, l, 0.8 * h, 1e-4).unwrap();
@@ -168,7 +151,7 @@ fn strengths_match_the_direct_solve_of_the_exact_sums() {
     let (n, l) = (16, 2.0 * PI);
     let h = l / n as f64;
     let sigma0 = 0.8 * h;
-    let (pos, alpha) = jittered_particles(n, l, 6);
+    let (pos, alpha) = jittered_lattice(n, l, 6);
     let cores = vec![0.9 * h; pos.len()];
     let lat = Lattice::periodic_box(n, l);
     let s = RbfSettings {
@@ -282,6 +265,18 @@ fn refusals_name_the_key_and_the_limit() {
     );
     assert!(crate::Config::from_str_named(&text(periodic, "1e-6"), "good.toml").is_ok());
     let plan = SpreadPlan::new(n, l, sigma0, 1e-6).unwrap();
+    // a grid too large for the memory: the key, the grid and both amounts
+    let e = plan
+        .check_memory_against(Some(1024.0))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("reinterpolation.sums")
+            && e.contains(&format!("{}^3", plan.design.fine))
+            && e.contains("GiB are available"),
+        "{e}"
+    );
+    assert!(plan.check_memory_against(Some(1e12)).is_ok());
     let e = plan
         .lattice_spectra(&[[0.0; 3]], &[[1.0; 3]], &[0.5 * sigma0])
         .unwrap_err();
