@@ -145,7 +145,10 @@ pub fn parse_orders(s: &str) -> Result<Vec<usize>> {
         None => s.split(',').map(num).collect::<Result<_>>()?,
     };
     let max = vortex_fmm::MAX_ORDER;
-    if let Some(p) = orders.iter().find(|p| !(1..=max).contains(*p)) {
+    if let Some(p) = orders
+        .iter()
+        .find(|&&p| vortex_fmm::check_order(p, max).is_err())
+    {
         bail!("--orders {s:?}: order {p} is outside 1..={max}");
     }
     Ok(orders)

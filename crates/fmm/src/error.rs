@@ -21,8 +21,8 @@ pub enum FmmError {
     },
     #[error("core radius sigma of element {index} must be positive and finite, got {value}")]
     BadCoreRadius { index: usize, value: f64 },
-    #[error("expansion order p = {0} is out of range (1..={max})", max = crate::MAX_ORDER)]
-    OrderOutOfRange(usize),
+    #[error("expansion order p = {order} is out of range (1..={max})")]
+    OrderOutOfRange { order: usize, max: usize },
     #[error("invalid parameter {name} = {value}: {reason}")]
     BadParameter {
         name: &'static str,

@@ -53,6 +53,18 @@ pub use planner::{BackendChoice, GridChoice};
 /// sizes), which is at most this one.
 pub const MAX_ORDER: usize = 20;
 
+/// The one range check of an expansion order: `order` in `1..=max` (`max`: [`MAX_ORDER`] on
+/// the CPU, `vortex_gpu::MAX_GPU_ORDER` on the device), else
+/// [`FmmError::OrderOutOfRange`]. Used by the evaluators' parameters, the operators, the
+/// pseudo-particles, the GPU engines and the programs' inputs.
+pub fn check_order(order: usize, max: usize) -> Result<(), FmmError> {
+    if (1..=max).contains(&order) {
+        Ok(())
+    } else {
+        Err(FmmError::OrderOutOfRange { order, max })
+    }
+}
+
 /// The default expansion order `p` of every evaluator ([`EvalParams::default`], the uniform
 /// grid's parameters, `vortex eval --order`, the Python `evaluate`): the one place it is set.
 /// Measured (N = 1e5 and 1e6, 2 threads): `p = 8` with theta 0.55 gives velocity / stretching

@@ -76,9 +76,7 @@ pub struct Solver {
     nu: f64,
     dealias: Dealias,
     kcut: i64,
-    mode: StepMode,
-    t: f64,
-    steps: u64,
+    clock: Clock,
     fft_n: Fft3,
     fft_m: Option<Fft3>,
     state: SpectralField,
@@ -90,7 +88,6 @@ pub struct Solver {
     e_half: Vec<f64>,
     e_full: Vec<f64>,
     factor_dt: f64,
-    cfl_warned: bool,
 }
 
 impl Solver {
@@ -143,9 +140,7 @@ impl Solver {
             nu,
             dealias,
             kcut,
-            mode,
-            t: 0.0,
-            steps: 0,
+            clock: Clock::new(mode),
             fft_n,
             fft_m,
             state: SpectralField::zeros(n),
@@ -157,7 +152,6 @@ impl Solver {
             e_half: vec![0.0; clen],
             e_full: vec![0.0; clen],
             factor_dt: f64::NAN,
-            cfl_warned: false,
         })
     }
 
@@ -170,12 +164,12 @@ impl Solver {
 
     /// Current time.
     pub fn time(&self) -> f64 {
-        self.t
+        self.clock.t
     }
 
     /// Number of steps taken.
     pub fn steps(&self) -> u64 {
-        self.steps
+        self.clock.steps
     }
 
     /// Grid size.
@@ -200,12 +194,12 @@ impl Solver {
 
     /// Step mode.
     pub fn step_mode(&self) -> StepMode {
-        self.mode
+        self.clock.mode
     }
 
     /// Change the step mode (e.g. for convergence studies).
     pub fn set_step_mode(&mut self, mode: StepMode) {
-        self.mode = mode;
+        self.clock.mode = mode;
     }
 
     /// Largest retained wavenumber per direction, the `k_max` of `k_max eta`.
@@ -229,8 +223,8 @@ impl Solver {
             return Err(SolverError::Invalid("state has the wrong size".into()));
         }
         self.state = state;
-        self.t = t;
-        self.steps = steps;
+        self.clock.t = t;
+        self.clock.steps = steps;
         Ok(())
     }
 
@@ -246,7 +240,7 @@ impl Solver {
 
     /// All statistics at the current time.
     pub fn stats(&self) -> Stats {
-        diagnostics::stats_spectral(&self.state, self.nu, self.kmax(), self.t)
+        diagnostics::stats_spectral(&self.state, self.nu, self.kmax(), self.clock.t)
     }
 
     /// Kinetic energy.
@@ -275,20 +269,7 @@ impl Solver {
     pub fn step_limited(&mut self, dt_limit: f64) -> Result<StepInfo, SolverError> {
         // Stage 1 does not depend on dt: compute it first, then choose dt from its velocity.
         let umax = self.nonlinear(Stage::State);
-        if !umax.is_finite() {
-            return Err(SolverError::NonFinite {
-                step: self.steps + 1,
-                t: self.t,
-            });
-        }
-        let (dt, cfl) = choose_dt(
-            self.mode,
-            umax,
-            self.n,
-            dt_limit,
-            self.steps,
-            &mut self.cfl_warned,
-        )?;
+        let (dt, cfl) = self.clock.choose(self.n, umax, dt_limit)?;
         self.update_factors(dt);
         let h = dt;
         // k1 = rhs. acc = Ef u + h/6 Ef k1; stage = Eh (u + h/2 k1)
@@ -352,14 +333,8 @@ impl Solver {
                     .for_each(|(i, v)| *v = acc.c[c][i] + k4.c[c][i] * (h / 6.0));
             }
         }
-        self.steps += 1;
-        self.t += dt;
-        if !umax4.is_finite() || !self.state_is_finite() {
-            return Err(SolverError::NonFinite {
-                step: self.steps,
-                t: self.t - dt,
-            });
-        }
+        self.clock
+            .advance(dt, umax4.is_finite() && self.state_is_finite())?;
         Ok(StepInfo { dt, cfl })
     }
 
@@ -643,6 +618,68 @@ pub fn initial_state(field: &VelocityField, dealias: Dealias) -> SpectralField {
     let [a, b, c] = &mut s.c;
     project_truncate(n, kcut, a, b, c);
     s
+}
+
+/// The time of a run and how it advances, shared by both steppers ([`Solver`] and
+/// `gpu::GpuSolver`): the step mode, the steps taken, the time, and whether the CFL warning
+/// was given.
+#[derive(Clone, Debug)]
+pub(crate) struct Clock {
+    pub mode: StepMode,
+    pub steps: u64,
+    pub t: f64,
+    cfl_warned: bool,
+}
+
+impl Clock {
+    pub fn new(mode: StepMode) -> Self {
+        Self {
+            mode,
+            steps: 0,
+            t: 0.0,
+            cfl_warned: false,
+        }
+    }
+
+    /// The step and its CFL number ([`choose_dt`]) from `umax = max(|u|+|v|+|w|)` of the
+    /// step's first stage on an `n^3` grid; a non-finite `umax` is the state blown up before
+    /// this step.
+    pub fn choose(
+        &mut self,
+        n: usize,
+        umax: f64,
+        dt_limit: f64,
+    ) -> Result<(f64, f64), SolverError> {
+        if !umax.is_finite() {
+            return Err(SolverError::NonFinite {
+                step: self.steps + 1,
+                t: self.t,
+            });
+        }
+        choose_dt(
+            self.mode,
+            umax,
+            n,
+            dt_limit,
+            self.steps,
+            &mut self.cfl_warned,
+        )
+    }
+
+    /// One step of `dt` taken; `finite`: whether the new state is finite (else the error
+    /// names this step and the time it started from).
+    pub fn advance(&mut self, dt: f64, finite: bool) -> Result<(), SolverError> {
+        self.steps += 1;
+        self.t += dt;
+        if finite {
+            Ok(())
+        } else {
+            Err(SolverError::NonFinite {
+                step: self.steps,
+                t: self.t - dt,
+            })
+        }
+    }
 }
 
 /// The step size for a step starting with `max(|u|+|v|+|w|) = umax` on an `n^3` grid, never beyond

@@ -92,9 +92,7 @@ impl Default for EvalParams {
 
 impl EvalParams {
     pub fn validate(&self) -> Result<(), FmmError> {
-        if self.order == 0 || self.order > MAX_ORDER {
-            return Err(FmmError::OrderOutOfRange(self.order));
-        }
+        crate::check_order(self.order, MAX_ORDER)?;
         if !(self.theta > 0.0 && self.theta < 1.0) {
             return Err(FmmError::BadParameter {
                 name: "theta",

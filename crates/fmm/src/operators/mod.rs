@@ -206,10 +206,9 @@ fn norm(a: [f64; 3]) -> f64 {
 impl Operators {
     /// Precomputes the factor tables and `d^n(pi/2)` for order `p` (`1 <= p <= MAX_ORDER`).
     pub fn new(p: usize) -> Self {
-        assert!(
-            (1..=MAX_ORDER).contains(&p),
-            "expansion order p = {p} out of range 1..={MAX_ORDER}"
-        );
+        if let Err(e) = crate::check_order(p, MAX_ORDER) {
+            panic!("{e}");
+        }
         let nc = ncoef(p);
         let mut k = vec![0.0; nc];
         for n in 0..=p {

@@ -102,11 +102,9 @@ impl PseudoParticles {
     /// Order `p` with an arbitrary rule (for experiments: a rule not exact to `2p` degrades
     /// every operator, M2M included).
     pub fn with_rule(p: usize, rule: &SphereRule, radius_factor: f64) -> Self {
-        assert!(
-            (1..=crate::MAX_ORDER).contains(&p),
-            "pseudo-particle order {p} outside 1..={}",
-            crate::MAX_ORDER
-        );
+        if let Err(e) = crate::check_order(p, crate::MAX_ORDER) {
+            panic!("pseudo-particles: {e}");
+        }
         assert!(radius_factor > 0.0);
         let mut mono = Vec::new();
         for deg in 0..=p {

@@ -75,11 +75,9 @@ pub fn rule_of(p: usize, kind: RuleKind) -> &'static SphereRule {
     const N: usize = crate::MAX_ORDER + 1;
     static DES: [OnceLock<SphereRule>; N] = [const { OnceLock::new() }; N];
     static PROD: [OnceLock<SphereRule>; N] = [const { OnceLock::new() }; N];
-    assert!(
-        (1..=crate::MAX_ORDER).contains(&p),
-        "pseudo-particle order {p} outside 1..={}",
-        crate::MAX_ORDER
-    );
+    if let Err(e) = crate::check_order(p, crate::MAX_ORDER) {
+        panic!("pseudo-particles: {e}");
+    }
     match kind {
         RuleKind::Design => {
             assert!(

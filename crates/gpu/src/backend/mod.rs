@@ -264,11 +264,8 @@ impl CudaBackend {
         tgt: &Targets,
     ) -> GpuResult<CudaState> {
         let p = plan.order;
-        if p > MAX_GPU_ORDER {
-            return Err(GpuError::Unsupported(format!(
-                "expansion order {p} > {MAX_GPU_ORDER} is not supported by the CUDA kernels"
-            )));
-        }
+        vortex_fmm::check_order(p, MAX_GPU_ORDER)
+            .map_err(|e| GpuError::Unsupported(format!("{e} in the CUDA kernels")))?;
         if src.len() > i32::MAX as usize / 4 || tgt.len() > i32::MAX as usize / 4 {
             return Err(GpuError::Unsupported(
                 "too many particles for i32 indices".into(),

@@ -159,12 +159,8 @@ impl UniformParams {
     /// Checks the order range and a forced grid.
     pub fn validate(&self) -> Result<(), crate::GpuError> {
         let bad = |m: String| Err(crate::GpuError::Unsupported(m));
-        if self.order == 0 || self.order > crate::backend::MAX_GPU_ORDER {
-            return bad(format!(
-                "expansion order {} outside 1..={}",
-                self.order,
-                crate::backend::MAX_GPU_ORDER
-            ));
+        if let Err(e) = vortex_fmm::check_order(self.order, crate::backend::MAX_GPU_ORDER) {
+            return bad(e.to_string());
         }
         if let Some((m, k)) = self.grid {
             if !(1..=grid::MAX_TOP).contains(&m) || k > grid::MAX_LEVELS {

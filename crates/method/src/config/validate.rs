@@ -141,13 +141,13 @@ impl Config {
         }
         // evaluation
         let e = &self.evaluation;
-        if e.order == 0 || e.order > vortex_fmm::MAX_ORDER {
-            return Err(bad(
+        vortex_fmm::check_order(e.order, vortex_fmm::MAX_ORDER).map_err(|_| {
+            bad(
                 file,
                 "evaluation.order",
                 format!("must lie in 1..={}, got {}", vortex_fmm::MAX_ORDER, e.order),
-            ));
-        }
+            )
+        })?;
         if !(e.theta > 0.0 && e.theta < 1.0) {
             return Err(bad(
                 file,

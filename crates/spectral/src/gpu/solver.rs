@@ -4,7 +4,7 @@
 use super::layout::{self, BLOCK};
 use crate::config::Dealias;
 use crate::field::SpectralField;
-use crate::solver::{choose_dt, product_grid, SolverError, StepInfo, StepMode};
+use crate::solver::{product_grid, Clock, SolverError, StepInfo, StepMode};
 use cudarc::cufft::{result as cufft_result, sys as cufft_sys, CudaFft};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut, LaunchConfig};
 use num_complex::Complex64;
@@ -61,11 +61,8 @@ pub struct GpuSolver {
     nu: f64,
     dealias: Dealias,
     kcut: i64,
-    mode: StepMode,
-    t: f64,
-    steps: u64,
+    clock: Clock,
     factor_dt: f64,
-    cfl_warned: bool,
     dev: Arc<GpuDevice>,
     stream: Arc<CudaStream>,
     k: Spectral,
@@ -185,11 +182,8 @@ impl GpuSolver {
             nu,
             dealias,
             kcut,
-            mode,
-            t: 0.0,
-            steps: 0,
+            clock: Clock::new(mode),
             factor_dt: f64::NAN,
-            cfl_warned: false,
             state: alloc(6 * clen)?,
             acc: alloc(6 * clen)?,
             stage: alloc(6 * clen)?,
@@ -233,12 +227,12 @@ impl GpuSolver {
 
     /// Current time.
     pub fn time(&self) -> f64 {
-        self.t
+        self.clock.t
     }
 
     /// Steps taken.
     pub fn steps(&self) -> u64 {
-        self.steps
+        self.clock.steps
     }
 
     /// Viscosity.
@@ -258,12 +252,12 @@ impl GpuSolver {
 
     /// Step mode.
     pub fn step_mode(&self) -> StepMode {
-        self.mode
+        self.clock.mode
     }
 
     /// Change the step mode.
     pub fn set_step_mode(&mut self, mode: StepMode) {
-        self.mode = mode;
+        self.clock.mode = mode;
     }
 
     fn upload(&mut self, state: &SpectralField) -> Result<(), SolverError> {
@@ -293,8 +287,8 @@ impl GpuSolver {
         steps: u64,
     ) -> Result<(), SolverError> {
         self.upload(&state)?;
-        self.t = t;
-        self.steps = steps;
+        self.clock.t = t;
+        self.clock.steps = steps;
         Ok(())
     }
 
@@ -350,20 +344,7 @@ impl GpuSolver {
         // Stage 1 does not depend on dt: compute it first, then choose dt from its velocity.
         self.nonlinear(Input::State)?;
         let umax = f64::from_bits(self.read_flags()?[0]);
-        if !umax.is_finite() {
-            return Err(SolverError::NonFinite {
-                step: self.steps + 1,
-                t: self.t,
-            });
-        }
-        let (dt, cfl) = choose_dt(
-            self.mode,
-            umax,
-            self.n,
-            dt_limit,
-            self.steps,
-            &mut self.cfl_warned,
-        )?;
+        let (dt, cfl) = self.clock.choose(self.n, umax, dt_limit)?;
         self.update_factors(dt)?;
         self.host = None;
         self.combine(1, dt)?;
@@ -375,14 +356,7 @@ impl GpuSolver {
         self.combine(4, dt)?;
         let flags = self.read_flags()?;
         let umax4 = f64::from_bits(flags[0]);
-        self.steps += 1;
-        self.t += dt;
-        if !umax4.is_finite() || flags[1] != 0 {
-            return Err(SolverError::NonFinite {
-                step: self.steps,
-                t: self.t - dt,
-            });
-        }
+        self.clock.advance(dt, umax4.is_finite() && flags[1] == 0)?;
         Ok(StepInfo { dt, cfl })
     }
 
