@@ -256,19 +256,16 @@ impl Reinterpolator {
         elapsed: f64,
         sigma_max: f64,
     ) -> GpuResult<DeviceFields> {
-        let mut q = DeviceParticles {
-            n: p.n,
-            pos: s.clone_dtod(&p.pos)?,
-            alpha: s.clone_dtod(&prev.str)?,
-            sigma: s.clone_dtod(&p.sigma)?,
-            sigma0: s.clone_dtod(&p.sigma0)?,
-        };
-        q.spread(k, s, nu, elapsed)?;
-        let rates = self.lattice_operator(k, s, &q, sigma_max)?;
-        q.alpha = s.clone_dtod(&prev.vel)?;
-        q.spread(k, s, 0.0, 0.0)?;
-        let vel = self.lattice_operator(k, s, &q, sigma_max)?;
-        Ok(DeviceFields { vel, str: rates })
+        carry_through(
+            k,
+            s,
+            p,
+            prev,
+            nu,
+            elapsed,
+            |e| e,
+            |q| self.lattice_operator(k, s, q, sigma_max),
+        )
     }
 
     /// Fresh particles on the `n^3` lattice of the box (index = lattice order) whose blob
@@ -331,6 +328,38 @@ impl Reinterpolator {
         };
         Ok((spectrum, velocity))
     }
+}
+
+/// The AB2 history `prev` of the particles `p` carried through a lattice operator `op` (one GPU:
+/// [`Reinterpolator::lattice_operator`]; slabs: the same over the ranks' planes): the strength
+/// rates spread to the cores of their evaluation (`elapsed` after the last reset, viscosity
+/// `nu`), the velocities with the fresh core; `E` the caller's error (`wrap` converts the
+/// device's).
+#[allow(clippy::too_many_arguments)]
+pub fn carry_through<E>(
+    k: &Kernels,
+    s: &Arc<CudaStream>,
+    p: &DeviceParticles,
+    prev: &DeviceFields,
+    nu: f64,
+    elapsed: f64,
+    wrap: impl Fn(GpuError) -> E,
+    mut op: impl FnMut(&DeviceParticles) -> std::result::Result<CudaSlice<f64>, E>,
+) -> std::result::Result<DeviceFields, E> {
+    let copy = |a: &CudaSlice<f64>| s.clone_dtod(a).map_err(|e| wrap(e.into()));
+    let mut q = DeviceParticles {
+        n: p.n,
+        pos: copy(&p.pos)?,
+        alpha: copy(&prev.str)?,
+        sigma: copy(&p.sigma)?,
+        sigma0: copy(&p.sigma0)?,
+    };
+    q.spread(k, s, nu, elapsed).map_err(&wrap)?;
+    let rates = op(&q)?;
+    q.alpha = copy(&prev.vel)?;
+    q.spread(k, s, 0.0, 0.0).map_err(&wrap)?;
+    let vel = op(&q)?;
+    Ok(DeviceFields { vel, str: rates })
 }
 
 /// The history the step after a re-interpolation of the state `p` uses: with

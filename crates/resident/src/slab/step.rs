@@ -8,7 +8,7 @@ use super::lattice::{slab_vorticity, SlabLattice};
 use super::owners::Owners;
 use crate::fourier::GridSpectrum;
 use crate::lattice::{lattice_particles, Planes};
-use crate::reinterpolation::inverse_eigenvalues;
+use crate::reinterpolation::{carry_through, inverse_eigenvalues};
 use crate::simulation::{gpu_err, ResidentSimulation};
 use crate::slab_fourier::{Ranks, SlabAxis, SlabFourier, SlabLayout};
 use crate::state::{DeviceFields, DeviceParticles, Moments};
@@ -339,22 +339,16 @@ impl ResidentSimulation<'_> {
                 p.n
             )));
         }
-        let s = self.s.clone();
-        let copy = |a: &CudaSlice<f64>| s.clone_dtod(a).map_err(|e| gpu_err("copy")(e.into()));
-        let mut q = DeviceParticles {
-            n: p.n,
-            pos: copy(&p.pos)?,
-            alpha: copy(&prev.str)?,
-            sigma: copy(&p.sigma)?,
-            sigma0: copy(&p.sigma0)?,
-        };
-        let nu = self.stepper.nu;
-        q.spread(&self.k, &s, nu, elapsed)
-            .map_err(gpu_err("spread"))?;
-        let rates = self.lattice_operator_slab(&q, lat, sigma_max)?;
-        q.alpha = copy(&prev.vel)?;
-        q.spread(&self.k, &s, 0.0, 0.0).map_err(gpu_err("spread"))?;
-        let vel = self.lattice_operator_slab(&q, lat, sigma_max)?;
+        let (k, s, nu) = (self.k.clone(), self.s.clone(), self.stepper.nu);
+        let p = std::mem::replace(
+            &mut self.p,
+            DeviceParticles::zeros(&s, 0).map_err(gpu_err("alloc"))?,
+        );
+        let carried = carry_through(&k, &s, &p, prev, nu, elapsed, gpu_err("history"), |q| {
+            self.lattice_operator_slab(q, lat, sigma_max)
+        });
+        self.p = p;
+        let DeviceFields { vel, str: rates } = carried?;
         let own = 3 * lat.points();
         let exact = |a: CudaSlice<f64>| -> Result<CudaSlice<f64>> {
             if a.len() == own {
