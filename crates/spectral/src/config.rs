@@ -578,17 +578,11 @@ impl Config {
                     ));
                 }
                 match ini.k_peak {
-                    Some(k) if k > 0.0 && k < self.n as f64 / 2.0 => {}
-                    Some(k) if k > 0.0 => {
-                        return Err(bad(
-                            "initial.k_peak",
-                            format!(
-                                "{k} is not below the grid's largest wavenumber n/2 = {}",
-                                self.n / 2
-                            ),
-                        ))
+                    Some(k) => {
+                        if let Some(why) = crate::initial::k_peak_error(k, self.n) {
+                            return Err(bad("initial.k_peak", why));
+                        }
                     }
-                    Some(k) => return Err(bad("initial.k_peak", format!("must be > 0, got {k}"))),
                     None => {
                         return Err(bad(
                             "initial.k_peak",

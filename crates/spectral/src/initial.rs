@@ -40,6 +40,23 @@ pub struct IsotropicParams {
     pub nu: f64,
 }
 
+/// Why `k_peak` cannot be the peak of the isotropic spectrum on a grid of `n` points per side
+/// (it must lie in `(0, n/2)`, the grid's wavenumbers), or `None` when it can. Both solvers'
+/// configurations refuse by this rule.
+pub fn k_peak_error(k_peak: f64, n: usize) -> Option<String> {
+    if k_peak.is_nan() || k_peak <= 0.0 {
+        Some(format!("must be > 0, got {k_peak}"))
+    } else if k_peak >= n as f64 / 2.0 {
+        Some(format!(
+            "{k_peak} is not below the grid's largest wavenumber n/2 = {} (the energy would sit \
+             where the grid cannot resolve it)",
+            n / 2
+        ))
+    } else {
+        None
+    }
+}
+
 /// The model spectrum `k^4 exp(-2 (k/k_p)^2)` (unnormalised).
 pub fn model_spectrum(k: f64, k_peak: f64) -> f64 {
     k.powi(4) * (-2.0 * (k / k_peak).powi(2)).exp()

@@ -312,20 +312,10 @@ impl Config {
                     ));
                 }
                 if i.kind == InitialKind::Isotropic {
-                    need("k_peak", i.k_peak)?;
-                    // the spectral solver's rule (its configuration refuses the same): the
-                    // peak of the model spectrum on the grid's wavenumbers
-                    if let Some(k) = i.k_peak.filter(|&k| !(k > 0.0 && k < n as f64 / 2.0)) {
-                        return Err(bad(
-                            file,
-                            "initial.k_peak",
-                            format!(
-                                "{k} is not between 0 and the lattice's largest wavenumber \
-                                 n/2 = {} (the energy would sit where the particles cannot \
-                                 resolve it)",
-                                n / 2
-                            ),
-                        ));
+                    let k = need("k_peak", i.k_peak)?;
+                    // the spectral solver's rule: the peak on the lattice's wavenumbers
+                    if let Some(why) = vortex_spectral::initial::k_peak_error(k, n) {
+                        return Err(bad(file, "initial.k_peak", why));
                     }
                     if let Some(re) = i.re_lambda {
                         pos("initial.re_lambda", re)?;
