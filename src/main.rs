@@ -5,9 +5,9 @@
 //! (a vortex-method simulation), `compare` (a run and the spectral solver from the same field).
 //!
 //! Exit status: 0 success; 1 error (the message says why); 75 (`EX_TEMPFAIL`) `run` or
-//! `spectral` stopped by SIGINT, SIGTERM, SIGHUP, SIGUSR1 or SIGUSR2 after finishing its step and writing a
-//! checkpoint (continue with `--restart OUT/checkpoint.bin`; `run` also takes `--restart OUT`,
-//! its current checkpoint, whatever the number of ranks); 130 a second signal before the
+//! `spectral` stopped by SIGINT, SIGTERM, SIGHUP, SIGUSR1 or SIGUSR2 after finishing its step
+//! and writing a checkpoint, or at once (a step longer than the grace, `signals`) with a
+//! complete checkpoint named (continue with `--restart OUT`); 130 a second signal before the
 //! checkpoint was written.
 
 mod commands;
@@ -16,6 +16,7 @@ mod io;
 mod planner;
 mod ranks;
 mod run_info;
+mod signals;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -82,49 +83,6 @@ pub fn set_global_threads(threads: Option<usize>) -> Result<()> {
     Ok(())
 }
 
-/// Points SIGINT, SIGTERM, SIGHUP (a closed terminal or ssh session), SIGUSR1 and SIGUSR2 (batch
-/// systems' warnings before a time limit) at the run loops' interrupt flag (`vortex_spectral::durable`):
-/// the run finishes its step, writes a checkpoint, flushes its outputs and the process exits
-/// with [`vortex_spectral::durable::EXIT_INTERRUPTED`]. A second signal while one is pending ends the
-/// process at once (status 130).
-fn install_signal_handlers() -> Result<()> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
-    let flag = vortex_spectral::durable::interrupt_flag();
-    let pending = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    for sig in [SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2] {
-        signal_hook::flag::register_conditional_shutdown(sig, 130, pending.clone())?;
-        signal_hook::flag::register(sig, pending.clone())?;
-        signal_hook::flag::register_usize(sig, flag.clone(), sig as usize)?;
-    }
-    // the signal is acknowledged at once (within 100 ms), whatever the run is doing: a step
-    // can take minutes, and the user must know the signal was seen
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(|| loop {
-            std::thread::sleep(std::time::Duration::from_millis(100));
-            if let Some(sig) = vortex_spectral::durable::interrupted() {
-                acknowledge_signal(sig);
-                break;
-            }
-        })?;
-    Ok(())
-}
-
-/// Says once (rank 0) that signal `sig` was seen: from the watcher thread within 100 ms, or
-/// from the exit path when the run stopped sooner than that.
-fn acknowledge_signal(sig: usize) {
-    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    if SAID.swap(true, std::sync::atomic::Ordering::SeqCst) || ranks::launched_rank() != 0 {
-        return;
-    }
-    log::warn!(
-        "signal {sig} received: the run stops at the end of its current step and writes a \
-         checkpoint (exit status {}); a second signal stops it at once without one (exit \
-         status 130)",
-        vortex_spectral::durable::EXIT_INTERRUPTED
-    );
-}
-
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .format_timestamp_millis()
@@ -134,7 +92,7 @@ fn main() {
         cli.command,
         Command::Run(_) | Command::Spectral(_) | Command::Compare(_)
     ) {
-        if let Err(e) = install_signal_handlers() {
+        if let Err(e) = signals::install() {
             crate::errln!("error: installing the signal handlers: {e:#}");
             std::process::exit(1);
         }
@@ -149,13 +107,22 @@ fn main() {
         Command::Run(a) => commands::run::run(a),
         Command::Compare(a) => commands::compare::run(a),
     };
+    // stdout is the product of `config` and `bench`: a write that failed (a full disk, a
+    // closed pipe) is an error, not a success (the runs' products are files; their summary
+    // line on stdout is also in run.json)
+    let stdout_is_product = matches!(cli.command, Command::Config(_) | Command::Bench(_));
+    let result = result.and_then(|r| match console::stdout_error() {
+        Some(e) if stdout_is_product => Err(anyhow::anyhow!(
+            "writing to standard output failed ({e}): the output is incomplete"
+        )),
+        _ => Ok(r),
+    });
     match result {
         Err(e) => {
             crate::errln!("error: {}", error_text(&e));
             std::process::exit(1);
         }
         Ok(Some(sig)) => {
-            acknowledge_signal(sig);
             crate::errln!(
                 "stopped by signal {sig} after writing a checkpoint; exit status {} (continue \
                  with --restart OUT/checkpoint.bin; `vortex run` also takes --restart OUT)",

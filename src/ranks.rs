@@ -6,6 +6,15 @@ use vortex_domain::Comm;
 
 /// Runs `f` with the communicator and this rank's node-local rank (for GPU selection).
 pub fn with_comm<R>(f: impl FnOnce(&dyn Comm, usize) -> Result<R>) -> Result<R> {
+    with_comm_into(None, f)
+}
+
+/// [`with_comm`] for a command that writes into the output directory `out` (rank 0's lock):
+/// when the watchdog ends the job, `out/run.json` records it.
+pub fn with_comm_into<R>(
+    out: Option<&std::path::Path>,
+    f: impl FnOnce(&dyn Comm, usize) -> Result<R>,
+) -> Result<R> {
     #[cfg(feature = "mpi")]
     {
         use mpi::traits::Communicator;
@@ -17,6 +26,15 @@ pub fn with_comm<R>(f: impl FnOnce(&dyn Comm, usize) -> Result<R>) -> Result<R> 
         let local = comm.local_rank();
         let timeout = watchdog_timeout()?;
         if comm.size() > 1 {
+            // a signal's stop at once ends every rank of the job with its status
+            crate::signals::set_exit(|code| {
+                // SAFETY: MPI is initialised (the universe lives until `f` returns) and
+                // MPI_Abort does not return; it ends every rank of the job.
+                unsafe {
+                    mpi::ffi::MPI_Abort(mpi::ffi::RSMPI_COMM_WORLD, code);
+                }
+                std::process::exit(code)
+            });
             // a panic on one rank would leave the others waiting in a collective: abort the job
             let rank = comm.rank();
             let default = std::panic::take_hook();
@@ -33,11 +51,14 @@ pub fn with_comm<R>(f: impl FnOnce(&dyn Comm, usize) -> Result<R>) -> Result<R> 
         match timeout.filter(|_| comm.size() > 1) {
             // a rank that stops answering leaves the others waiting in a collective for ever
             Some(t) => {
+                let rank = comm.rank();
+                let out = out.map(std::path::Path::to_path_buf);
                 let dog = vortex_domain::watchdog::Watchdog::start(
                     comm.rank(),
                     t,
-                    Box::new(|msg| {
+                    Box::new(move |msg| {
                         crate::errln!("{msg}");
+                        record_watchdog_end(rank, out.as_deref(), msg);
                         // SAFETY: MPI is initialised (the universe lives until `f` returns) and
                         // MPI_Abort does not return; it ends every rank of the job.
                         unsafe {
@@ -58,6 +79,7 @@ pub fn with_comm<R>(f: impl FnOnce(&dyn Comm, usize) -> Result<R>) -> Result<R> 
         // launched as one of several ranks by mpirun/srun, but built without MPI: every process
         // would run the whole problem and write the same files
         // checked even here: a mistyped value is said before an MPI build runs
+        let _ = out;
         watchdog_timeout()?;
         if let Some((n, var)) = launched_ranks() {
             anyhow::bail!(
@@ -77,18 +99,28 @@ pub const WATCHDOG_DEFAULT_S: f64 = 600.0;
 /// variable `VORTEX_WATCHDOG_SECONDS` (seconds a rank may wait in a collective for the others
 /// before the job is ended; 0 turns the watchdog off), [`WATCHDOG_DEFAULT_S`] when unset.
 pub fn watchdog_timeout() -> Result<Option<std::time::Duration>> {
-    let s = match std::env::var("VORTEX_WATCHDOG_SECONDS") {
-        Ok(v) => v.trim().parse::<f64>().map_err(|_| {
-            anyhow::anyhow!(
-                "VORTEX_WATCHDOG_SECONDS={v:?}: not a number of seconds (0 turns the watchdog off)"
-            )
-        })?,
-        Err(_) => WATCHDOG_DEFAULT_S,
-    };
-    if !(s.is_finite() && s >= 0.0) {
-        anyhow::bail!("VORTEX_WATCHDOG_SECONDS={s}: must be a finite number of seconds >= 0");
-    }
+    // the one rule of a typed duration (vortex_spectral::stop::parse_seconds)
+    let s = vortex_spectral::stop::seconds_from_env("VORTEX_WATCHDOG_SECONDS", WATCHDOG_DEFAULT_S)
+        .map_err(|e| anyhow::anyhow!("{e} (0 turns the watchdog off)"))?;
     Ok((s > 0.0).then(|| std::time::Duration::from_secs_f64(s)))
+}
+
+/// What a rank's watchdog does before it ends the job: rank 0 completes its entry of
+/// `run.json` (failed, with the watchdog's message); another rank waits a few seconds (rank 0
+/// records it, and its abort ends this rank too) and, when the entry is still "running"
+/// (rank 0 is the one that stopped answering), marks it failed itself.
+#[cfg(feature = "mpi")]
+fn record_watchdog_end(rank: usize, out: Option<&std::path::Path>, msg: &str) {
+    if rank == 0 {
+        crate::run_info::end_abruptly(crate::run_info::Outcome::Failed(msg.to_string()));
+        return;
+    }
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    if let Some(out) = out {
+        if let Err(e) = crate::run_info::mark_running_failed(out, msg) {
+            crate::errln!("rank {rank}: {e:#}");
+        }
+    }
 }
 
 /// The number of ranks a launcher (mpirun, srun) started, with the variable that says so,

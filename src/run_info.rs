@@ -6,7 +6,8 @@
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 use vortex_spectral::overwrite::Stamp;
 
@@ -58,6 +59,9 @@ pub struct Invocation {
 pub enum Outcome {
     Completed,
     Interrupted(usize),
+    /// Stopped at once by a signal whose grace the current step would not end within (the
+    /// signal, and what was said: the last complete checkpoint).
+    StoppedAtOnce(usize, String),
     Failed(String),
 }
 
@@ -80,6 +84,11 @@ impl Outcome {
             Outcome::Interrupted(sig) => (
                 "interrupted",
                 format!("interrupted by signal {sig}"),
+                json!(sig),
+            ),
+            Outcome::StoppedAtOnce(sig, what) => (
+                "interrupted",
+                format!("stopped at once by signal {sig}: {what}"),
                 json!(sig),
             ),
             Outcome::Failed(e) => ("failed", format!("error: {e}"), json!(e)),
@@ -120,19 +129,21 @@ pub struct Claim {
 /// The start of an invocation that writes into `out`: the directory locked (held until the
 /// returned [`Claim`] is dropped, after [`record`]), prepared for `mode` (a non-empty directory
 /// refused unless overwriting or restarting; a restart only into its checkpoint's directory;
-/// `--overwrite` removes the files the earlier run's `run.json` lists, nothing else), and an
+/// `--overwrite` removes the files the earlier run's `run.json` lists, nothing else, and never
+/// one of `inputs`, the command's own files), and an
 /// entry with `"status": "running"` appended to `run.json`, so that a killed run leaves a
 /// record. A refused directory is left untouched.
 pub fn begin(
     out: &Path,
     mode: vortex_spectral::durable::OutMode,
     restart: Option<&Path>,
+    inputs: &[&Path],
     command: &'static str,
     start: SystemTime,
 ) -> Result<Claim> {
     use vortex_spectral::durable;
     let lock = durable::lock_out(out, &holder(start))?;
-    durable::prepare_out(out, mode)?;
+    durable::prepare_out_keeping(out, mode, inputs)?;
     if let Some(ck) = restart {
         durable::check_restart_into(out, ck)?;
     }
@@ -143,10 +154,77 @@ pub fn begin(
     entry["outcome"] = json!("running (or killed: no end was recorded)");
     push(&mut doc, entry);
     write_doc(out, &doc)?;
+    *active() = Some(Active {
+        out: out.to_path_buf(),
+        command,
+        start,
+        before: before.clone(),
+    });
     Ok(Claim {
         _lock: lock,
         before,
     })
+}
+
+/// The invocation of this process whose entry of `run.json` is still "running" (from
+/// [`begin`] to [`record`]), for an end that does not return through [`record`]: a signal's
+/// stop at once, the MPI watchdog's end of the job ([`end_abruptly`]).
+struct Active {
+    out: PathBuf,
+    command: &'static str,
+    start: SystemTime,
+    before: BTreeMap<String, Stamp>,
+}
+
+fn active() -> std::sync::MutexGuard<'static, Option<Active>> {
+    static ACTIVE: Mutex<Option<Active>> = Mutex::new(None);
+    ACTIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Completes the entry of the invocation still "running" in this process with `outcome`
+/// (the configuration as run read back from the directory); false when there is none (its
+/// end was recorded, or this process holds no output directory: ranks other than 0).
+pub fn end_abruptly(outcome: Outcome) -> bool {
+    let mut guard = active();
+    let Some(a) = guard.take() else {
+        return false;
+    };
+    let inv = Invocation {
+        command: a.command,
+        start: a.start,
+        config: config_json(&a.out.join("config.toml")),
+        backend: "(not recorded: the run ended before its summary)".into(),
+        ranks: 0,
+        threads: rayon::current_num_threads(),
+        outcome,
+    };
+    if let Err(e) = write_end(&a.out, Some(&a.before), &inv) {
+        crate::errln!("error: {e:#}");
+    }
+    true
+}
+
+/// Marks the last entry of `out/run.json` still "running" as failed with `error`, from a
+/// process that holds no record of it (another rank of the job, when rank 0 stopped
+/// answering): the files it wrote are not known, so a later `--overwrite` counts every file
+/// named like a solver's output.
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+pub fn mark_running_failed(out: &Path, error: &str) -> Result<bool> {
+    let mut doc = read_doc(out);
+    let Some(x) = doc
+        .get_mut("invocations")
+        .and_then(Value::as_array_mut)
+        .and_then(|a| a.last_mut())
+        .filter(|x| x["status"] == "running")
+    else {
+        return Ok(false);
+    };
+    x["status"] = json!("failed");
+    x["outcome"] = json!(format!("error: {error}"));
+    x["error"] = json!(error);
+    x["end"] = json!(iso8601(SystemTime::now()));
+    write_doc(out, &doc)?;
+    Ok(true)
 }
 
 fn read_doc(out: &Path) -> Value {
@@ -188,6 +266,15 @@ fn base_entry(command: &str, start: SystemTime) -> Value {
 /// appended when absent; rewritten atomically), with the files it wrote (`"files"`: new or
 /// changed since `claim` was taken; what a later `--overwrite` removes).
 pub fn record(out: &Path, claim: Option<&Claim>, inv: &Invocation) -> Result<()> {
+    // held while writing: a signal's stop at once waits for this end, and then has none to
+    // record
+    let mut guard = active();
+    let r = write_end(out, claim.map(|c| &c.before), inv);
+    *guard = None;
+    r
+}
+
+fn write_end(out: &Path, before: Option<&BTreeMap<String, Stamp>>, inv: &Invocation) -> Result<()> {
     let mut doc = read_doc(out);
     let (status, outcome, detail) = inv.outcome.json();
     let mut entry = base_entry(inv.command, inv.start);
@@ -197,14 +284,16 @@ pub fn record(out: &Path, claim: Option<&Claim>, inv: &Invocation) -> Result<()>
         e.insert("ranks".into(), json!(inv.ranks));
         e.insert("threads".into(), json!(inv.threads));
         e.insert("end".into(), json!(iso8601(SystemTime::now())));
-        if let Some(c) = claim {
-            let files = vortex_spectral::overwrite::changed_since(out, &c.before);
+        if let Some(before) = before {
+            let files = vortex_spectral::overwrite::changed_since(out, before);
             e.insert("files".into(), json!(files));
         }
         e.insert("status".into(), json!(status));
         e.insert("outcome".into(), json!(outcome));
         match &inv.outcome {
-            Outcome::Interrupted(_) => e.insert("signal".into(), detail),
+            Outcome::Interrupted(_) | Outcome::StoppedAtOnce(..) => {
+                e.insert("signal".into(), detail)
+            }
             Outcome::Failed(_) => e.insert("error".into(), detail),
             Outcome::Completed => None,
         };

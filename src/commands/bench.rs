@@ -180,6 +180,16 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
 }
 
+/// A number as a user would write it: plain between 1e-4 and 1e6, else in exponent notation
+/// (`1e308`, not its 309 digits).
+pub fn show(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() || (1e-4..1e6).contains(&v.abs()) {
+        format!("{v}")
+    } else {
+        format!("{v:e}")
+    }
+}
+
 /// Refuses a count of zero for `flag`: no work would be done, and a table of numbers (an error
 /// of 0, a median of nothing) would be printed anyway.
 pub fn need_work(flag: &str, count: usize, what: &str) -> Result<()> {
@@ -189,20 +199,55 @@ pub fn need_work(flag: &str, count: usize, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// The longest a benchmark may be estimated to take: a week (a table that long is a typing
+/// error, as a run of more than `vortex_method::config::MAX_STEPS` steps is).
+pub const MAX_BENCH_S: f64 = 7.0 * 24.0 * 3600.0;
+
 /// Logs the estimated duration of `what` when it is above 10 s (before the work starts,
-/// measured from a first part of it).
-pub fn announce(what: &str, secs: f64) {
-    if secs > 10.0 {
-        let text = format!(
-            "{what}: estimated {} (measured on the first of them)",
-            vortex_spectral::durable::duration_text(secs)
+/// measured from a first part of it), and refuses it above [`MAX_BENCH_S`], naming `flag`.
+pub fn announce(flag: &str, what: &str, secs: f64) -> Result<()> {
+    let text = format!(
+        "{what}: estimated {} (measured on the first of them)",
+        vortex_spectral::durable::duration_text(secs)
+    );
+    if secs.is_nan() || secs > MAX_BENCH_S {
+        bail!(
+            "{text}, more than the {} a benchmark may take: lower {flag}",
+            vortex_spectral::durable::duration_text(MAX_BENCH_S)
         );
-        if secs > vortex_spectral::outdir::LONG_RUN_S {
-            log::warn!("{text}: a long benchmark");
-        } else {
-            log::info!("{text}");
-        }
     }
+    if secs > vortex_spectral::outdir::LONG_RUN_S {
+        log::warn!("{text}: a long benchmark");
+    } else if secs > 10.0 {
+        log::info!("{text}");
+    }
+    Ok(())
+}
+
+/// The f64 direct sum at `idx` of `sources` (the reference of the error columns), announced
+/// and bounded like the benchmark itself: timed on a few targets first when it is large.
+fn reference_at(sources: &vortex_fmm::Sources, idx: &[usize]) -> Result<vortex_fmm::Fields> {
+    let targets = |ids: &[usize]| Targets {
+        position: ids.iter().map(|&i| sources.position[i]).collect(),
+        strength: ids.iter().map(|&i| sources.strength[i]).collect(),
+    };
+    let n = sources.len();
+    if idx.len() as f64 * n as f64 > 1e8 {
+        // about 0.1 s of pairs measure the rate
+        let probe = ((1e7 / n as f64) as usize).clamp(1, idx.len());
+        let t0 = Instant::now();
+        direct(sources, &targets(&idx[..probe]));
+        let secs = t0.elapsed().as_secs_f64() * idx.len() as f64 / probe as f64;
+        announce(
+            "--samples",
+            &format!(
+                "the direct sum at {} sampled targets of N = {n} (the error's reference)",
+                idx.len()
+            ),
+            secs,
+        )?;
+    }
+    Ok(direct(sources, &targets(idx)))
 }
 
 fn bench_fmm(b: &FmmBench) -> Result<()> {
@@ -239,11 +284,7 @@ fn bench_fmm(b: &FmmBench) -> Result<()> {
         let sources = generate(b.distribution, n, b.seed, false);
         let mut rng = ChaCha8Rng::seed_from_u64(b.seed + 1);
         let idx = sample(&mut rng, n, b.samples.min(n)).into_vec();
-        let sample_targets = Targets {
-            position: idx.iter().map(|&i| sources.position[i]).collect(),
-            strength: idx.iter().map(|&i| sources.strength[i]).collect(),
-        };
-        let reference = direct(&sources, &sample_targets);
+        let reference = reference_at(&sources, &idx)?;
         for &p in &orders {
             let core_cutoff = b.core_cutoff.unwrap_or(match b.grid {
                 GridChoice::Adaptive | GridChoice::Auto => EvalParams::default().core_cutoff,
@@ -266,9 +307,10 @@ fn bench_fmm(b: &FmmBench) -> Result<()> {
                 let ev = engine.evaluate(&sources, TargetSpec::Sources)?;
                 if k == 0 {
                     announce(
+                        "--repeat",
                         &format!("the other {} evaluations of N = {n}, p = {p}", b.repeat - 1),
                         t0.elapsed().as_secs_f64() * (b.repeat - 1) as f64,
-                    );
+                    )?;
                 }
                 if best.as_ref().is_none_or(|r| ev.times.total < r.times.total) {
                     best = Some(ev);
@@ -323,13 +365,14 @@ fn bench_m2l(b: &M2lBench) -> Result<()> {
         })
         .sum();
     announce(
+        "--count",
         &format!(
             "{} translations of each of {} orders",
             b.count,
             orders.len()
         ),
         estimate,
-    );
+    )?;
     crate::outln!(
         "# vortex bench m2l: seconds per M2L (3 components), commit {}",
         env!("VORTEX_GIT_COMMIT")

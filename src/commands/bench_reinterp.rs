@@ -11,6 +11,7 @@
 //! displaced by a uniform vector of `[-h/2, h/2]^3`, strengths uniform in `[-1, 1]^3`, the
 //! core `growth * overlap * h` (the cores at a re-interpolation have grown from `sigma0`).
 
+use super::bench::show;
 use crate::planner::resolve;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -140,8 +141,55 @@ fn particles(n: usize, core: f64, seed: u64) -> Particles {
 /// the strengths (72), the lattice values of the error (24) and slack.
 const BYTES_PER_POINT: f64 = 200.0;
 
+/// The arguments that are not lattice sizes, each refused by name before any work: the
+/// overlap by the rule of `initial.overlap`, the old cores narrower than a quarter of the box
+/// (the rule of a run's cores), at least one sample and one repeat.
+fn check_arguments(b: &ReinterpBench) -> Result<()> {
+    use vortex_method::config::{MAX_OVERLAP, MIN_OVERLAP};
+    if !(MIN_OVERLAP..=MAX_OVERLAP).contains(&b.overlap) {
+        bail!(
+            "--overlap {}: sigma0 / h must lie in [{MIN_OVERLAP}, {MAX_OVERLAP}] (the range of \
+             initial.overlap)",
+            show(b.overlap)
+        );
+    }
+    if !(b.growth >= 1.0 && b.growth.is_finite()) {
+        bail!(
+            "--growth {}: the old cores are at least sigma0 (>= 1)",
+            show(b.growth)
+        );
+    }
+    for &n in &b.n {
+        // the old cores' radius growth * overlap * h against a quarter of the box, L / 4
+        let quarter = n as f64 / 4.0;
+        if b.growth * b.overlap > quarter {
+            bail!(
+                "--growth {} with --overlap {} and --n {n}: old cores of radius {:.3} h are \
+                 wider than a quarter of the box ({quarter} h); the periodic sums need a box at \
+                 least 4 core radii wide",
+                show(b.growth),
+                show(b.overlap),
+                b.growth * b.overlap
+            );
+        }
+    }
+    super::bench::need_work(
+        "--samples",
+        b.samples,
+        "no lattice point would be compared with the direct sums (the error would be NaN)",
+    )?;
+    super::bench::need_work("--repeat", b.repeat, "no re-interpolation would be timed")?;
+    Ok(())
+}
+
 pub fn run(b: &ReinterpBench) -> Result<()> {
     let device = resolve(b.backend);
+    for &n in &b.n {
+        if n < 4 || n % 2 != 0 || n > 4096 {
+            bail!("--n {n}: a lattice size must be even and in 4..=4096");
+        }
+    }
+    check_arguments(b)?;
     let mut plans = Vec::new();
     for &n in &b.n {
         if n < 4 || n % 2 != 0 || n > 4096 {
@@ -165,18 +213,12 @@ pub fn run(b: &ReinterpBench) -> Result<()> {
         .map_err(|e| anyhow::anyhow!(e))?;
         plans.push((plan, plan_s));
     }
-    if !(b.growth >= 1.0 && b.growth.is_finite()) {
-        bail!(
-            "--growth {}: the old cores are at least sigma0 (>= 1)",
-            b.growth
-        );
-    }
     let pool = crate::thread_pool(b.threads)?;
     pool.install(|| run_in_pool(b, device, &plans))
 }
 
 fn run_in_pool(b: &ReinterpBench, device: Device, plans: &[(SpreadPlan, f64)]) -> Result<()> {
-    println!(
+    crate::outln!(
         "# vortex bench reinterp: backend {device:?} tolerance {:e} overlap {} growth {} \
          threads {} commit {}",
         b.tolerance,
@@ -185,7 +227,7 @@ fn run_in_pool(b: &ReinterpBench, device: Device, plans: &[(SpreadPlan, f64)]) -
         rayon::current_num_threads(),
         env!("VORTEX_GIT_COMMIT")
     );
-    println!(
+    crate::outln!(
         "{:>5} {:>5} {:>3} {:>4} {:>7} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}",
         "n", "m", "w", "prec", "plan_s", "bin_ms", "spread_ms", "fft_ms", "fold_ms", "solve_ms",
         "fresh_ms", "total_ms", "dsums_ms", "dsolve_ms", "err", "estimate"
@@ -199,7 +241,7 @@ fn run_in_pool(b: &ReinterpBench, device: Device, plans: &[(SpreadPlan, f64)]) -
             Device::Cuda => measure_cuda(b, plan, &p)?,
         };
         let err = sampled_error(b, plan, &p, &m.spectra)?;
-        println!(
+        crate::outln!(
             "{:>5} {:>5} {:>3} {:>4} {:>7.2} {:>8.2} {:>9.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2e} {:>9.2e}",
             n,
             plan.design.fine,
@@ -218,6 +260,9 @@ fn run_in_pool(b: &ReinterpBench, device: Device, plans: &[(SpreadPlan, f64)]) -
             err,
             plan.design.white,
         );
+        if crate::console::stdout_closed() {
+            break;
+        }
     }
     Ok(())
 }
@@ -280,7 +325,8 @@ fn measure_cpu(b: &ReinterpBench, plan: &SpreadPlan, p: &Particles) -> Result<Me
     };
     let mut best = Phases::new();
     let mut spectra = Vec::new();
-    for _ in 0..b.repeat.max(1) {
+    for rep in 0..b.repeat {
+        let t_rep = Instant::now();
         let mut t = SpreadTimes::default();
         let w = plan
             .lattice_spectra_timed(&p.position, &p.strength, &p.sigma, &mut t)
@@ -309,6 +355,13 @@ fn measure_cpu(b: &ReinterpBench, plan: &SpreadPlan, p: &Particles) -> Result<Me
             solve: solve_ms,
             fresh: fresh_ms,
         });
+        if rep == 0 {
+            super::bench::announce(
+                "--repeat",
+                &format!("the other {} re-interpolations of n = {n}", b.repeat - 1),
+                t_rep.elapsed().as_secs_f64() * (b.repeat - 1) as f64,
+            )?;
+        }
     }
     let direct = if n <= b.direct_max {
         let t0 = Instant::now();
@@ -382,6 +435,14 @@ fn measure_cuda(b: &ReinterpBench, plan: &SpreadPlan, p: &Particles) -> Result<M
     for rep in 0..=b.repeat.max(1) {
         sync()?;
         let t0 = Instant::now();
+        if rep == 2 {
+            // the first timed run (rep 1) measures the rest
+            super::bench::announce(
+                "--repeat",
+                &format!("the other {} re-interpolations of n = {n}", b.repeat - 1),
+                best.total() * 1e-3 * (b.repeat - 1) as f64,
+            )?;
+        }
         let binned = sp.bin(&k, &s, (&dp).into())?;
         sync()?;
         let mut ph = Phases {
@@ -529,5 +590,24 @@ mod tests {
         b.growth = 0.5;
         let e = run(&b).unwrap_err().to_string();
         assert!(e.contains("--growth 0.5"), "{e}");
+        for (overlap, growth, flag) in [
+            (-1.0, 1.2, "--overlap -1"),
+            (0.0, 1.2, "--overlap 0"),
+            (f64::NAN, 1.2, "--overlap NaN"),
+            (f64::INFINITY, 1.2, "--overlap inf"),
+            (0.8, 1e308, "--growth 1e308"),
+            (0.8, f64::INFINITY, "--growth inf"),
+        ] {
+            let mut b = bench(16, 1e-6);
+            (b.overlap, b.growth) = (overlap, growth);
+            let e = run(&b).unwrap_err().to_string();
+            assert!(e.contains(flag), "{flag}: {e}");
+        }
+        for (samples, repeat, flag) in [(0, 1, "--samples 0"), (10, 0, "--repeat 0")] {
+            let mut b = bench(16, 1e-6);
+            (b.samples, b.repeat) = (samples, repeat);
+            let e = run(&b).unwrap_err().to_string();
+            assert!(e.contains(flag), "{flag}: {e}");
+        }
     }
 }

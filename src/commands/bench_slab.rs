@@ -95,14 +95,14 @@ mod cuda {
         )
         .with_context(|| format!("--exchange {:?}", b.exchange))?;
         if comm.rank() == 0 {
-            println!(
+            crate::outln!(
                 "slab FFT: RBF solve (3 components, forward + inverse) on {} ranks, {} each, transport {}",
                 comm.size(),
                 dev.name(),
                 x.transport()
             );
-            println!("| n | ms per solve | 2-D planes | pack | exchange | along z | MB sent per transpose (rank 0) | GB/s per rank | error vs CPU |");
-            println!("|---|---|---|---|---|---|---|---|---|");
+            crate::outln!("| n | ms per solve | 2-D planes | pack | exchange | along z | MB sent per transpose (rank 0) | GB/s per rank | error vs CPU |");
+            crate::outln!("|---|---|---|---|---|---|---|---|---|");
         }
         for &n in &b.n {
             let layout =
@@ -161,7 +161,7 @@ mod cuda {
             let per = layout.bytes_sent_per_transpose() as f64;
             let xfer = phases.exchange / phases.transposes.max(1) as f64;
             if comm.rank() == 0 {
-                println!(
+                crate::outln!(
                     "| {n} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {:.1} | {err:.1e} |",
                     1e3 * median(&mut times),
                     1e3 * phases.planes,

@@ -113,9 +113,10 @@ fn time_steps(s: &mut dyn Stepper, steps: usize, n: usize) -> Result<(f64, f64)>
         s.step()?; // warm-up (plans, caches, clocks)
         if k == 1 {
             super::bench::announce(
+                "--steps",
                 &format!("{steps} timed steps of n = {n}"),
                 t0.elapsed().as_secs_f64() * steps as f64,
-            );
+            )?;
         }
     }
     let mut t = Vec::with_capacity(steps);
@@ -144,9 +145,10 @@ pub fn run(b: &SpectralBench) -> Result<()> {
         bail!("--tol {}: must be a finite value >= 0", b.tol);
     }
     // every size estimated before the first allocation
-    for &n in b.n.iter().chain([&b.check_n]) {
+    let flags = b.n.iter().map(|&n| ("--n", n));
+    for (flag, n) in flags.chain([("--check-n", b.check_n)]) {
         if n < 8 || n % 2 != 0 || n > 1 << 16 {
-            bail!("--n {n}: a grid size must be even and in 8..=65536");
+            bail!("{flag} {n}: a grid size must be even and in 8..=65536");
         }
         let bytes = bytes_per_point(n, b.dealias, Backend::Cpu) * (n as f64).powi(3);
         vortex_spectral::durable::check_memory(&format!("a spectral grid of n = {n}"), bytes)

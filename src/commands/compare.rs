@@ -45,8 +45,23 @@ fn out_dir(args: &CompareArgs) -> PathBuf {
     })
 }
 
+/// What `vortex compare` writes into its `--out`: the two runs' directories, the spectral
+/// twin and the comparison's files.
+fn compare_entries() -> [&'static str; 6] {
+    [
+        "vortex",
+        "spectral",
+        "spectral.toml",
+        comparison::CSV,
+        comparison::SPECTRA_CSV,
+        comparison::PNG,
+    ]
+}
+
 /// Refuses an `out` that holds anything but its lock unless `--overwrite` (the runs inside
-/// then replace theirs; the comparison files are rewritten atomically).
+/// then replace theirs; the comparison files are rewritten atomically), and, `--overwrite`
+/// or not, an `out` that holds anything a comparison does not write (a run's directory, a
+/// user's files): the comparison is not mixed with them.
 fn check_out(out: &Path, overwrite: bool) -> Result<()> {
     let Ok(entries) = std::fs::read_dir(out) else {
         return Ok(());
@@ -56,6 +71,22 @@ fn check_out(out: &Path, overwrite: bool) -> Result<()> {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n != vortex_spectral::outdir::LOCK_FILE)
         .collect();
+    let foreign: Vec<&String> = present
+        .iter()
+        .filter(|n| {
+            let base = n.strip_suffix(".tmp").unwrap_or(n);
+            !compare_entries().contains(&base)
+        })
+        .collect();
+    if let Some(f) = foreign.first() {
+        anyhow::bail!(
+            "output directory {}: holds {} entries that a comparison does not write (e.g. {f}): \
+             choose another --out (--overwrite replaces only an earlier comparison: {})",
+            out.display(),
+            foreign.len(),
+            compare_entries().join(", ")
+        );
+    }
     if !present.is_empty() && !overwrite {
         anyhow::bail!(
             "output directory {}: holds an earlier comparison ({}); pass --overwrite to replace \
@@ -78,6 +109,19 @@ fn spectral_backend(b: Option<BackendChoice>) -> vortex_spectral::Backend {
 
 /// Runs both solvers and compares them; returns the signal that stopped a run early, if any.
 pub fn run(args: &CompareArgs) -> Result<Option<usize>> {
+    if let Some((n, var)) = crate::ranks::launched_ranks() {
+        // its spectral run is one process, and both runs would write one directory from
+        // every rank: refused before anything starts (rank 0 says why)
+        if crate::ranks::launched_rank() != 0 {
+            std::process::exit(1);
+        }
+        anyhow::bail!(
+            "vortex compare runs in one process (its spectral run has no ranks), but was started \
+             as one of {n} ranks ({var}): start it without mpirun/srun (the vortex run of a \
+             comparison on several ranks: `mpirun -np R vortex run CONFIG`, then `vortex \
+             spectral` on its twin)"
+        );
+    }
     let start = std::time::Instant::now();
     let out = out_dir(args);
     // a configuration without a twin is refused before anything is created

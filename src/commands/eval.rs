@@ -230,6 +230,22 @@ fn claim_out(args: &EvalArgs) -> Result<vortex_spectral::durable::OutLock> {
                 present.join(", ")
             );
         }
+        // never the command's own input
+        let inputs = std::iter::once(&args.particles).chain(args.targets.as_ref());
+        for input in inputs {
+            if let Some(f) = present
+                .iter()
+                .find(|f| vortex_spectral::overwrite::same_file(&args.out.join(f), input))
+            {
+                anyhow::bail!(
+                    "output directory {}: --overwrite refused: it would remove {f} of the \
+                     earlier evaluation, which is this command's input {}; copy the input \
+                     elsewhere or choose another --out",
+                    args.out.display(),
+                    input.display()
+                );
+            }
+        }
         for f in present {
             let p = args.out.join(f);
             std::fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;

@@ -60,13 +60,21 @@ pub fn run(args: &RunArgs) -> Result<Option<usize>> {
     crate::set_global_threads(args.threads)?;
     let start = std::time::SystemTime::now();
     let mut several = false;
-    let r = crate::ranks::with_comm(|comm, local_rank| {
+    let r = crate::ranks::with_comm_into(Some(&out_dir(args)), |comm, local_rank| {
         // rank 0 owns the output directory from here to the end (its lock, agreed)
         let lock = if comm.rank() == 0 {
             let out = out_dir(args);
             let mode =
                 vortex_spectral::durable::OutMode::of(args.restart.is_some(), args.overwrite);
-            crate::run_info::begin(&out, mode, args.restart.as_deref(), "run", start).map(Some)
+            crate::run_info::begin(
+                &out,
+                mode,
+                args.restart.as_deref(),
+                &[&args.config],
+                "run",
+                start,
+            )
+            .map(Some)
         } else {
             Ok(None)
         };

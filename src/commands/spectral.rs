@@ -66,8 +66,14 @@ pub fn run(args: &SpectralArgs) -> anyhow::Result<Option<usize>> {
     let start = std::time::SystemTime::now();
     // the output directory is this process's from here to the end (its lock)
     let mode = vortex_spectral::durable::OutMode::of(args.restart.is_some(), args.overwrite);
-    let claim =
-        crate::run_info::begin(&opts.out, mode, args.restart.as_deref(), "spectral", start)?;
+    let claim = crate::run_info::begin(
+        &opts.out,
+        mode,
+        args.restart.as_deref(),
+        &[&args.config],
+        "spectral",
+        start,
+    )?;
     let r = vortex_spectral::run::run_config(&cfg, &opts);
     let outcome = crate::run_info::Outcome::of(&r, |s| s.interrupted, |e| e.to_string());
     let backend = match &r {

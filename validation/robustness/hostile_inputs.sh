@@ -142,8 +142,30 @@ pipe_case() { # pipe_case NAME OUT -- COMMAND...: stdout and stderr into a pipe 
 }
 pipe_case "run, stdout and stderr closed" "$tmp/p1" -- "$bin" run "$tmp/tg.toml" --out "$tmp/p1"
 pipe_case "spectral, stdout and stderr closed" "$tmp/p2" -- "$bin" spectral "$tmp/sp.toml" --out "$tmp/p2"
-pipe_case "bench m2l into a closed pipe" "" -- "$bin" bench m2l --count 100 --orders 2..12
-pipe_case "config --defaults into a closed pipe" "" -- "$bin" config --defaults
+# stdout is the product of `config` and `bench`: a closed pipe or a full disk is an error
+# (exit 1 with the cause when stderr is open), never a panic and never a success
+closed_stdout() { # closed_stdout NAME -- COMMAND...: stdout a pipe whose reader is gone
+    local name=$1
+    shift 2
+    local rc verdict=ok
+    python3 -c '
+import os, subprocess, sys
+r, w = os.pipe()
+os.close(r)
+sys.exit(subprocess.call(sys.argv[1:], stdout=w, timeout=60))' "$@" 2>"$tmp/closed.err"
+    rc=$?
+    [ $rc -eq 1 ] || verdict="exit $rc (want 1; 101: panic, 0: success with nothing read)"
+    grep -q "standard output" "$tmp/closed.err" || verdict="$verdict; cause not named"
+    [ "$verdict" = ok ] || fails=$((fails + 1))
+    echo "| $name | $rc | $(grep -m1 error "$tmp/closed.err" | cut -c1-120) | $verdict |"
+}
+closed_stdout "bench m2l into a closed pipe" -- "$bin" bench m2l --count 100 --orders 2..12
+closed_stdout "config --defaults into a closed pipe" -- "$bin" config --defaults
+closed_stdout "bench reinterp into a closed pipe (a panic)" -- "$bin" bench reinterp --n 8 --backend cpu --samples 10 --repeat 1
+for cmd in "config --defaults vortex" "bench m2l --count 100 --orders 2..4" "bench reinterp --n 8 --backend cpu --samples 10 --repeat 1"; do
+    # shellcheck disable=SC2086
+    case_ "$cmd > /dev/full" refused "No space left" -- sh -c "\"\$0\" $cmd > /dev/full" "$bin"
+done
 # inputs refused by type and by header before anything is read or allocated
 mkfifo "$tmp/fifo"
 case_ "configuration is a FIFO" refused "FIFO" -- "$bin" run "$tmp/fifo" --out "$tmp/f1"
@@ -246,6 +268,78 @@ h += b' ' * (63 - len(h)) + b'\\n'
 sys.stdout.buffer.write(b'\\x93NUMPY\\x01\\x00' + struct.pack('<H', len(h)) + h + struct.pack('<7f', *[0.1] * 7))
 " >"$tmp/f32.npy"
 case_ "eval of float32 particles" refused "'<f4'" -- "$bin" eval --particles "$tmp/f32.npy" --out "$tmp/rp4" --backend cpu
+
+# -- the third probe (validation/robustness/README.md, "Bounded stops, typed sizes, the
+# user's files"): every size bounded where it is parsed, outputs checked, files kept --
+case_ "reinterpolation.cutoff = 1e308 (capacity overflow)" refused "reinterpolation.cutoff" -- "$bin" run "$(tg 0.1 0.2 "" | sed 's/^\[output\]/[reinterpolation]\ncutoff = 1e308\n[output]/' | cfg b1)" --out "$tmp/b1"
+case_ "reinterpolation.cutoff = 9223372036854775807" refused "reinterpolation.cutoff" -- "$bin" run "$(tg 0.1 0.2 "" | sed 's/^\[output\]/[reinterpolation]\ncutoff = 9223372036854775807\n[output]/' | cfg b2)" --out "$tmp/b2"
+case_ "reinterpolation.cutoff = 1e6 (a step of minutes)" refused "reinterpolation.cutoff" -- "$bin" run "$(tg 0.1 0.2 "" | sed 's/^\[output\]/[reinterpolation]\ncutoff = 1e6\n[output]/' | cfg b3)" --out "$tmp/b3"
+case_ "ring, reinterpolation.cutoff = 1e308" refused "reinterpolation.cutoff" -- "$bin" run "$(ring 0.1 "[0.0, 0.0, 0.0]" | sed 's/^\[output\]/[reinterpolation]\ncutoff = 1e308\n[output]/' | cfg b4)" --out "$tmp/b4"
+case_ "evaluation.core_cutoff = 1e300" refused "evaluation.core_cutoff" -- "$bin" run "$(tg 0.1 0.2 "" | sed 's/^order = 6/order = 6\ncore_cutoff = 1e300/' | cfg b5)" --out "$tmp/b5"
+case_ "eval --core-cutoff 1e300" refused "core_cutoff" -- "$bin" eval --particles "$tmp/p.npy" --out "$tmp/b6" --backend cpu --core-cutoff 1e300
+case_ "VORTEX_WATCHDOG_SECONDS=1e20 (Duration overflow)" refused "VORTEX_WATCHDOG_SECONDS" -- env VORTEX_WATCHDOG_SECONDS=1e20 "$bin" run "$tmp/tg.toml" --out "$tmp/b7"
+case_ "VORTEX_STOP_GRACE_SECONDS=-1" refused "VORTEX_STOP_GRACE_SECONDS" -- env VORTEX_STOP_GRACE_SECONDS=-1 "$bin" spectral "$tmp/sp.toml" --out "$tmp/b8"
+for flag in "--overlap=-1" "--overlap=0" "--overlap=NaN" "--overlap=inf" "--growth=1e308" "--samples=0" "--repeat=0"; do
+    case_ "bench reinterp $flag" refused "${flag%%=*} ${flag#*=}" -- "$bin" bench reinterp --n 8 --backend cpu "$flag"
+done
+case_ "bench spectral --check-n 0" refused "\-\-check-n 0" -- "$bin" bench spectral --n 8 --check-n 0 --backend cpu
+case_ "bench m2l --count 10000000000000000000 (a week)" refused "\-\-count" -- "$bin" bench m2l --orders 2 --count 10000000000000000000
+announced "bench fmm --samples 200000 (the direct reference) announced" "the direct sum" -- "$bin" bench fmm --n 200000 --orders 4 --samples 200000 --backend cpu
+case_ "spectral cfl = 0.5, dt_max = 1e-308" refused "dt_max" -- "$bin" spectral "$(sp "dt_max = 1e-308" | sed 's/^dt = 0.01/cfl = 0.5/' | cfg b9)" --out "$tmp/b9"
+case_ "spectral re_lambda = 9223372036854775807" refused "initial.re_lambda" -- "$bin" spectral "$(sp | sed 's/^kind = "taylor-green"/kind = "isotropic"\nk_peak = 3.0\nseed = 1\nre_lambda = 9223372036854775807/' | cfg b10)" --out "$tmp/b10"
+case_ "isotropic k_peak = 1e-308 (vortex)" refused "initial.k_peak" -- "$bin" run "$(printf 'nu = 0.01\ndt = 0.01\nt_end = 0.1\n[domain]\nperiodic = true\n[initial]\nkind = "isotropic"\nn = 8\nk_peak = 1e-308\nre_lambda = 20.0\nseed = 1\n' | cfg b11)" --out "$tmp/b11"
+case_ "isotropic k_peak = 1e-308 (spectral)" refused "initial.k_peak" -- "$bin" spectral "$(sp | sed 's/^kind = "taylor-green"/kind = "isotropic"\nk_peak = 1e-308\nseed = 1\nre_lambda = 20.0/' | cfg b12)" --out "$tmp/b12"
+case_ "health.cfl_warn = -1 (vortex)" refused "health.cfl_warn" -- "$bin" run "$(tg 0.1 0.2 "" | sed 's/^\[output\]/[health]\ncfl_warn = -1.0\n[output]/' | cfg b13)" --out "$tmp/b13"
+case_ "health.cfl_warn = -1 (spectral)" refused "health.cfl_warn" -- "$bin" spectral "$(sp "[health]\ncfl_warn = -1.0" | cfg b14)" --out "$tmp/b14"
+# compare: one process, and never mixed into another directory
+sed 's/^n = 6/n = 8/' "$tmp/tg.toml" >"$tmp/tg8.toml"
+case_ "compare as one of 2 ranks" refused "one of 2 ranks" -- env OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 "$bin" compare "$tmp/tg8.toml" --out "$tmp/cmp"
+case_ "compare --out a run's directory --overwrite" refused "does not write" -- "$bin" compare "$tmp/tg8.toml" --out "$tmp/a" --overwrite
+check "  the run's directory holds no comparison" test ! -e "$tmp/a/spectral.toml" -a ! -e "$tmp/a/vortex"
+# the user's files: --overwrite without run.json, the command's own inputs
+mkdir -p "$tmp/u1" "$tmp/u2" "$tmp/u3"
+echo "t,energy" >"$tmp/u1/diagnostics.csv"
+case_ "run --overwrite, only the user's diagnostics.csv (no run.json)" refused "no readable run.json" -- "$bin" run "$tmp/tg.toml" --out "$tmp/u1" --overwrite
+check "  the user's diagnostics.csv kept" grep -q "t,energy" "$tmp/u1/diagnostics.csv"
+echo "# mine" >"$tmp/u2/config.toml"
+case_ "spectral --overwrite, only the user's config.toml (no run.json)" refused "no readable run.json" -- "$bin" spectral "$tmp/sp.toml" --out "$tmp/u2" --overwrite
+check "  the user's config.toml kept" grep -q "# mine" "$tmp/u2/config.toml"
+"$bin" eval --particles "$tmp/p.npy" --out "$tmp/u3" --backend cpu >/dev/null 2>&1
+case_ "eval --particles D/velocity.npy --out D --overwrite" refused "input" -- "$bin" eval --particles "$tmp/u3/velocity.npy" --out "$tmp/u3" --backend cpu --overwrite
+check "  its input kept" test -s "$tmp/u3/velocity.npy"
+"$bin" run "$tmp/tg.toml" --out "$tmp/u4" >/dev/null 2>&1
+case_ "run D/config.toml --out D --overwrite (its own configuration)" refused "input" -- "$bin" run "$tmp/u4/config.toml" --out "$tmp/u4" --overwrite
+check "  its configuration kept" test -s "$tmp/u4/config.toml"
+# the blob as documented; a default written out is no change; a link to the own checkpoint
+case_ "kind = \"blob\" with its documented keys" ok "" -- "$bin" run "$(printf 'nu = 0.001\ndt = 0.01\nt_end = 0.02\n[domain]\nperiodic = false\n[initial]\nkind = "blob"\nsigma = 0.2\nstrength = [0.0, 0.0, 1.0]\nspacing = 0.1\n[output]\nprogress = false\n' | cfg bl)" --out "$tmp/bl"
+"$bin" run "$(tg 0.1 0.2 "" | cfg tg02)" --out "$tmp/dfl" >/dev/null 2>&1
+tg 0.1 0.4 "seed = 7" | sed 's/^\[output\]/[reinterpolation]\nn = 6\n[output]/' >"$tmp/tg04d.toml"
+case_ "restart with reinterpolation.n = initial.n and an unused seed written" ok "" -- "$bin" run "$tmp/tg04d.toml" --out "$tmp/dfl" --restart "$tmp/dfl"
+ring 0.1 "[0.0, 0.0, 0.0]" >"$tmp/rg.toml"
+"$bin" run "$tmp/rg.toml" --out "$tmp/rg" >/dev/null 2>&1
+ring 0.1 "[0.0, 0.0, 0.0]" | sed 's/^t_end = 0.02/t_end = 0.04/; s/^\[output\]/[reinterpolation]\nspacing = 0.1\n[output]/' >"$tmp/rg2.toml"
+case_ "ring restart with reinterpolation.spacing and center written" ok "" -- "$bin" run "$tmp/rg2.toml" --out "$tmp/rg" --restart "$tmp/rg/checkpoint.bin"
+"$bin" spectral "$tmp/sp.toml" --out "$tmp/sl" >/dev/null 2>&1
+ln -s "$tmp/sl/checkpoint.bin" "$tmp/link.bin"
+case_ "spectral --restart a link to the directory's own checkpoint" ok "" -- "$bin" spectral "$tmp/sp_long.toml" --out "$tmp/sl" --restart "$tmp/link.bin"
+# a kill -9 between the rotation and the rename: checkpoint.bin.1 and a complete .tmp
+sp "checkpoint_interval = 0.1" >"$tmp/k9.toml"
+"$bin" spectral "$tmp/k9.toml" --out "$tmp/k9" >/dev/null 2>&1
+mv "$tmp/k9/checkpoint.bin" "$tmp/k9/checkpoint.bin.tmp"
+sp "checkpoint_interval = 0.1" | sed 's/^t_end = 0.2/t_end = 0.4/' >"$tmp/k9l.toml"
+case_ "--restart DIR/checkpoint.bin, missing after a kill (hint)" refused "checkpoint.bin.tmp" -- "$bin" spectral "$tmp/k9l.toml" --out "$tmp/k9" --restart "$tmp/k9/checkpoint.bin"
+case_ "--restart DIR takes the newest loadable (.tmp) and says so" ok "checkpoint.bin.tmp" -- env RUST_LOG=info "$bin" spectral "$tmp/k9l.toml" --out "$tmp/k9" --restart "$tmp/k9"
+# a signal ends a run in bounded time: at once (grace 0) with the last checkpoint named
+tg 0.01 100.0 "" | sed 's/^n = 6/n = 16/; s/^\[output\]/[output]\ncheckpoint_every = 1/' >"$tmp/long1.toml"
+VORTEX_STOP_GRACE_SECONDS=0 "$bin" run "$tmp/long1.toml" --out "$tmp/g0" 2>"$tmp/g0.err" >/dev/null & pid=$!
+for _ in $(seq 200); do [ -f "$tmp/g0/checkpoint.bin" ] && break; sleep 0.05; done
+kill -TERM $pid; t0=$(date +%s.%N)
+wait $pid; rc=$?; took=$(echo "$(date +%s.%N) - $t0" | bc)
+verdict=ok
+if [ $rc -ne 75 ] || ! grep -q "stopped at once" "$tmp/g0.err" || [ "$(echo "$took > 2" | bc)" = 1 ] || [ "$(status "$tmp/g0")" != interrupted ]; then verdict=FAILED; fails=$((fails + 1)); fi
+echo "| SIGTERM, grace 0: stopped at once after ${took} s, run.json $(status "$tmp/g0") | $rc | $(grep -m1 'stopped at once' "$tmp/g0.err" | cut -c1-120) | $verdict |"
+case_ "  and --restart DIR continues from the named checkpoint" ok "" -- "$bin" run "$tmp/long1.toml" --out "$tmp/g0" --restart "$tmp/g0" --steps 2
+
 echo
 echo "$fails case(s) failed"
 [ $fails -eq 0 ]

@@ -65,6 +65,33 @@ pub fn check_order(order: usize, max: usize) -> Result<(), FmmError> {
     }
 }
 
+/// The largest distance in source core radii that any cutoff of a Gaussian core may be
+/// (`core_cutoff` of the far field, `reinterpolation.cutoff` of the Gaussian sums, the
+/// programs' `--core-cutoff`): at 12 core radii `exp(-rho^2 / 2) = 5e-32` and `1 - q(rho) <
+/// 1e-29`, far below double-precision round-off, so a larger cutoff changes no result and
+/// only multiplies the near-field work (by `cutoff^3`). The one bound of every path, checked
+/// by [`check_cutoff`].
+pub const MAX_CUTOFF: f64 = 12.0;
+
+/// The one range check of a cutoff in core radii: finite and in `[min, MAX_CUTOFF]`; the
+/// reason as text (the caller names its key or flag and the value).
+pub fn check_cutoff(cutoff: f64, min: f64) -> Result<(), String> {
+    if (min..=MAX_CUTOFF).contains(&cutoff) {
+        Ok(())
+    } else {
+        let shown = if cutoff.abs() >= 1e6 {
+            format!("{cutoff:e}")
+        } else {
+            format!("{cutoff}")
+        };
+        Err(format!(
+            "{shown} core radii is outside [{min}, {MAX_CUTOFF}]: beyond {MAX_CUTOFF} the \
+             Gaussian core is below double-precision round-off (exp(-{MAX_CUTOFF}^2/2) = 5e-32), \
+             so a larger cutoff changes nothing but the work"
+        ))
+    }
+}
+
 /// The default expansion order `p` of every evaluator ([`EvalParams::default`], the uniform
 /// grid's parameters, `vortex eval --order`, the Python `evaluate`): the one place it is set.
 /// Measured (N = 1e5 and 1e6, 2 threads): `p = 8` with theta 0.55 gives velocity / stretching

@@ -420,6 +420,18 @@ impl Config {
                     format!("must be > 0 and finite (leave it out for no limit), got {d}"),
                 ));
             }
+            // every step is at most dt_max: the rule of dt for the fewest steps there can be
+            if self.t_end / d > MAX_STEPS {
+                return Err(bad(
+                    "dt_max",
+                    format!(
+                        "t_end / dt_max = {:.3e} steps at least (no step is longer than \
+                         dt_max), more than {MAX_STEPS:e}: no run takes that many; check dt_max \
+                         and t_end",
+                        self.t_end / d
+                    ),
+                ));
+            }
         }
         Ok(())
     }
@@ -439,8 +451,14 @@ impl Config {
         }
         let h = &self.health;
         if !(h.cfl_warn > 0.0 && h.cfl_limit >= h.cfl_warn && h.cfl_limit.is_finite()) {
+            // the key whose value is wrong on its own, else the limit below the warning
+            let key = if !(h.cfl_warn > 0.0 && h.cfl_warn.is_finite()) {
+                "health.cfl_warn"
+            } else {
+                "health.cfl_limit"
+            };
             return Err(bad(
-                "health.cfl_limit",
+                key,
                 format!(
                     "need 0 < cfl_warn <= cfl_limit, got {} and {}",
                     h.cfl_warn, h.cfl_limit

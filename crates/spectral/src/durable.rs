@@ -361,6 +361,116 @@ pub fn unless_interrupted<T: Send + 'static>(
     }
 }
 
+/// The checkpoints in `dir` a restart may take, newest first (by modification time; on a tie
+/// the current file before its kept copies): for each of `bases` (`checkpoint.bin`,
+/// `checkpoint.manifest`) the file, its kept copies `base.N` and a left-over `base.tmp` (a
+/// write whose data was complete when the process was killed between the rotation of the
+/// kept copies and the rename: its checksum tells).
+pub fn restart_candidates(dir: &Path, bases: &[&str]) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(Option<std::time::SystemTime>, usize, PathBuf)> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let rank = bases.iter().find_map(|b| {
+                let rest = name.strip_prefix(b)?;
+                match rest {
+                    "" => Some(0),
+                    ".tmp" => Some(1),
+                    _ => rest
+                        .strip_prefix('.')
+                        .and_then(|i| i.parse::<usize>().ok())
+                        .map(|i| 1 + i),
+                }
+            })?;
+            let meta = e.metadata().ok().filter(|m| m.is_file())?;
+            Some((meta.modified().ok(), rank, e.path()))
+        })
+        .collect();
+    found.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    found.into_iter().map(|(_, _, p)| p).collect()
+}
+
+/// The first of `candidates` (newest first, [`restart_candidates`]) that `load` accepts, with
+/// what it loaded; the newer ones it skipped are logged with the reason, and when none loads
+/// the error lists every candidate and why (or says that `dir` holds none).
+pub fn newest_loadable<T>(
+    dir: &Path,
+    candidates: &[PathBuf],
+    mut load: impl FnMut(&Path) -> Result<T, String>,
+) -> Result<(PathBuf, T), DurableError> {
+    let mut skipped = Vec::new();
+    for p in candidates {
+        match load(p) {
+            Ok(v) => {
+                let name = p.file_name().map_or(p.display().to_string(), |n| {
+                    n.to_string_lossy().into_owned()
+                });
+                if skipped.is_empty() {
+                    log::info!(
+                        "--restart {}: its newest checkpoint is {name}",
+                        dir.display()
+                    );
+                } else {
+                    log::warn!(
+                        "--restart {}: the newest loadable checkpoint is {name}; skipped: {}",
+                        dir.display(),
+                        skipped.join("; ")
+                    );
+                }
+                return Ok((p.clone(), v));
+            }
+            Err(why) => skipped.push(format!("{} ({why})", p.display())),
+        }
+    }
+    Err(DurableError::OutDir {
+        path: dir.to_path_buf(),
+        msg: if skipped.is_empty() {
+            "--restart: the directory holds no checkpoint".into()
+        } else {
+            format!(
+                "--restart: none of its checkpoints can be loaded: {}",
+                skipped.join("; ")
+            )
+        },
+    })
+}
+
+/// The error of a `--restart` file that does not exist, with the checkpoints its directory
+/// does hold (a run killed between the rotation of its copies and the rename leaves
+/// `checkpoint.bin.1` and `checkpoint.bin.tmp` but no `checkpoint.bin`).
+pub fn missing_restart_hint(path: &Path, bases: &[&str]) -> Option<DurableError> {
+    if path.exists() {
+        return None;
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let there = restart_candidates(dir, bases);
+    let msg = if there.is_empty() {
+        "does not exist (--restart)".to_string()
+    } else {
+        format!(
+            "does not exist (--restart); its directory holds {}: pass --restart {} to take \
+             the newest loadable one",
+            there
+                .iter()
+                .filter_map(|p| p.file_name())
+                .map(|n| n.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join(", "),
+            dir.display()
+        )
+    };
+    Some(DurableError::Corrupt {
+        path: path.to_path_buf(),
+        msg,
+    })
+}
+
 /// How a run treats its output directory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OutMode {
@@ -400,6 +510,16 @@ const RUN_MARKERS: [&str; 6] = [
 /// directory that never held a run's output (none of `run.json`, `config.toml`,
 /// `checkpoint.bin`, `diagnostics.csv`, `energy.csv`, `timing.csv`) is refused.
 pub fn prepare_out(out: &Path, mode: OutMode) -> Result<(), DurableError> {
+    prepare_out_keeping(out, mode, &[])
+}
+
+/// [`prepare_out`] that refuses `--overwrite` when it would remove one of `inputs` (the
+/// command's own configuration, particle or target files).
+pub fn prepare_out_keeping(
+    out: &Path,
+    mode: OutMode,
+    inputs: &[&Path],
+) -> Result<(), DurableError> {
     let refuse = |msg: String| DurableError::OutDir {
         path: out.to_path_buf(),
         msg,
@@ -434,7 +554,7 @@ pub fn prepare_out(out: &Path, mode: OutMode) -> Result<(), DurableError> {
                     RUN_MARKERS.join(", ")
                 )));
             }
-            crate::overwrite::remove_earlier_run(out)?;
+            crate::overwrite::remove_earlier_run(out, inputs)?;
         }
     }
     std::fs::create_dir_all(out).map_err(os(out))
@@ -569,6 +689,13 @@ mod tests {
         prepare_out(&out, OutMode::Restart).unwrap();
         assert!(out.join("energy.csv").exists());
         std::fs::write(out.join("notes.txt"), b"mine").unwrap();
+        // without the record of a run the same-named files are refused, not replaced
+        let e = prepare_out(&out, OutMode::Overwrite)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("energy.csv"), "{e}");
+        let doc = r#"{ "invocations": [{ "status": "completed", "files": ["energy.csv"] }] }"#;
+        std::fs::write(out.join("run.json"), doc).unwrap();
         prepare_out(&out, OutMode::Overwrite).unwrap();
         assert!(!out.join("energy.csv").exists());
         assert!(out.join("notes.txt").exists(), "a user's file removed");

@@ -41,11 +41,14 @@ pub struct IsotropicParams {
 }
 
 /// Why `k_peak` cannot be the peak of the isotropic spectrum on a grid of `n` points per side
-/// (it must lie in `(0, n/2)`, the grid's wavenumbers), or `None` when it can. Both solvers'
+/// (it must lie in `[1, n/2)`, the grid's wavenumbers), or `None` when it can. Both solvers'
 /// configurations refuse by this rule.
 pub fn k_peak_error(k_peak: f64, n: usize) -> Option<String> {
-    if k_peak.is_nan() || k_peak <= 0.0 {
-        Some(format!("must be > 0, got {k_peak}"))
+    if k_peak.is_nan() || k_peak < 1.0 {
+        Some(format!(
+            "must be at least 1, the box's smallest wavenumber, got {k_peak:e} (below it \
+             E(k) ~ k^4 exp(-2 (k/k_peak)^2) vanishes on every mode of the grid)"
+        ))
     } else if k_peak >= n as f64 / 2.0 {
         Some(format!(
             "{k_peak} is not below the grid's largest wavenumber n/2 = {} (the energy would sit \

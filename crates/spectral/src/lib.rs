@@ -36,6 +36,7 @@ pub mod overwrite;
 pub mod plot;
 pub mod run;
 pub mod solver;
+pub mod stop;
 
 pub use backend::Stepper;
 pub use config::{Backend, Config, ConfigError, Dealias};

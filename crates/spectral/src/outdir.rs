@@ -133,10 +133,12 @@ pub fn check_restart_into(out: &Path, checkpoint: &Path) -> Result<(), DurableEr
     if !used {
         return Ok(());
     }
-    let parent = if checkpoint.is_dir() {
-        Some(checkpoint)
+    // a symbolic link to a checkpoint is the checkpoint it names
+    let resolved = std::fs::canonicalize(checkpoint).unwrap_or_else(|_| checkpoint.to_path_buf());
+    let parent = if resolved.is_dir() {
+        Some(resolved.as_path())
     } else {
-        checkpoint.parent()
+        resolved.parent()
     };
     let parent = parent.map(|p| {
         if p.as_os_str().is_empty() {

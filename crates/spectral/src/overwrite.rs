@@ -107,8 +107,10 @@ pub fn is_output_name(name: &str) -> bool {
 }
 
 /// The files of `out` that its earlier invocations wrote (see the module documentation), with
-/// `run.json`, as paths; only those present.
-pub fn earlier_outputs(out: &Path) -> Vec<PathBuf> {
+/// `run.json`, as paths; only those present. Without a readable `run.json` nothing is known
+/// of what a run wrote there: the files named like a solver's outputs may be the user's own
+/// (a `diagnostics.csv` kept from elsewhere), so they are refused, named, not removed.
+pub fn earlier_outputs(out: &Path) -> Result<Vec<PathBuf>, DurableError> {
     let record = out.join(RECORD);
     let doc: Option<serde_json::Value> = crate::inputs::read_own_text(&record, "record of runs")
         .ok()
@@ -117,8 +119,26 @@ pub fn earlier_outputs(out: &Path) -> Vec<PathBuf> {
         .as_ref()
         .and_then(|d| d.get("invocations"))
         .and_then(|i| i.as_array());
+    // a record without an invocation says nothing of what was written either
+    if invocations.is_none_or(|a| a.is_empty()) {
+        let named: Vec<String> = listing(out)
+            .into_keys()
+            .filter(|n| is_output_name(n))
+            .collect();
+        return Err(DurableError::OutDir {
+            path: out.to_path_buf(),
+            msg: format!(
+                "--overwrite refused: there is no readable {RECORD}, so which files a run wrote \
+                 here is not known, and {} file(s) have a run's output names ({}{}): they may \
+                 be yours; move them away or choose another --out",
+                named.len(),
+                named.iter().take(5).cloned().collect::<Vec<_>>().join(", "),
+                if named.len() > 5 { ", ..." } else { "" }
+            ),
+        });
+    }
     let mut names: Vec<String> = vec![RECORD.to_string()];
-    let mut unlisted = invocations.is_none_or(|a| a.is_empty());
+    let mut unlisted = false;
     for inv in invocations.into_iter().flatten() {
         match inv.get("files").and_then(|f| f.as_array()) {
             Some(files) => names.extend(files.iter().filter_map(|f| f.as_str()).map(String::from)),
@@ -130,19 +150,48 @@ pub fn earlier_outputs(out: &Path) -> Vec<PathBuf> {
     }
     names.sort();
     names.dedup();
-    names
+    Ok(names
         .into_iter()
         // a name, not a path: nothing outside the directory
         .filter(|n| !n.contains('/') && n != "." && n != ".." && !n.is_empty())
         .map(|n| out.join(n))
         .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| !m.is_dir()))
-        .collect()
+        .collect())
+}
+
+/// Whether `a` and `b` are the same file (device and inode; the same path when either cannot
+/// be looked at).
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if let (Ok(x), Ok(y)) = (std::fs::metadata(a), std::fs::metadata(b)) {
+            return x.dev() == y.dev() && x.ino() == y.ino();
+        }
+    }
+    a == b
 }
 
 /// Removes the earlier run's files from `out` ([`earlier_outputs`]) and logs what was removed
-/// and what was kept.
-pub fn remove_earlier_run(out: &Path) -> Result<(), DurableError> {
-    let remove = earlier_outputs(out);
+/// and what was kept. Refused, before anything is removed, when one of them is one of
+/// `inputs` (the command's configuration, particle or target file: `--overwrite` never
+/// removes what the command reads).
+pub fn remove_earlier_run(out: &Path, inputs: &[&Path]) -> Result<(), DurableError> {
+    let remove = earlier_outputs(out)?;
+    if let Some((p, input)) = remove
+        .iter()
+        .find_map(|p| inputs.iter().find(|i| same_file(p, i)).map(|i| (p, i)))
+    {
+        return Err(DurableError::OutDir {
+            path: out.to_path_buf(),
+            msg: format!(
+                "--overwrite refused: it would remove {} (an earlier run's output), which is \
+                 this command's input {}; copy the input elsewhere or choose another --out",
+                p.display(),
+                input.display()
+            ),
+        });
+    }
     for p in &remove {
         std::fs::remove_file(p).map_err(|source| DurableError::Os {
             path: p.clone(),
@@ -226,7 +275,11 @@ mod tests {
             std::fs::write(out.join(f), b"mine").unwrap();
         }
         std::fs::create_dir(out.join("sub")).unwrap();
-        remove_earlier_run(out).unwrap();
+        // the command's own input is never removed
+        let e = remove_earlier_run(out, &[&out.join("energy.csv")]).unwrap_err();
+        assert!(e.to_string().contains("this command's input"), "{e}");
+        assert!(out.join("energy.csv").exists());
+        remove_earlier_run(out, &[]).unwrap();
         let left: Vec<String> = listing(out).into_keys().collect();
         assert_eq!(
             left,
@@ -249,9 +302,30 @@ mod tests {
         for f in ["energy.csv", "checkpoint.bin.tmp", "notes.txt"] {
             std::fs::write(out.join(f), b"x").unwrap();
         }
-        remove_earlier_run(&out).unwrap();
+        remove_earlier_run(&out, &[]).unwrap();
         let left: Vec<String> = listing(&out).into_keys().collect();
         assert_eq!(left, ["notes.txt"]);
         assert!(dir.path().join("x").exists());
+    }
+
+    /// Without a run.json the files named like outputs are refused, named, and kept.
+    #[test]
+    fn without_a_record_same_named_files_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        for f in ["diagnostics.csv", "config.toml", "notes.txt"] {
+            std::fs::write(out.join(f), b"mine").unwrap();
+        }
+        let e = remove_earlier_run(out, &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("no readable run.json") && e.contains("diagnostics.csv"),
+            "{e}"
+        );
+        assert_eq!(listing(out).len(), 3);
+        for record in ["{ not json", r#"{ "invocations": [] }"#] {
+            std::fs::write(out.join(RECORD), record).unwrap();
+            assert!(remove_earlier_run(out, &[]).is_err(), "{record}");
+            assert_eq!(listing(out).len(), 3);
+        }
     }
 }

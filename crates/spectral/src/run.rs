@@ -233,7 +233,20 @@ fn periodic_hit(t: f64, every: f64) -> bool {
 
 /// Reads the restart checkpoint and refuses it, key by key, when the configuration changed.
 fn resume(cfg: &Config, path: &Path) -> Result<(Box<dyn Stepper>, f64), RunError> {
-    let ck = io::read_checkpoint(path)?;
+    const BASES: [&str; 1] = ["checkpoint.bin"];
+    let (path, ck) = if path.is_dir() {
+        // a run directory: its newest checkpoint that loads
+        let c = durable::restart_candidates(path, &BASES);
+        durable::newest_loadable(path, &c, |p| {
+            io::read_checkpoint(p).map_err(|e| e.to_string())
+        })?
+    } else {
+        if let Some(e) = durable::missing_restart_hint(path, &BASES) {
+            return Err(e.into());
+        }
+        (path.to_path_buf(), io::read_checkpoint(path)?)
+    };
+    let path = path.as_path();
     let mism = |msg: String| RunError::Mismatch {
         path: path.to_path_buf(),
         msg,
@@ -351,6 +364,8 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
     let (mut steps, mut interrupted) = (0u64, None);
     let t_end = cfg.t_end;
     while solver.time() < t_end - TOL * t_end.abs().max(1.0) {
+        // the measure of a signal's grace
+        crate::stop::step_boundary();
         let info = run.step(solver.as_mut())?;
         steps += 1;
         last = outputs.at(solver.as_mut(), false, Some(last))?;
@@ -371,6 +386,7 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
             last.energy
         ));
     }
+    crate::stop::steps_ended();
     run.bar.finish_and_clear();
     let wall_s = start.elapsed().as_secs_f64();
     outputs.csv.sync_all().map_err(os(&outputs.energy_path))?;
@@ -402,6 +418,7 @@ fn open_run(cfg: &Config, opts: &RunOptions) -> Result<(Box<dyn Stepper>, Option
     let (solver, e0) = match &opts.restart {
         Some(path) => {
             let (s, e0) = resume(cfg, path)?;
+            crate::stop::checkpoint_complete(format!("{} (the restart)", path.display()));
             (s, Some(e0))
         }
         None => (new_stepper(cfg, cfg.backend)?, None),
@@ -673,6 +690,10 @@ impl Progress<'_> {
         );
         ck.initial_energy = self.e0;
         io::write_checkpoint(&self.ck_path, &ck, cfg.checkpoints_kept)?;
+        crate::stop::checkpoint_complete(format!(
+            "{} (t = {t}, step {steps_done})",
+            self.ck_path.display()
+        ));
         self.last_good_ck = Some(t);
         self.last_ck_wall = Instant::now();
         log::debug!("t = {t:.4}: checkpoint");

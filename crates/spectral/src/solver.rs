@@ -578,7 +578,8 @@ pub fn initial_field(config: &Config) -> VelocityField {
 /// underflows), naming the key that set its scale.
 pub fn check_initial_energy(config: &Config, field: &VelocityField) -> Result<(), SolverError> {
     let e = crate::diagnostics::energy(field);
-    if e >= crate::config::MIN_ENERGY && e.is_finite() {
+    let max = crate::config::MAX_VELOCITY.powi(2);
+    if e >= crate::config::MIN_ENERGY && e <= max {
         return Ok(());
     }
     let ini = &config.initial;
@@ -591,9 +592,11 @@ pub fn check_initial_energy(config: &Config, field: &VelocityField) -> Result<()
         _ => format!("initial.amplitude = {:e}", ini.amplitude.unwrap_or(1.0)),
     };
     Err(SolverError::Invalid(format!(
-        "{key}: the initial field's energy is {e:e}, not a finite value of at least {:e}: its \
-         statistics would be 0 or NaN",
-        crate::config::MIN_ENERGY
+        "{key}: the initial field's energy is {e:e}, outside [{:e}, {max:e}]: below, its \
+         statistics would be 0 or NaN; above, its velocities (beyond {:e}) would need steps \
+         far too short to end",
+        crate::config::MIN_ENERGY,
+        crate::config::MAX_VELOCITY
     )))
 }
 

@@ -107,11 +107,12 @@ impl EvalParams {
                 reason: "a leaf must hold at least one particle",
             });
         }
-        if !(self.core_cutoff >= 0.0 && self.core_cutoff.is_finite()) {
+        if !(self.core_cutoff >= 0.0 && self.core_cutoff <= crate::MAX_CUTOFF) {
             return Err(FmmError::BadParameter {
                 name: "core_cutoff",
                 value: self.core_cutoff.to_string(),
-                reason: "must be a non-negative number of core radii",
+                reason: "must be a number of core radii in [0, 12] (crate::MAX_CUTOFF: beyond \
+                         it the Gaussian core is below round-off)",
             });
         }
         if self.core_cutoff < self.core.min_cutoff() {

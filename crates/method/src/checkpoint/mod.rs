@@ -107,7 +107,7 @@ pub fn read_for(path: &Path, config: &Config) -> Result<Checkpoint> {
 pub fn check_config(path: &Path, record: &str, config: &Config) -> Result<()> {
     let old = durable::flatten_toml(record)
         .map_err(|e| ck_err(path, format!("its configuration record is unreadable: {e}")))?;
-    let diff = durable::config_diff(&old, &config.restart_keys());
+    let diff = durable::config_diff(&effective(old), &effective(config.restart_keys()));
     if !diff.is_empty() {
         return Err(ck_err(
             path,
@@ -119,6 +119,72 @@ pub fn check_config(path: &Path, record: &str, config: &Config) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// The keys of `initial` each kind of initial condition reads (every key of the section for a
+/// kind not listed).
+fn initial_keys_of(kind: &str) -> Option<&'static [&'static str]> {
+    Some(match kind {
+        "taylor-green" | "taylor-green-2d" => &["n", "overlap"],
+        "isotropic" => &["n", "overlap", "k_peak", "re_lambda", "energy", "seed"],
+        "ring" => &["overlap", "radius", "circulation", "core", "center"],
+        "two-rings" => &[
+            "overlap",
+            "radius",
+            "circulation",
+            "core",
+            "center",
+            "separation",
+            "pair",
+        ],
+        "blob" => &["overlap", "center", "sigma", "strength"],
+        _ => return None,
+    })
+}
+
+/// The flattened restart keys (of a checkpoint's record or of a configuration) as the run
+/// uses them, so that a default written out is no change and a key the run ignores is none:
+/// the keys of `[initial]` the kind does not read are left out (`seed` of a Taylor-Green
+/// field); the isotropic seed and the centre of a ring or blob get their defaults; the
+/// lattice is its effective size (`reinterpolation.n`, default `initial.n`) in a periodic box
+/// and its effective spacing (`reinterpolation.spacing`, default `initial.spacing`) in free
+/// space, as [`Config::lattice_h`] reads them.
+pub fn effective(
+    mut m: std::collections::BTreeMap<String, String>,
+) -> std::collections::BTreeMap<String, String> {
+    let kind = m
+        .get("initial.kind")
+        .map(|k| k.trim_matches('"').to_string())
+        .unwrap_or_default();
+    let periodic = m.get("domain.periodic").is_some_and(|v| v == "true");
+    // the lattice's spacing, below, whatever the kind
+    let initial_spacing = m.remove("initial.spacing");
+    if let Some(used) = initial_keys_of(&kind) {
+        m.retain(|k, _| {
+            k.strip_prefix("initial.")
+                .is_none_or(|rest| rest == "kind" || used.contains(&rest))
+        });
+    }
+    let value = |v: toml::Value| v.to_string();
+    if kind == "isotropic" {
+        m.entry("initial.seed".into())
+            .or_insert_with(|| value(toml::Value::Integer(crate::initial::ISOTROPIC_SEED as i64)));
+    }
+    if matches!(kind.as_str(), "ring" | "two-rings" | "blob") {
+        let zero = toml::Value::Array(vec![toml::Value::Float(0.0); 3]);
+        m.entry("initial.center".into())
+            .or_insert_with(|| value(zero));
+    }
+    if periodic {
+        if let Some(n) = m.get("initial.n").cloned() {
+            m.entry("reinterpolation.n".into()).or_insert(n);
+        }
+        // the spacing of a periodic lattice is the box over n (checked when it was read)
+        m.remove("reinterpolation.spacing");
+    } else if let Some(h) = initial_spacing {
+        m.entry("reinterpolation.spacing".into()).or_insert(h);
+    }
+    m
 }
 
 /// The configuration record of a checkpoint: [`Config::restart_keys`] as `key = value` lines.

@@ -144,10 +144,14 @@ struct Announce {
     manifest: Option<Manifest>,
 }
 
-/// The checkpoint that `path` names, checked on rank 0 against the configuration and `t_end`.
-fn open_on_root(path: &Path, config: &Config) -> Result<(Announce, Option<Checkpoint>)> {
-    let source = Source::of(path)?;
-    let (step, record, e0, whole, manifest) = match &source {
+/// What rank 0 reads of a checkpoint: its step, configuration record, initial energy, the
+/// whole state (a single file) or the manifest.
+type Opened = (u64, String, f64, Option<Checkpoint>, Option<Manifest>);
+
+/// Reads `source` on rank 0 (a single file whole, with its checksum; a manifest, with every
+/// piece present at the length it lists).
+fn load(source: &Source) -> Result<Opened> {
+    Ok(match source {
         Source::Single(p) => {
             let ck = read(p)?;
             (
@@ -160,9 +164,47 @@ fn open_on_root(path: &Path, config: &Config) -> Result<(Announce, Option<Checkp
         }
         Source::Manifest(p) => {
             let m = read_manifest(p)?;
+            let dir = p.parent().unwrap_or(Path::new("."));
+            for e in &m.pieces {
+                let len = std::fs::metadata(dir.join(&e.file)).map(|m| m.len()).ok();
+                if len != Some(e.bytes) {
+                    return Err(ck_err(
+                        p,
+                        format!(
+                            "its piece {} is missing or not {} bytes long",
+                            e.file, e.bytes
+                        ),
+                    ));
+                }
+            }
             (m.step, m.config.clone(), m.initial_energy, None, Some(m))
         }
+    })
+}
+
+/// The checkpoint that `path` names (a run directory: its newest checkpoint that loads,
+/// `vortex_spectral::durable::newest_loadable`), checked on rank 0 against the configuration
+/// and `t_end`.
+fn open_on_root(path: &Path, config: &Config) -> Result<(Announce, Option<Checkpoint>)> {
+    const BASES: [&str; 2] = [SINGLE_FILE, MANIFEST_FILE];
+    let (source, opened) = if path.is_dir() {
+        let c = vortex_spectral::durable::restart_candidates(path, &BASES);
+        vortex_spectral::durable::newest_loadable(path, &c, |p| {
+            let s = Source::of(p).map_err(|e| e.to_string())?;
+            let v = load(&s).map_err(|e| e.to_string())?;
+            Ok((s, v))
+        })
+        .map_err(super::from_durable)?
+        .1
+    } else {
+        if let Some(e) = vortex_spectral::durable::missing_restart_hint(path, &BASES) {
+            return Err(super::from_durable(e));
+        }
+        let s = Source::of(path)?;
+        let v = load(&s)?;
+        (s, v)
     };
+    let (step, record, e0, whole, manifest) = opened;
     let p = source.path();
     check_config(p, &record, config)?;
     if step >= config.steps() {

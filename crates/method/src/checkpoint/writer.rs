@@ -98,8 +98,12 @@ impl CheckpointWriter {
                     state,
                 };
                 let keep = self.keep;
+                let done = name.clone();
                 self.pending = Some(std::thread::spawn(move || {
-                    write_kept(&path, &ck, keep).map(|_| None)
+                    write_kept(&path, &ck, keep)?;
+                    // complete on disk: the one a signal's stop at once names
+                    vortex_spectral::stop::checkpoint_complete(done);
+                    Ok(None)
                 }));
             }
             self.job = Some(Job {

@@ -165,13 +165,8 @@ impl Config {
         if e.leaf_size == 0 {
             return Err(bad(file, "evaluation.leaf_size", "must be at least 1"));
         }
-        if !(e.core_cutoff >= 0.0 && e.core_cutoff.is_finite()) {
-            return Err(bad(
-                file,
-                "evaluation.core_cutoff",
-                format!("must be >= 0, got {}", e.core_cutoff),
-            ));
-        }
+        vortex_fmm::check_cutoff(e.core_cutoff, 0.0)
+            .map_err(|why| bad(file, "evaluation.core_cutoff", why))?;
         // domain
         if self.domain.periodic {
             pos("domain.box_length", self.domain.box_length)?;
@@ -220,13 +215,8 @@ impl Config {
                 ),
             ));
         }
-        if !(r.cutoff >= 3.0 && r.cutoff.is_finite()) {
-            return Err(bad(
-                file,
-                "reinterpolation.cutoff",
-                format!("must be >= 3 core radii, got {}", r.cutoff),
-            ));
-        }
+        vortex_fmm::check_cutoff(r.cutoff, 3.0)
+            .map_err(|why| bad(file, "reinterpolation.cutoff", why))?;
         if !(r.drop >= 0.0 && r.drop < 1.0) {
             return Err(bad(
                 file,
@@ -490,11 +480,12 @@ impl Config {
             let n = self
                 .lattice_n()
                 .ok_or_else(|| bad(file, "reinterpolation.n", "the periodic lattice needs n"))?;
-            if n < 2 {
+            // the rule of initial.n: the lattice's FFTs (solve, diagnostics) need even sizes
+            if n < 4 || n % 2 != 0 {
                 return Err(bad(
                     file,
                     "reinterpolation.n",
-                    "at least 2 points per direction",
+                    format!("must be even and >= 4 (the lattice's FFTs), got {n}"),
                 ));
             }
             if let Some(h) = r.spacing.or(i.spacing) {
@@ -570,11 +561,27 @@ impl Config {
             ));
         }
         let h = &self.health;
-        for (key, warn, limit) in [
-            ("health.cfl_limit", h.cfl_warn, h.cfl_limit),
-            ("health.gradient_limit", h.gradient_warn, h.gradient_limit),
+        for (warn_key, key, warn, limit) in [
+            (
+                "health.cfl_warn",
+                "health.cfl_limit",
+                h.cfl_warn,
+                h.cfl_limit,
+            ),
+            (
+                "health.gradient_warn",
+                "health.gradient_limit",
+                h.gradient_warn,
+                h.gradient_limit,
+            ),
         ] {
             if !(warn > 0.0 && warn <= limit && limit.is_finite()) {
+                // the key whose value is wrong on its own, else the limit below the warning
+                let key = if !(warn > 0.0 && warn.is_finite()) {
+                    warn_key
+                } else {
+                    key
+                };
                 return Err(bad(
                     file,
                     key,

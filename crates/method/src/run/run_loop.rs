@@ -17,6 +17,8 @@ impl RunLoop<'_> {
         let run = self;
         loop {
             let it0 = Instant::now();
+            // the measure of a signal's grace (vortex_spectral::stop)
+            vortex_spectral::stop::step_boundary();
             // f_n may be evaluated for the diagnostics before the step: counted in this step's FMM
             let phases0 = run.sim.phases();
             let step = run.sim.step_index();
@@ -56,6 +58,7 @@ impl RunLoop<'_> {
             }
             run.advance(it0, phases0, io)?;
         }
+        vortex_spectral::stop::steps_ended();
         Ok(())
     }
 }
@@ -165,7 +168,9 @@ impl<'c> RunLoop<'c> {
         let start_step = sim.step_index();
         let stop = opts
             .max_steps
-            .map_or(cfg.steps(), |k| cfg.steps().min(start_step + k))
+            .map_or(cfg.steps(), |k| {
+                cfg.steps().min(start_step.saturating_add(k))
+            })
             .max(start_step);
         // the whole run to t_end (also under --steps: a mistyped dt shows at once), measured
         // again after the first steps
@@ -193,7 +198,11 @@ impl<'c> RunLoop<'c> {
             }
         }
         let last_ck = match &source {
-            Some(p) => format!("{} (step {start_step}, the restart)", p.display()),
+            Some(p) => {
+                let name = format!("{} (step {start_step}, the restart)", p.display());
+                vortex_spectral::stop::checkpoint_complete(name.clone());
+                name
+            }
             None => String::from("(none written yet)"),
         };
         // the snapshots' time series: those of the earlier run up to the restart's step are kept
@@ -355,6 +364,7 @@ impl<'c> RunLoop<'c> {
     pub(super) fn finish_checkpoint(&mut self, io: &mut PhaseIo) -> Result<()> {
         let tio = Instant::now();
         if let Some(done) = self.writer.finish(self.comm)? {
+            vortex_spectral::stop::checkpoint_complete(done.clone());
             self.last_ck = done;
         }
         io.io += tio.elapsed().as_secs_f64();
