@@ -355,13 +355,20 @@ fn bench_fmm(b: &FmmBench) -> Result<()> {
 fn bench_m2l(b: &M2lBench) -> Result<()> {
     let orders = parse_orders(&b.orders)?;
     need_work("--count", b.count, "no translation would be timed")?;
-    // a first few translations of every order time the whole run before it starts
-    let probe = b.count.min(16);
+    // a first part of the translations of every order (at least 20 ms of them, doubled
+    // until then) times the whole run before it starts
     let estimate: f64 = orders
         .iter()
         .map(|&p| {
-            let (rot, dir) = time_m2l(p, probe, probe.div_ceil(4));
-            rot * b.count as f64 + dir * (b.count / 4).max(1) as f64
+            let mut probe = b.count.min(16);
+            loop {
+                let t0 = Instant::now();
+                let (rot, dir) = time_m2l(p, probe, probe.div_ceil(4));
+                if t0.elapsed().as_secs_f64() >= 0.02 || probe >= b.count {
+                    return rot * b.count as f64 + dir * (b.count / 4).max(1) as f64;
+                }
+                probe = (2 * probe).min(b.count);
+            }
         })
         .sum();
     announce(

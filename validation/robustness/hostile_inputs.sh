@@ -4,7 +4,7 @@
 # status and the first error line) and fails when a case panics (101), aborts (134), is killed
 # (137), succeeds where it must be refused, or gives an error that does not name its cause.
 #
-#   bash validation/robustness/hostile_inputs.sh [path/to/vortex]     (about a minute on 2 cores)
+#   bash validation/robustness/hostile_inputs.sh [path/to/vortex]     (about 70 s on 2 cores)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 bin=${1:-${CARGO_TARGET_DIR:-target}/release/vortex}
@@ -333,12 +333,23 @@ case_ "--restart DIR takes the newest loadable (.tmp) and says so" ok "checkpoin
 tg 0.01 100.0 "" | sed 's/^n = 6/n = 16/; s/^\[output\]/[output]\ncheckpoint_every = 1/' >"$tmp/long1.toml"
 VORTEX_STOP_GRACE_SECONDS=0 "$bin" run "$tmp/long1.toml" --out "$tmp/g0" 2>"$tmp/g0.err" >/dev/null & pid=$!
 for _ in $(seq 200); do [ -f "$tmp/g0/checkpoint.bin" ] && break; sleep 0.05; done
+sleep 0.3 # the checkpoint durable (its directory synced) and reported complete
 kill -TERM $pid; t0=$(date +%s.%N)
 wait $pid; rc=$?; took=$(echo "$(date +%s.%N) - $t0" | bc)
 verdict=ok
 if [ $rc -ne 75 ] || ! grep -q "stopped at once" "$tmp/g0.err" || [ "$(echo "$took > 2" | bc)" = 1 ] || [ "$(status "$tmp/g0")" != interrupted ]; then verdict=FAILED; fails=$((fails + 1)); fi
 echo "| SIGTERM, grace 0: stopped at once after ${took} s, run.json $(status "$tmp/g0") | $rc | $(grep -m1 'stopped at once' "$tmp/g0.err" | cut -c1-120) | $verdict |"
 case_ "  and --restart DIR continues from the named checkpoint" ok "" -- "$bin" run "$tmp/long1.toml" --out "$tmp/g0" --restart "$tmp/g0" --steps 2
+# the re-probe's finds: an odd lattice (FFT assertion), a repeat count of weeks, a step limit
+# that wrapped around on a restart, a record without an invocation
+case_ "reinterpolation.n = 7 (FFT assertion)" refused "reinterpolation.n" -- "$bin" run "$(tg 0.1 0.2 "" | sed 's/^\[output\]/[reinterpolation]\nn = 7\n[output]/' | cfg b15)" --out "$tmp/b15"
+case_ "bench reinterp --repeat 18446744073709551615" refused "\-\-repeat" -- "$bin" bench reinterp --n 8 --backend cpu --samples 10 --repeat 18446744073709551615
+"$bin" run "$tmp/tg04d.toml" --out "$tmp/wrap" --steps 1 >/dev/null 2>&1
+case_ "restart --steps 18446744073709551615 (wrapped to no step)" ok "" -- "$bin" run "$tmp/tg04d.toml" --out "$tmp/wrap" --restart "$tmp/wrap" --steps 18446744073709551615
+check "  it ran to t_end" grep -q "^4.0000000000e-1," "$tmp/wrap/diagnostics.csv"
+mkdir -p "$tmp/u5"; printf '{ "invocations": [] }' >"$tmp/u5/run.json"; echo "t,E" >"$tmp/u5/energy.csv"
+case_ "spectral --overwrite, a run.json without invocations" refused "no readable run.json" -- "$bin" spectral "$tmp/sp.toml" --out "$tmp/u5" --overwrite
+check "  the user's energy.csv kept" grep -q "t,E" "$tmp/u5/energy.csv"
 
 echo
 echo "$fails case(s) failed"

@@ -128,7 +128,8 @@ pub fn earlier_outputs(out: &Path) -> Result<Vec<PathBuf>, DurableError> {
         return Err(DurableError::OutDir {
             path: out.to_path_buf(),
             msg: format!(
-                "--overwrite refused: there is no readable {RECORD}, so which files a run wrote \
+                "--overwrite refused: there is no readable {RECORD} (or it lists no invocation), so \
+                 which files a run wrote \
                  here is not known, and {} file(s) have a run's output names ({}{}): they may \
                  be yours; move them away or choose another --out",
                 named.len(),

@@ -484,7 +484,9 @@ impl<'c> RunLoop<'c> {
 /// re-interpolation, diagnostics), fitted to runs on a 2-core CPU (Taylor-Green 8^3 and 16^3,
 /// a ring of 55,000 particles: 0.6 to 8 s a step) and to the 256^3 step on an H100
 /// (BENCHMARKS.md): 4e-4 s per particle and thread on the CPU, plus 1 thread-second a step in a
-/// periodic box (the image sums and the diagnostics grid); 6e-8 s per particle on a GPU. The
+/// periodic box (the image sums and the diagnostics grid) and the re-interpolation's Gaussian
+/// sums by their reach (`reinterpolation.cutoff`, `initial.overlap`); 6e-8 s per particle on a
+/// GPU. The
 /// run measures itself after the first steps and announces again when this is off
 /// ([`vortex_spectral::estimate::Estimate`]).
 pub(super) fn announce(cfg: &Config, steps: u64, n: usize, backend: &str) -> f64 {
@@ -493,7 +495,14 @@ pub(super) fn announce(cfg: &Config, steps: u64, n: usize, backend: &str) -> f64
     } else {
         let threads = rayon::current_num_threads() as f64;
         let fixed = if cfg.domain.periodic { 1.0 } else { 0.01 };
-        (fixed + n as f64 * 4e-4) / threads
+        // the Gaussian sums of a re-interpolation visit (2 cutoff overlap)^3 lattice points per
+        // particle (1.3e-7 thread-seconds each on the 2-core machine, Taylor-Green 16^3 with
+        // cutoff 12 re-interpolated every step: 3.8 s of a 4.3 s step); once per
+        // `reinterpolation.every` steps, else about once in 20 steps
+        let r = &cfg.reinterpolation;
+        let reach = (2.0 * r.cutoff * cfg.initial.overlap).powi(3);
+        let every = if r.every > 0 { r.every as f64 } else { 20.0 };
+        (fixed + n as f64 * 4e-4 + n as f64 * reach * 1.3e-7 / every) / threads
     };
     durable::announce_steps(
         &format!("the run to t_end = {} with dt = {}", cfg.t_end, cfg.dt),
