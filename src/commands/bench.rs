@@ -7,6 +7,7 @@
 //! * `vortex bench m2l`: time of one M2L translation, rotation-based O(p^3) vs plain O(p^4).
 //! * `vortex bench spectral`, `vortex bench reinterp`: their own modules.
 
+use super::bench_common::{announce, need_work};
 use crate::planner::{request_at_sources, resolve, uniform_core_cutoff};
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
@@ -177,31 +178,6 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         BenchKind::Spectral(b) => super::bench_spectral::run(b),
         BenchKind::Reinterp(b) => super::bench_reinterp::run(b),
         BenchKind::SlabFft(b) => super::bench_slab::run(b),
-    }
-}
-
-/// Refuses a count of zero for `flag`: no work would be done, and a table of numbers (an error
-/// of 0, a median of nothing) would be printed anyway.
-pub fn need_work(flag: &str, count: usize, what: &str) -> Result<()> {
-    if count == 0 {
-        bail!("{flag} 0: {what}; give at least 1");
-    }
-    Ok(())
-}
-
-/// Logs the estimated duration of `what` when it is above 10 s (before the work starts,
-/// measured from a first part of it).
-pub fn announce(what: &str, secs: f64) {
-    if secs > 10.0 {
-        let text = format!(
-            "{what}: estimated {} (measured on the first of them)",
-            vortex_spectral::durable::duration_text(secs)
-        );
-        if secs > vortex_spectral::outdir::LONG_RUN_S {
-            log::warn!("{text}: a long benchmark");
-        } else {
-            log::info!("{text}");
-        }
     }
 }
 

@@ -1,0 +1,58 @@
+//! M2L (core paper Eq. 27, 30-32): a multipole translated into a local expansion, by
+//! rotation, `O(p^3)`.
+
+#![allow(clippy::needless_range_loop)] // index loops mirror the formulas
+
+use super::rotate::Z_FULL;
+use super::*;
+
+impl Operators {
+    /// M2L (paper Eq. 27, 30-32), rotation-based `O(p^3)`; builds the rotation on the fly
+    /// (`O(p^4)`, use [`Operators::m2l_with_rotation`] with cached rotations in hot loops).
+    pub fn m2l(
+        &self,
+        source_center: [f64; 3],
+        target_center: [f64; 3],
+        multipole: &[Complex64],
+        local: &mut [Complex64],
+        scratch: &mut Scratch,
+    ) {
+        let v = sub(target_center, source_center);
+        scratch.rot.set(v, &self.delta);
+        self.m2l_impl(&scratch.rot, norm(v), multipole, local, &mut scratch.work);
+    }
+
+    /// M2L with `rot = self.rotation(target_center - source_center)` and
+    /// `distance = |target_center - source_center|`. `O(p^3)`, no allocation, the rotation
+    /// is shared by the three components.
+    pub fn m2l_with_rotation(
+        &self,
+        rot: &Rotation,
+        distance: f64,
+        multipole: &[Complex64],
+        local: &mut [Complex64],
+        scratch: &mut Scratch,
+    ) {
+        self.m2l_impl(rot, distance, multipole, local, &mut scratch.work);
+    }
+
+    fn m2l_impl(
+        &self,
+        rot: &Rotation,
+        distance: f64,
+        multipole: &[Complex64],
+        local: &mut [Complex64],
+        w: &mut Work,
+    ) {
+        debug_assert_eq!(rot.order(), self.p);
+        self.rotate_forward(rot, multipole, w);
+        let inv = 1.0 / distance;
+        let mut t = 1.0;
+        for k in 0..=self.p + 1 {
+            w.pw[k] = t;
+            t *= inv;
+        }
+        self.translate_z::<Z_FULL>(&self.t_m2l, w);
+        self.rotate_backward_acc(rot, w, local);
+    }
+}
