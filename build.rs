@@ -23,7 +23,14 @@ fn git(args: &[&str]) -> Option<String> {
 }
 
 fn main() {
-    for p in ["src", "crates", "kernels", "Cargo.toml", "Cargo.lock", "build.rs"] {
+    for p in [
+        "src",
+        "crates",
+        "kernels",
+        "Cargo.toml",
+        "Cargo.lock",
+        "build.rs",
+    ] {
         println!("cargo:rerun-if-changed={p}");
     }
     if let (Some(git_dir), Some(common)) = (
