@@ -83,6 +83,7 @@ pub fn eval_params(
             box_length,
             image_levels,
         }),
+        m2l: vortex_fmm::M2lKernel::Auto,
     }
 }
 

@@ -497,6 +497,7 @@ impl Config {
             core_cutoff: self.evaluation.core_cutoff,
             core: vortex_fmm::kernel::CoreOrder::default(),
             periodic: self.periodic(),
+            m2l: vortex_fmm::M2lKernel::Auto,
         }
     }
 
