@@ -16,9 +16,8 @@ impl Operators {
         child: &mut [Complex64],
         scratch: &mut Scratch,
     ) {
-        let v = sub(child_center, parent_center);
-        scratch.rot.set(v, &self.delta);
-        self.l2l_impl(&scratch.rot, norm(v), parent, child, &mut scratch.work);
+        let distance = self.rotation_between(parent_center, child_center, scratch);
+        self.l2l_impl(&scratch.rot, distance, parent, child, &mut scratch.work);
     }
 
     /// L2L with `rot = self.rotation(child_center - parent_center)` and
@@ -42,14 +41,6 @@ impl Operators {
         child: &mut [Complex64],
         w: &mut Work,
     ) {
-        debug_assert_eq!(rot.order(), self.p);
-        self.rotate_forward(rot, parent, w);
-        let mut t = 1.0;
-        for k in 0..=self.p {
-            w.pw[k] = t;
-            t *= distance;
-        }
-        self.translate_z::<Z_UPPER>(&self.t_l2l, w);
-        self.rotate_backward_acc(rot, w, child);
+        self.translate::<Z_UPPER>(rot, &self.t_l2l, distance, self.p + 1, parent, child, w);
     }
 }

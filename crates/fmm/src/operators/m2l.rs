@@ -17,9 +17,8 @@ impl Operators {
         local: &mut [Complex64],
         scratch: &mut Scratch,
     ) {
-        let v = sub(target_center, source_center);
-        scratch.rot.set(v, &self.delta);
-        self.m2l_impl(&scratch.rot, norm(v), multipole, local, &mut scratch.work);
+        let distance = self.rotation_between(source_center, target_center, scratch);
+        self.m2l_impl(&scratch.rot, distance, multipole, local, &mut scratch.work);
     }
 
     /// M2L with `rot = self.rotation(target_center - source_center)` and
@@ -44,15 +43,7 @@ impl Operators {
         local: &mut [Complex64],
         w: &mut Work,
     ) {
-        debug_assert_eq!(rot.order(), self.p);
-        self.rotate_forward(rot, multipole, w);
         let inv = 1.0 / distance;
-        let mut t = 1.0;
-        for k in 0..=self.p + 1 {
-            w.pw[k] = t;
-            t *= inv;
-        }
-        self.translate_z::<Z_FULL>(&self.t_m2l, w);
-        self.rotate_backward_acc(rot, w, local);
+        self.translate::<Z_FULL>(rot, &self.t_m2l, inv, self.p + 2, multipole, local, w);
     }
 }

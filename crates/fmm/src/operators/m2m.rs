@@ -17,9 +17,8 @@ impl Operators {
         parent: &mut [Complex64],
         scratch: &mut Scratch,
     ) {
-        let v = sub(parent_center, child_center);
-        scratch.rot.set(v, &self.delta);
-        self.m2m_impl(&scratch.rot, norm(v), child, parent, &mut scratch.work);
+        let distance = self.rotation_between(child_center, parent_center, scratch);
+        self.m2m_impl(&scratch.rot, distance, child, parent, &mut scratch.work);
     }
 
     /// M2M with `rot = self.rotation(parent_center - child_center)` and
@@ -43,16 +42,8 @@ impl Operators {
         parent: &mut [Complex64],
         w: &mut Work,
     ) {
-        debug_assert_eq!(rot.order(), self.p);
-        self.rotate_forward(rot, child, w);
         // in the rotated frame the child centre sits at -distance on the z axis
         let tau = -distance;
-        let mut t = 1.0;
-        for k in 0..=self.p {
-            w.pw[k] = t;
-            t *= tau;
-        }
-        self.translate_z::<Z_LOWER>(&self.t_m2m, w);
-        self.rotate_backward_acc(rot, w, parent);
+        self.translate::<Z_LOWER>(rot, &self.t_m2m, tau, self.p + 1, child, parent, w);
     }
 }

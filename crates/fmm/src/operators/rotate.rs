@@ -130,6 +130,45 @@ impl Operators {
             }
         }
     }
+
+    /// Rebuilds `scratch`'s rotation for the translation from centre `from` to centre `to`
+    /// and returns the distance `|to - from|`.
+    pub(super) fn rotation_between(
+        &self,
+        from: [f64; 3],
+        to: [f64; 3],
+        scratch: &mut Scratch,
+    ) -> f64 {
+        let v = sub(to, from);
+        scratch.rot.set(v, &self.delta);
+        norm(v)
+    }
+
+    /// One rotation-based translation (M2M, M2L or L2L; core paper Eq. 30-32): `input`
+    /// rotated so that the translation runs along `+z`, translated along z by `table` (of
+    /// `KIND`) with the powers `1, x, x^2, ...` (`terms` of them), rotated back and added to
+    /// `out`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn translate<const KIND: u8>(
+        &self,
+        rot: &Rotation,
+        table: &[f64],
+        x: f64,
+        terms: usize,
+        input: &[Complex64],
+        out: &mut [Complex64],
+        w: &mut Work,
+    ) {
+        debug_assert_eq!(rot.order(), self.p);
+        self.rotate_forward(rot, input, w);
+        let mut t = 1.0;
+        for k in 0..terms {
+            w.pw[k] = t;
+            t *= x;
+        }
+        self.translate_z::<KIND>(table, w);
+        self.rotate_backward_acc(rot, w, out);
+    }
 }
 
 /// z-axis translation kinds of [`Operators::translate_z`].
