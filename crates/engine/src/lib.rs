@@ -3,8 +3,8 @@
 //! to `vortex_fmm::planner`, the GPU probed without touching the driver first), the one evaluation
 //! call of `vortex eval` and `pyvortex.evaluate` ([`evaluate`]), the defaults of
 //! `vortex eval`, the plan of a run ([`run_plan`]: its engine, devices and where its particle
-//! state lives, in one call), a thread pool, and the checks of input arrays with the messages the command
-//! line gives ([`input`]).
+//! state lives, in one call), a thread pool, and the checks of input arrays with the messages
+//! the command line gives ([`input`]).
 //!
 //! The velocity and stretching themselves are the Biot-Savart sums of `CONVENTIONS.md` (core
 //! paper Eq. 3-9), computed by the `vortex_fmm::Evaluator` the planner hands out.

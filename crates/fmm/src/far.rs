@@ -121,19 +121,24 @@ pub const DENSE_MAX_ORDER: usize = 14;
 
 impl std::str::FromStr for M2lKernel {
     type Err = String;
+    /// The kernel of a name of [`M2lKernel::NAMED`]; another is refused with the valid ones.
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "auto" => Ok(Self::Auto),
-            "rotation" => Ok(Self::Rotation),
-            "dense" => Ok(Self::Dense),
-            _ => Err(format!(
-                "unknown M2L kernel '{s}' (expected auto, rotation or dense)"
-            )),
-        }
+        let known = Self::NAMED.iter().find(|(name, _)| *name == s);
+        known.map(|&(_, k)| k).ok_or_else(|| {
+            let names: Vec<&str> = Self::NAMED.iter().map(|(name, _)| *name).collect();
+            format!("unknown M2L kernel '{s}' (expected {})", names.join(", "))
+        })
     }
 }
 
 impl M2lKernel {
+    /// Every kernel with its name (`--m2l`).
+    pub const NAMED: [(&'static str, M2lKernel); 3] = [
+        ("auto", M2lKernel::Auto),
+        ("rotation", M2lKernel::Rotation),
+        ("dense", M2lKernel::Dense),
+    ];
+
     /// The kernel that runs at order `p` and why: an explicit choice is kept; `Auto` takes
     /// the dense matrices for `4 <= p <= DENSE_MAX_ORDER` (a matrix product of `2 D^2` flops
     /// per component and translation, `D = (p+1)^2` padded to 64, runs near the peak f32 rate
