@@ -22,7 +22,6 @@ use crate::kernels::{per_element, Kernels};
 use crate::laps::Laps;
 use crate::lattice::{sort_into_cells, Binned, Rows};
 use cudarc::cufft::{result as cufft_result, sys as cufft_sys, CudaFft};
-use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use num_complex::Complex64;
 use std::sync::Arc;
@@ -139,10 +138,7 @@ impl DeviceSpread {
             Precision::F32 => &f.spread_f,
             Precision::F64 => &f.spread_d,
         };
-        spread.set_attribute(
-            CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            shared as i32,
-        )?;
+        spread.allow_dynamic_shared(shared)?;
         let s = dev.stream();
         let mi = m as i32;
         let (kind, buf) = match precision {
