@@ -10,8 +10,8 @@
 //!
 //! * [`grid`]: bounding cube, choice of `n = m 2^k` (gap condition: leaf width >=
 //!   `core_cutoff * sigma_max`), cell numbering and centres;
-//! * [`dense_m2l`]: the M2L below the top as dense per-offset matrices (kernel and f64 host
-//!   emulation), one of the two [`M2lKernel`]s;
+//! * [`dense_m2l`]: the M2L below the top as dense per-offset matrices (kernels on the FP32
+//!   pipes and on the FP64 tensor cores, and the f64 host emulation), two of the [`M2lKernel`]s;
 //! * [`stencil`]: the implicit near and M2L lists (tested to cover every leaf pair once) and
 //!   the rotation records per integer offset;
 //! * [`sort`]: host emulation of the device sort and task builder (tested against a plain
@@ -31,6 +31,8 @@
 //! * [`distributed`]: the distributed device path, one GPU per rank (free space and periodic;
 //!   `UniformFmm::evaluate_device_slab` on device buffers for the resident step);
 //! * [`periodic`]: the periodic box (wrapping pack, far images, surface correction);
+//! * [`profile`]: the per-kernel profile (CUDA events per kernel, launches, the roofline floor
+//!   of each on the card), off unless started (`vortex bench fmm --profile`);
 //! * [`evaluator`]: [`UniformEvaluator`] and [`UniformSlabEvaluator`], the grid behind
 //!   `vortex_fmm::Evaluator` (what the planner hands out for `--grid uniform`).
 
@@ -42,6 +44,7 @@ pub mod evaluator;
 pub mod grid;
 pub mod periodic;
 pub mod pipeline;
+pub mod profile;
 pub mod reference;
 pub mod slab;
 pub mod sort;
@@ -96,27 +99,38 @@ pub enum M2lKernel {
     /// Dense per-offset matrices applied to 32 targets of one parity class per block
     /// (`u_m2l_dense`, [`dense_m2l`]).
     Dense,
+    /// The same products on the FP64 tensor cores (`u_m2l_tensor`: matrices, gathered
+    /// multipoles and sums in f64, DMMA), for GPUs of compute capability 8.0 and above.
+    Tensor,
 }
 
 /// Largest order for which `Auto` takes the dense matrices (the range their tests cover;
 /// 343 matrices of `padded_dofs(p)^2` floats: 22 MB at p = 10, 90 MB at p = 14).
 pub const DENSE_MAX_ORDER: usize = 14;
+/// Largest order for which `Auto` takes them on the FP64 tensor cores (`padded_dofs(p) <=
+/// 128`: measured faster than the FP32 pipes there; 45 MB of f64 matrices at p = 10).
+pub const TENSOR_MAX_ORDER: usize = 10;
 
 impl M2lKernel {
     /// The kernel that runs at order `p` and why: an explicit choice is kept; `Auto` takes
-    /// the dense matrices for `4 <= p <= DENSE_MAX_ORDER` (a matrix product of `2 D^2` flops
-    /// per component and translation, `D = (p+1)^2` padded to 64, runs near the peak f32 rate
-    /// while the rotations' three dependent stages with block barriers do not: expected about
-    /// 2.5x faster at p = 10 on an H100, error at the f32 level), the rotations otherwise
-    /// (below p = 4 the padding to 64 wastes most of the product; above 14 the matrices grow
-    /// past 90 MB).
+    /// the dense matrices on the FP64 tensor cores for `4 <= p <= TENSOR_MAX_ORDER` (on an
+    /// H200 at p = 10: 156 ms for the 56^3 level against 172 ms on the FP32 pipes, 2.7 ms
+    /// against 5.7 ms for a 14^3 level, whose 189 offsets are split over blocks; f64 sums),
+    /// the dense matrices on the FP32 pipes for `TENSOR_MAX_ORDER < p <= DENSE_MAX_ORDER` (a
+    /// matrix product of `2 D^2` flops per component and translation, `D = (p+1)^2` padded to
+    /// 64, against the rotations' three dependent stages with block barriers), the rotations
+    /// otherwise (below p = 4 the padding to 64 wastes most of the product; above 14 the
+    /// matrices grow past 90 MB).
     pub fn resolve(self, p: usize) -> (M2lKernel, &'static str) {
         match self {
-            M2lKernel::Rotation => (self, "asked for"),
-            M2lKernel::Dense => (self, "asked for"),
+            M2lKernel::Rotation | M2lKernel::Dense | M2lKernel::Tensor => (self, "asked for"),
+            M2lKernel::Auto if (4..=TENSOR_MAX_ORDER).contains(&p) => (
+                M2lKernel::Tensor,
+                "auto: 4 <= p <= 10, dense per-offset matrix products on the FP64 tensor cores",
+            ),
             M2lKernel::Auto if (4..=DENSE_MAX_ORDER).contains(&p) => (
                 M2lKernel::Dense,
-                "auto: 4 <= p <= 14, dense per-offset matrix products",
+                "auto: 10 < p <= 14, dense per-offset matrix products on the FP32 pipes",
             ),
             M2lKernel::Auto => (
                 M2lKernel::Rotation,
@@ -139,6 +153,7 @@ fn default_m2l() -> M2lKernel {
     match DEFAULT_M2L.load(std::sync::atomic::Ordering::Relaxed) {
         1 => M2lKernel::Rotation,
         2 => M2lKernel::Dense,
+        3 => M2lKernel::Tensor,
         _ => M2lKernel::Auto,
     }
 }
@@ -212,15 +227,18 @@ pub struct UniformTimes {
     pub m2l: f64,
     /// L2L and L2P.
     pub downward: f64,
-    /// P2P.
+    /// P2P (when `overlapped`, its kernel time: it ran beside the M2L and the L2L).
     pub p2p: f64,
     /// Scatter to input order, download, `1/(4 pi)` and f64 conversion on the host.
     pub download: f64,
     /// Periodic: host time of the far images (download of the top multipoles, the f64
     /// lattice-summed M2L, upload), overlapped with the P2P and part of `p2p`.
     pub far_images: f64,
-    /// Sum of the phases (the wall time of the evaluation).
+    /// The wall time of the evaluation (the sum of the phases, less the P2P when
+    /// `overlapped`).
     pub total: f64,
+    /// Whether the P2P ran on a second stream beside the far field (one GPU, unprofiled).
+    pub overlapped: bool,
     /// Kernel-only times (CUDA events).
     pub k_sort: f64,
     pub k_p2m: f64,
