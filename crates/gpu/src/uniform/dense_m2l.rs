@@ -303,8 +303,12 @@ mod tensor_tests {
         assert_eq!(tensor_groups(88), 3);
         assert_eq!(tensor_groups(264), 1);
         assert_eq!(tensor_groups(5488), 1);
-        // every group gets offsets: 189 / 16 > 11
-        assert!(189 / TENSOR_MAX_GROUPS >= 11);
+        // the kernel's rule (offset i of 189 to group i g / 189) gives every group offsets
+        for g in 1..=TENSOR_MAX_GROUPS {
+            let mut count = vec![0; g];
+            (0..189).for_each(|i| count[i * g / 189] += 1);
+            assert!(count.iter().all(|&c| c >= 189 / g), "{g}: {count:?}");
+        }
     }
 }
 
