@@ -730,6 +730,10 @@ impl Simulator for ResidentSimulation<'_> {
     fn describe(&self) -> String {
         self.name.clone()
     }
+
+    fn state_on_device(&self) -> bool {
+        true
+    }
 }
 
 /// The first rank's (lowest rank) bad particle: its rank, global id and position. Collective.
