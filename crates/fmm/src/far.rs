@@ -340,16 +340,13 @@ mod tests {
 
     #[test]
     fn the_m2l_kernel_parses_its_names_and_refuses_others() {
-        for (name, k) in [
-            ("auto", M2lKernel::Auto),
-            ("rotation", M2lKernel::Rotation),
-            ("dense", M2lKernel::Dense),
-        ] {
+        for (name, k) in M2lKernel::NAMED {
             assert_eq!(name.parse::<M2lKernel>(), Ok(k));
+            assert_eq!(format!("{k:?}").to_lowercase(), name);
         }
         let e = "plain".parse::<M2lKernel>().unwrap_err();
         assert!(
-            e.contains("'plain'") && e.contains("auto, rotation or dense"),
+            e.contains("'plain'") && e.contains("(expected auto, rotation, dense)"),
             "{e}"
         );
         // auto: the dense matrices exactly where they are tested, the rotations elsewhere
