@@ -125,7 +125,9 @@ impl<'c> ResidentSimulation<'c> {
         let mut rbf = Reinterpolator::new(&config, x);
         let reserved = n_max as f64 * DEVICE_BYTES_PER_PARTICLE;
         agree(comm, rbf.prepare(&dev, reserved, ranks))?;
-        let fmm = agree(comm, device_engine(comm, &config, index))?;
+        let fmm = vortex_engine::run_plan::plan_device(comm, index, &config.eval_params())
+            .map_err(|e| Error::Other(format!("the device-resident step: {e}")));
+        let fmm = agree(comm, fmm)?;
         let name = describe(&*fmm, &mut rbf);
         Ok(Self {
             ctx: Ctx { comm, dev, s, k },
@@ -436,32 +438,6 @@ fn check_device_memory(dev: &GpuDevice, n: usize, ranks: usize) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// The planner's engine of the particles at themselves on device buffers: the uniform grid on
-/// one GPU, its z slabs over several ranks (`vortex_engine::planner::build_device`).
-fn device_engine<'c>(
-    comm: &'c dyn Comm,
-    config: &Config,
-    index: usize,
-) -> Result<Box<dyn DeviceEvaluator + 'c>> {
-    use vortex_fmm::planner::{choose, Request};
-    use vortex_fmm::{GridChoice, TargetKind};
-    let e = &config.evaluation;
-    let req = Request {
-        method: e.method,
-        backend: vortex_fmm::BackendChoice::Cuda,
-        grid: GridChoice::Uniform,
-        periodic: true,
-        ranks: comm.size(),
-        targets: TargetKind::Sources,
-        n: 0,
-    };
-    let choice = choose(&req, &vortex_engine::planner::capabilities(comm))
-        .map_err(|r| Error::Other(format!("the device-resident step: {r}")))?;
-    let params = config.eval_params();
-    vortex_engine::planner::build_device(comm, choice.engine, index, &params, config.periodic())
-        .map_err(|e| Error::Other(e.to_string()))
 }
 
 /// What runs, for the logs and run.json: the engine, the state, the sums' route and the

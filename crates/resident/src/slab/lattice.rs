@@ -230,7 +230,12 @@ mod tests {
     fn lattice_order_rows_carry_their_point_ids() {
         let n = 7usize;
         let value = |id: usize| [id as f64, -(id as f64), 0.5 * id as f64];
-        for bounds in [vec![0, n], vec![0, 3, n], vec![0, 1, 1, 5, n], vec![0, 2, 4, 6, n]] {
+        for bounds in [
+            vec![0, n],
+            vec![0, 3, n],
+            vec![0, 1, 1, 5, n],
+            vec![0, 2, 4, 6, n],
+        ] {
             let mut seen = vec![false; n * n * n];
             for rank in 0..bounds.len() - 1 {
                 let lat = SlabLattice::new(n, 1.0, bounds.clone(), rank, 2.0, 0.01).unwrap();
@@ -251,7 +256,10 @@ mod tests {
                     seen[id as usize] = true;
                 }
             }
-            assert!(seen.iter().all(|&s| s), "bounds {bounds:?}: a point without a row");
+            assert!(
+                seen.iter().all(|&s| s),
+                "bounds {bounds:?}: a point without a row"
+            );
         }
     }
 
