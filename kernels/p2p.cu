@@ -19,34 +19,52 @@
 #define SQRT_2_OVER_PI 0.7978845608028654f
 #define INV_SQRT2 0.7071067811865476f
 
-// K and K'/r of one pair from r^2 and 1/sigma. Closed form for rho >= 1, Taylor series in rho^2
-// below (the closed form cancels there; the series is exact to fp32 for rho^2 < 1 and gives the
-// analytic limit at r = 0). Both are computed and one is selected: no divergence, and the
-// unselected value may be inf/NaN at r = 0 without harm.
+// Beyond rho^2 = FAR_RHO2 the core is invisible in fp32: there 1 - q(rho) < 2e-9 and the
+// dq/dr term of K' is 2e-8 of the singular term (q(rho) = erf(rho / sqrt 2) - sqrt(2 / pi)
+// rho exp(-rho^2 / 2), rho = 6.63), so K = 1 / r^3 and K'/r = -3 / r^5 to fp32 rounding. A
+// core of another order that converges to the singular kernel as fast may keep it; one that
+// does not defines its own before including this file.
+#ifndef FAR_RHO2
+#define FAR_RHO2 44.0f
+#endif
+
+// K and K'/r of one pair from r^2 and 1/sigma, on three branches by rho^2 (each lane takes its
+// own: a warp whose lanes agree runs one branch; where they differ, the warp runs each branch
+// taken, as many instructions as one evaluation of all three):
+// * rho^2 >= FAR_RHO2: the singular kernel (above);
+// * 1 <= rho^2 < FAR_RHO2: the closed form;
+// * rho^2 < 1: the Taylor series in rho^2 (the closed form cancels there; the series is exact
+//   to fp32 for rho^2 < 1 and gives the analytic limit at r = 0).
 __device__ __forceinline__ void kernel_factors(float r2, float is, float& k, float& kp_over_r)
 {
-    float is2 = is * is;
-    float rho2 = r2 * is2;
-    float rinv = rsqrtf(r2);
-    float rho = r2 * rinv * is;
-    float g = __expf(-0.5f * rho2);
-    float q = erff(rho * INV_SQRT2) - SQRT_2_OVER_PI * rho * g;
-    float rinv2 = rinv * rinv;
-    float rinv3 = rinv2 * rinv;
-    float k_cf = q * rinv3;
-    // K'/r = (dq/dr - 3 q / r) / r^4, dq/dr = sqrt(2/pi) rho^2 g / sigma
-    float kp_cf = (SQRT_2_OVER_PI * rho2 * g * is - 3.0f * q * rinv) * rinv2 * rinv2;
-    // series: K = c/s^3 sum a_k x^k, K'/r = c/s^5 sum b_k x^k, x = rho^2,
-    // a_k = (-1)^k / (2^k k! (2k+3)), b_k = 2 (k+1) a_{k+1}
-    float x = rho2;
-    float fa = 1.0f / 3.0f + x * (-1.0f / 10.0f + x * (1.0f / 56.0f + x * (-1.0f / 432.0f
-             + x * (1.0f / 4224.0f + x * (-1.0f / 49920.0f + x * (1.0f / 691200.0f))))));
-    float fb = -1.0f / 5.0f + x * (1.0f / 14.0f + x * (-1.0f / 72.0f + x * (1.0f / 528.0f
-             + x * (-1.0f / 4992.0f + x * (1.0f / 57600.0f + x * (-1.0f / 783360.0f))))));
-    float c3 = SQRT_2_OVER_PI * is2 * is;
-    bool small = rho2 < 1.0f;
-    k = small ? c3 * fa : k_cf;
-    kp_over_r = small ? c3 * is2 * fb : kp_cf;
+    const float is2 = is * is;
+    const float rho2 = r2 * is2;
+    if (rho2 >= FAR_RHO2) {
+        const float rinv = rsqrtf(r2);
+        const float rinv2 = rinv * rinv;
+        k = rinv2 * rinv;
+        kp_over_r = -3.0f * k * rinv2;
+    } else if (rho2 >= 1.0f) {
+        const float rinv = rsqrtf(r2);
+        const float rho = r2 * rinv * is;
+        const float g = __expf(-0.5f * rho2);
+        const float q = erff(rho * INV_SQRT2) - SQRT_2_OVER_PI * rho * g;
+        const float rinv2 = rinv * rinv;
+        k = q * rinv2 * rinv;
+        // K'/r = (dq/dr - 3 q / r) / r^4, dq/dr = sqrt(2/pi) rho^2 g / sigma
+        kp_over_r = (SQRT_2_OVER_PI * rho2 * g * is - 3.0f * q * rinv) * rinv2 * rinv2;
+    } else {
+        // K = c/s^3 sum a_k x^k, K'/r = c/s^5 sum b_k x^k, x = rho^2,
+        // a_k = (-1)^k / (2^k k! (2k+3)), b_k = 2 (k+1) a_{k+1}
+        const float x = rho2;
+        const float fa = 1.0f / 3.0f + x * (-1.0f / 10.0f + x * (1.0f / 56.0f + x * (-1.0f / 432.0f
+                 + x * (1.0f / 4224.0f + x * (-1.0f / 49920.0f + x * (1.0f / 691200.0f))))));
+        const float fb = -1.0f / 5.0f + x * (1.0f / 14.0f + x * (-1.0f / 72.0f + x * (1.0f / 528.0f
+                 + x * (-1.0f / 4992.0f + x * (1.0f / 57600.0f + x * (-1.0f / 783360.0f))))));
+        const float c3 = SQRT_2_OVER_PI * is2 * is;
+        k = c3 * fa;
+        kp_over_r = c3 * is2 * fb;
+    }
 }
 
 // Adds the contribution of source (sp, sa) to target (x, a): u += K a_j x d,

@@ -534,3 +534,201 @@ extern "C" __global__ void __launch_bounds__(DTHREADS) u_m2l_dense(
         }
     }
 }
+// ---- M2L as dense per-offset matrices on the FP64 tensor cores ------------------------------
+// The product of u_m2l_dense (same targets, classes, offsets, gathers and scalings; the
+// matrices in f64, mats64[(o DP + j) DP + r] = A_v[r][j]) with mma.sync m8n8k4 f64 (DMMA, PTX
+// ISA "Matrix multiply-accumulate operation using mma instruction", shape .m8n8k4 .f64):
+// per k step of 4 a warp holds one element of A (row lane/4, column lane%4), one of B (row
+// lane%4, column lane/4) and two of the accumulator (row lane/4, columns 2 (lane%4) + 0, 1).
+// 8 warps; warp w owns the output rows 8 MT w .. 8 MT (w + 1) (MT = DP / 64 row tiles of 8)
+// and all 96 columns (12 column tiles of 8): 2 MT x 12 doubles of accumulator per thread. A
+// chunk of DKT input slots of A (DKT x DP) and of the gathered, scaled sources (96 x DKT)
+// is staged in shared memory as f64, rows padded by 4 doubles (no bank conflicts on the
+// fragment loads). f64 products and sums: the locals are rounded to f32 once, at the store.
+// A level of few targets (fewer blocks than the GPU holds) splits the 189 offsets into
+// `groups` contiguous ranges (blockIdx.z; the i-th of the class's offsets in loop order goes
+// to group floor(i groups / 189)); each group then stores its f64 sums into `part` (per group,
+// level cell, component and slot: groups nl^3 3 DP doubles) and u_m2l_tensor_sum adds the
+// groups in their order (repeatable) into the locals.
+#define MT (DP / 64)
+#ifndef DKT
+#define DKT (DP > 128 ? 8 : 16)
+#endif
+#ifndef TENSOR_MINB
+#define TENSOR_MINB 1
+#endif
+#define APAD (DP + 4)
+#define XPAD (DKT + 4)
+#define TTHREADS 256
+#define TAPER (DKT * DP / 2 / TTHREADS)  /* double2 of A per thread and chunk */
+#define TXPER (DKT * DCOLS / TTHREADS)   /* source values per thread and chunk */
+
+__device__ __forceinline__ void dmma_884(double a, double b, double& c0, double& c1)
+{
+    asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
+                 : "+d"(c0), "+d"(c1)
+                 : "d"(a), "d"(b));
+}
+
+extern "C" __global__ void __launch_bounds__(TTHREADS, TENSOR_MINB) u_m2l_tensor(
+    const float* __restrict__ mult, float* __restrict__ loc, const double* __restrict__ mats,
+    const int* __restrict__ dmap, double* __restrict__ part, int level_off, int nl, int periodic,
+    float w, int zlo, int zhi, int q0, int qcount, int groups)
+{
+    __shared__ __align__(16) double s_a[DKT * APAD];
+    __shared__ __align__(16) double s_x[DCOLS * XPAD];
+    __shared__ int s_map[DP];
+    __shared__ double s_scale[DP];
+    __shared__ int s_tgt[DT_TARGETS];
+    __shared__ int s_src[DT_TARGETS];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, q4 = lane & 3;
+    const int cls = blockIdx.y;
+    const int px = cls & 1, py = (cls >> 1) & 1, pz = cls >> 2;
+    const int h = nl / 2;
+    const double inv_w = 1.0 / (double)w;
+    for (int r = tid; r < DP; r += TTHREADS) {
+        const int f = dmap[r];
+        int n = 0;
+        while ((n + 1) * (n + 1) <= r) ++n;
+        double sc = 1.0;
+        for (int q = 0; q < n; ++q) sc *= inv_w;
+        s_map[r] = f;
+        s_scale[r] = f >= 0 ? sc : 0.0;
+    }
+    if (tid < DT_TARGETS) {
+        const int q = q0 + (int)blockIdx.x * DT_TARGETS + tid;
+        int c = -1;
+        if (q < q0 + qcount) {
+            const int x = 2 * (q % h) + px, y = 2 * ((q / h) % h) + py, z = 2 * (q / (h * h)) + pz;
+            if (z >= zlo && z < zhi) c = x + nl * (y + nl * z);
+        }
+        s_tgt[tid] = c;
+    }
+    __syncthreads();
+    bool any = false;
+    for (int j = 0; j < DT_TARGETS; ++j) any = any || s_tgt[j] >= 0;
+    if (!any) return;
+    double acc[MT][12][2];
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < 12; ++j) acc[i][j][0] = acc[i][j][1] = 0.0;
+    const int row0 = warp * 8 * MT;
+    const int g0 = (int)blockIdx.z;
+    int oi = -1;  // index of the offset among the class's 189
+    for (int vz = -3 + pz; vz <= 2 + pz; ++vz)
+        for (int vy = -3 + py; vy <= 2 + py; ++vy)
+            for (int vx = -3 + px; vx <= 2 + px; ++vx) {
+                if (abs(vx) <= 1 && abs(vy) <= 1 && abs(vz) <= 1) continue;
+                ++oi;
+                if ((oi * groups) / 189 != g0) continue;
+                // s_src was last read before the previous chunk's second barrier
+                if (tid < DT_TARGETS) {
+                    const int c = s_tgt[tid];
+                    int s = -1;
+                    if (c >= 0) {
+                        int sx = c % nl - vx, sy = (c / nl) % nl - vy, sz = c / (nl * nl) - vz;
+                        if (periodic) {
+                            sx = wrap_cell(sx, nl);
+                            sy = wrap_cell(sy, nl);
+                            sz = wrap_cell(sz, nl);
+                            s = sx + nl * (sy + nl * sz);
+                        } else if (sx >= 0 && sy >= 0 && sz >= 0 && sx < nl && sy < nl && sz < nl) {
+                            s = sx + nl * (sy + nl * sz);
+                        }
+                    }
+                    s_src[tid] = s;
+                }
+                const double* a = mats + (size_t)rot_index(vx, vy, vz, 3) * DP * DP;
+                for (int k0 = 0; k0 < DP; k0 += DKT) {
+                    __syncthreads();  // the previous chunk is consumed; s_src written
+                    // every global load of the chunk issued before the first store (one
+                    // memory latency per chunk, not one per element)
+                    double2 av[TAPER];
+                    float xv[TXPER];
+#pragma unroll
+                    for (int u = 0; u < TAPER; ++u) {
+                        const int i = tid + u * TTHREADS;
+                        const int k = i / (DP / 2), r2 = i % (DP / 2);
+                        av[u] = __ldg((const double2*)(a + (size_t)(k0 + k) * DP) + r2);
+                    }
+#pragma unroll
+                    for (int u = 0; u < TXPER; ++u) {
+                        const int i = tid + u * TTHREADS;
+                        const int k = i % DKT, col = i / DKT;
+                        const int comp = col / DT_TARGETS, j = col % DT_TARGETS;
+                        const int s = s_src[j], f = s_map[k0 + k];
+                        xv[u] = (s >= 0 && f >= 0)
+                            ? __ldg(mult + ((size_t)(level_off + s) * 3 + comp) * (2 * NC) + f)
+                            : 0.f;
+                    }
+#pragma unroll
+                    for (int u = 0; u < TAPER; ++u) {
+                        const int i = tid + u * TTHREADS;
+                        const int k = i / (DP / 2), r2 = i % (DP / 2);
+                        *(double2*)&s_a[k * APAD + 2 * r2] = av[u];
+                    }
+#pragma unroll
+                    for (int u = 0; u < TXPER; ++u) {
+                        const int i = tid + u * TTHREADS;
+                        const int k = i % DKT, col = i / DKT;
+                        s_x[col * XPAD + k] = (double)xv[u] * s_scale[k0 + k];
+                    }
+                    __syncthreads();
+#pragma unroll
+                    for (int kk = 0; kk < DKT; kk += 4) {
+                        double af[MT];
+#pragma unroll
+                        for (int i = 0; i < MT; ++i) af[i] = s_a[(kk + q4) * APAD + row0 + 8 * i + g];
+#pragma unroll
+                        for (int j = 0; j < 12; ++j) {
+                            const double bf = s_x[(8 * j + g) * XPAD + kk + q4];
+#pragma unroll
+                            for (int i = 0; i < MT; ++i) dmma_884(af[i], bf, acc[i][j][0], acc[i][j][1]);
+                        }
+                    }
+                }
+            }
+#pragma unroll
+    for (int j = 0; j < 12; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int col = 8 * j + 2 * q4 + e;
+            const int comp = col / DT_TARGETS, c = s_tgt[col % DT_TARGETS];
+            if (c < 0) continue;
+            float* out = loc + ((size_t)(level_off + c) * 3 + comp) * (2 * NC);
+            double* pt = part + (((size_t)g0 * nl * nl * nl + c) * 3 + comp) * DP;
+#pragma unroll
+            for (int i = 0; i < MT; ++i) {
+                const int r = row0 + 8 * i + g;
+                const int f = s_map[r];
+                if (f < 0) continue;
+                const double v = acc[i][j][e] * s_scale[r] * inv_w;
+                if (groups == 1)
+                    out[f] += (float)v;
+                else
+                    pt[r] = v;
+            }
+        }
+}
+
+// The offset groups of u_m2l_tensor added in their order into the locals: one thread per
+// (target cell with z in zlo..zhi, component, slot r < DD).
+extern "C" __global__ void u_m2l_tensor_sum(
+    const double* __restrict__ part, float* __restrict__ loc, const int* __restrict__ dmap,
+    int level_off, int nl, int zlo, int zhi, int groups)
+{
+    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long per = (long long)(zhi - zlo) * nl * nl * 3 * DD;
+    if (t >= per) return;
+    const int r = (int)(t % DD);
+    const int comp = (int)((t / DD) % 3);
+    const long long c = (long long)zlo * nl * nl + t / (3 * DD);
+    const int f = dmap[r];
+    if (f < 0) return;
+    const size_t cells = (size_t)nl * nl * nl;
+    double s = 0.0;
+    for (int g = 0; g < groups; ++g) s += part[(((size_t)g * cells + c) * 3 + comp) * DP + r];
+    loc[((size_t)(level_off + c) * 3 + comp) * (2 * NC) + f] += (float)s;
+}

@@ -2,7 +2,8 @@
 //!
 //! Subcommands: `eval` (one velocity + stretching evaluation), `particles` (test sets),
 //! `bench` (timings and accuracy), `spectral` (the pseudo-spectral reference solver), `run`
-//! (a vortex-method simulation), `compare` (a run and the spectral solver from the same field).
+//! (a vortex-method simulation), `compare` (a run and the spectral solver from the same field),
+//! `status` (where runs stand, read from their output directories).
 //!
 //! Exit status: 0 success; 1 error (the message says why); 75 (`EX_TEMPFAIL`) `run` or
 //! `spectral` stopped by SIGINT, SIGTERM, SIGHUP, SIGUSR1 or SIGUSR2 after finishing its step
@@ -46,6 +47,10 @@ enum Command {
     Compare(commands::compare::CompareArgs),
     /// Print a complete, commented configuration: `vortex config --defaults [vortex|spectral]`.
     Config(commands::config::ConfigArgs),
+    /// Where runs stand (running, ended, interrupted, failed), their progress, last checkpoint,
+    /// measured speed and time to go: `vortex status DIR... [--json]`; a directory of runs (a
+    /// sweep) gives one line per run.
+    Status(commands::status::StatusArgs),
 }
 
 /// The message of an error and its causes, `outer: cause: ...`, a cause left out where the
@@ -103,6 +108,7 @@ fn main() {
         Command::Particles(a) => commands::particles::run(a).map(|_| None),
         Command::Bench(a) => commands::bench::run(a).map(|_| None),
         Command::Config(a) => commands::config::run(a).map(|_| None),
+        Command::Status(a) => commands::status::run(a).map(|_| None),
         Command::Spectral(a) => commands::spectral::run(a),
         Command::Run(a) => commands::run::run(a),
         Command::Compare(a) => commands::compare::run(a),

@@ -35,6 +35,29 @@ pub fn iso8601(t: SystemTime) -> String {
     )
 }
 
+/// The instant of a `YYYY-MM-DDTHH:MM:SSZ` time ([`iso8601`]'s inverse: days-from-civil of
+/// the same algorithms); `None` for any other text.
+pub fn parse_iso8601(text: &str) -> Option<SystemTime> {
+    let b = text.as_bytes();
+    if b.len() != 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[19] != b'Z' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| text.get(r)?.parse::<i64>().ok();
+    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hh, mm, ss) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 60 {
+        return None;
+    }
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146097 + doe - 719468;
+    let secs = u64::try_from(days * 86400 + hh * 3600 + mm * 60 + ss).ok()?;
+    Some(UNIX_EPOCH + std::time::Duration::from_secs(secs))
+}
+
 /// The host name (`/proc/sys/kernel/hostname`, else `$HOSTNAME`, else `unknown`).
 pub fn host() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -324,5 +347,23 @@ mod tests {
         assert_eq!(iso8601(t), "2000-02-29T12:34:56Z");
         let t = UNIX_EPOCH + Duration::from_secs(1_795_564_800);
         assert_eq!(iso8601(t), "2026-11-25T00:00:00Z");
+        // parse_iso8601 is its inverse (a leap day, the ends of years and of days)
+        for secs in [
+            0u64,
+            951_827_696,
+            1_795_564_800,
+            1_798_761_599,
+            4_107_542_399,
+        ] {
+            let t = UNIX_EPOCH + Duration::from_secs(secs);
+            assert_eq!(parse_iso8601(&iso8601(t)), Some(t), "{}", iso8601(t));
+        }
+        for bad in [
+            "2026-13-01T00:00:00Z",
+            "2026-11-25 00:00:00Z",
+            "2026-11-25T00:00:00",
+        ] {
+            assert_eq!(parse_iso8601(bad), None, "{bad}");
+        }
     }
 }

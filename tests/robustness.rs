@@ -244,6 +244,8 @@ fn occupied_output_directory_is_refused_unless_overwrite() {
     let out = dir.path().join("o");
     assert!(run(&["run", s(&snap), "--out", s(&out)]).status.success());
     assert!(out.join("particles_000001.vtp").exists());
+    // the initial state only with output.snapshot_initial = true
+    assert!(!out.join("particles_000000.vtp").exists());
     let before = std::fs::read(out.join("checkpoint.bin")).unwrap();
     let plain = write(dir.path(), "b.toml", &tiny(0.1, 0.2, ""));
     let o = run(&["run", s(&plain), "--out", s(&out)]);

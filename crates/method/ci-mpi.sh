@@ -14,7 +14,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 target="${CARGO_TARGET_DIR:-target}"
 cargo build --release -q -p vortex --bin vortex --features mpi
-cargo build --release -q -p vortex-method --example ckdiff
+# the example with the features of `cargo test --release --workspace` (built there already)
+cargo build --release -q --workspace --example ckdiff
 bin="$target/release/vortex"
 ckdiff="$target/release/examples/ckdiff"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 RAYON_NUM_THREADS=1
@@ -114,7 +115,7 @@ for case in ring tgplain tg; do
 done
 
 echo "== particle snapshots: every rank writes its piece, rank 0 the .pvtp"
-sed 's/^diagnostics_every = 1/diagnostics_every = 1\nsnapshot_every = 2/' "$tmp/tgplain.toml" > "$tmp/snap.toml"
+sed 's/^diagnostics_every = 1/diagnostics_every = 1\nsnapshot_every = 2\nsnapshot_initial = true/' "$tmp/tgplain.toml" > "$tmp/snap.toml"
 mpi 1 "$bin" run "$tmp/snap.toml" --out "$tmp/snap-1" --backend cpu
 mpi 2 "$bin" run "$tmp/snap.toml" --out "$tmp/snap-2" --backend cpu
 for s in 000000 000002 000004 000005; do

@@ -91,9 +91,15 @@ pub struct FmmBench {
     #[arg(long, default_value_t = 1)]
     pub repeat: usize,
     /// M2L kernel of the uniform grid below the top level: auto (the rule of
-    /// `vortex_fmm::M2lKernel::resolve`), rotation or dense (per-offset matrices).
+    /// `vortex_fmm::M2lKernel::resolve`), rotation, dense (per-offset matrices on the FP32
+    /// pipes) or tensor (the same on the FP64 tensor cores).
     #[arg(long, default_value = "auto")]
     pub m2l: M2lKernel,
+    /// Uniform grid on the GPU: after the timed evaluations, one more with every kernel
+    /// timed by CUDA events, printed as a table per (N, p): launches, ms, bytes and flops,
+    /// the roofline floor of each kernel on an H200 and the fraction of it reached.
+    #[arg(long)]
+    pub profile: bool,
 }
 
 #[derive(Args, Debug)]
@@ -252,6 +258,11 @@ fn bench_fmm(b: &FmmBench) -> Result<()> {
             }
             let ev = best.expect("at least one evaluation");
             log::info!("N = {n} p = {p} on {}", engine.describe());
+            let profile = if b.profile {
+                Some(profile_once(engine.as_mut(), &sources)?)
+            } else {
+                None
+            };
             let vel: Vec<[f64; 3]> = idx.iter().map(|&i| ev.fields.velocity[i]).collect();
             let st: Vec<[f64; 3]> = idx.iter().map(|&i| ev.fields.stretching[i]).collect();
             let t = &ev.times;
@@ -278,12 +289,39 @@ fn bench_fmm(b: &FmmBench) -> Result<()> {
                 ev.stats.p2p_interactions as f64 / t.p2p.max(1e-12),
                 speedup
             );
+            if let Some(table) = profile {
+                crate::outln!("# kernels of one more evaluation, N = {n}, p = {p}:\n{table}");
+            }
             if crate::console::stdout_closed() {
                 return Ok(());
             }
         }
     }
     Ok(())
+}
+
+/// One evaluation with every kernel of the uniform grid timed (`vortex_gpu::uniform::profile`):
+/// the table of its kernels; an error when nothing was profiled (not the uniform grid on a
+/// GPU).
+#[cfg(feature = "cuda")]
+fn profile_once(
+    engine: &mut dyn vortex_fmm::Evaluator,
+    sources: &vortex_fmm::Sources,
+) -> Result<String> {
+    use vortex_gpu::uniform::profile;
+    profile::start();
+    let r = engine.evaluate(sources, TargetSpec::Sources);
+    let prof = profile::finish();
+    r?;
+    if prof.kernels.is_empty() {
+        bail!("--profile: no kernel was timed (the profile covers the uniform grid on a GPU: --backend cuda --grid uniform)");
+    }
+    Ok(prof.table(&profile::H200))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn profile_once(_: &mut dyn vortex_fmm::Evaluator, _: &vortex_fmm::Sources) -> Result<String> {
+    bail!("--profile: this binary was built without the cuda feature")
 }
 
 fn bench_m2l(b: &M2lBench) -> Result<()> {

@@ -11,3 +11,4 @@ pub mod eval;
 pub mod particles;
 pub mod run;
 pub mod spectral;
+pub mod status;

@@ -119,6 +119,8 @@ def paper_configs(vortex_text, spectral_text, turnover, test_size=None):
         ("output", "diagnostics_interval", turnover),
         # > the number of steps: particle and grid snapshots only at the first and last step
         ("output", "snapshot_every", 1000000),
+        # the grid velocity at t = 0 checks the alignment of the two solvers' grids
+        ("output", "snapshot_initial", True),
         ("output", "spectra", True),
         ("output", "progress", False),
         # the grid velocity of the device-resident run (its only one), also on the host

@@ -113,11 +113,17 @@ pub enum M2lKernel {
     Rotation,
     /// Dense per-offset matrices applied to 32 targets of one parity class per block.
     Dense,
+    /// The same products on the FP64 tensor cores (matrices, gathered multipoles and sums in
+    /// f64, DMMA), for GPUs of compute capability 8.0 and above.
+    Tensor,
 }
 
 /// Largest order for which `Auto` takes the dense matrices (the range their tests cover;
 /// 343 matrices of `padded_dofs(p)^2` floats: 22 MB at p = 10, 90 MB at p = 14).
 pub const DENSE_MAX_ORDER: usize = 14;
+/// Largest order for which `Auto` takes them on the FP64 tensor cores (`padded_dofs(p) <=
+/// 128`: measured faster than the FP32 pipes there; 45 MB of f64 matrices at p = 10).
+pub const TENSOR_MAX_ORDER: usize = 10;
 
 impl std::str::FromStr for M2lKernel {
     type Err = String;
@@ -133,26 +139,32 @@ impl std::str::FromStr for M2lKernel {
 
 impl M2lKernel {
     /// Every kernel with its name (`--m2l`).
-    pub const NAMED: [(&'static str, M2lKernel); 3] = [
+    pub const NAMED: [(&'static str, M2lKernel); 4] = [
         ("auto", M2lKernel::Auto),
         ("rotation", M2lKernel::Rotation),
         ("dense", M2lKernel::Dense),
+        ("tensor", M2lKernel::Tensor),
     ];
 
     /// The kernel that runs at order `p` and why: an explicit choice is kept; `Auto` takes
-    /// the dense matrices for `4 <= p <= DENSE_MAX_ORDER` (a matrix product of `2 D^2` flops
-    /// per component and translation, `D = (p+1)^2` padded to 64, runs near the peak f32 rate
-    /// while the rotations' three dependent stages with block barriers do not: expected about
-    /// 2.5x faster at p = 10 on an H100, error at the f32 level), the rotations otherwise
-    /// (below p = 4 the padding to 64 wastes most of the product; above 14 the matrices grow
-    /// past 90 MB).
+    /// the dense matrices on the FP64 tensor cores for `4 <= p <= TENSOR_MAX_ORDER` (on an
+    /// H200 at p = 10: 156 ms for the 56^3 level against 172 ms on the FP32 pipes, 2.7 ms
+    /// against 5.7 ms for a 14^3 level, whose 189 offsets are split over blocks; f64 sums),
+    /// the dense matrices on the FP32 pipes for `TENSOR_MAX_ORDER < p <= DENSE_MAX_ORDER` (a
+    /// matrix product of `2 D^2` flops per component and translation, `D = (p+1)^2` padded to
+    /// 64, against the rotations' three dependent stages with block barriers), the rotations
+    /// otherwise (below p = 4 the padding to 64 wastes most of the product; above 14 the
+    /// matrices grow past 90 MB).
     pub fn resolve(self, p: usize) -> (M2lKernel, &'static str) {
         match self {
-            M2lKernel::Rotation => (self, "asked for"),
-            M2lKernel::Dense => (self, "asked for"),
+            M2lKernel::Rotation | M2lKernel::Dense | M2lKernel::Tensor => (self, "asked for"),
+            M2lKernel::Auto if (4..=TENSOR_MAX_ORDER).contains(&p) => (
+                M2lKernel::Tensor,
+                "auto: 4 <= p <= 10, dense per-offset matrix products on the FP64 tensor cores",
+            ),
             M2lKernel::Auto if (4..=DENSE_MAX_ORDER).contains(&p) => (
                 M2lKernel::Dense,
-                "auto: 4 <= p <= 14, dense per-offset matrix products",
+                "auto: 10 < p <= 14, dense per-offset matrix products on the FP32 pipes",
             ),
             M2lKernel::Auto => (
                 M2lKernel::Rotation,
@@ -344,25 +356,29 @@ mod tests {
             ("auto", M2lKernel::Auto),
             ("rotation", M2lKernel::Rotation),
             ("dense", M2lKernel::Dense),
+            ("tensor", M2lKernel::Tensor),
         ] {
             assert_eq!(name.parse::<M2lKernel>(), Ok(k));
         }
         let e = "plain".parse::<M2lKernel>().unwrap_err();
         assert!(
-            e.contains("'plain'") && e.contains("auto, rotation or dense"),
+            e.contains("'plain'") && e.contains("auto, rotation, dense, tensor"),
             "{e}"
         );
-        // auto: the dense matrices exactly where they are tested, the rotations elsewhere
+        // auto: the tensor cores up to p = 10, the FP32 dense matrices up to 14 (where they
+        // are tested), the rotations elsewhere
         for p in 1..=crate::MAX_ORDER {
-            let dense = (4..=DENSE_MAX_ORDER).contains(&p);
-            let want = if dense {
+            let want = if (4..=TENSOR_MAX_ORDER).contains(&p) {
+                M2lKernel::Tensor
+            } else if (4..=DENSE_MAX_ORDER).contains(&p) {
                 M2lKernel::Dense
             } else {
                 M2lKernel::Rotation
             };
             assert_eq!(M2lKernel::Auto.resolve(p).0, want, "p = {p}");
-            assert_eq!(M2lKernel::Rotation.resolve(p).0, M2lKernel::Rotation);
-            assert_eq!(M2lKernel::Dense.resolve(p).0, M2lKernel::Dense);
+            for k in [M2lKernel::Rotation, M2lKernel::Dense, M2lKernel::Tensor] {
+                assert_eq!(k.resolve(p).0, k);
+            }
         }
     }
 }

@@ -55,6 +55,11 @@ pub trait Simulator {
     fn phases(&self) -> Phases;
     /// What computes the steps, for the logs (e.g. the backend's name).
     fn describe(&self) -> String;
+    /// Whether the particle state stays on the GPUs between steps (the model of the step's
+    /// duration announced before a run differs by two orders of magnitude).
+    fn state_on_device(&self) -> bool {
+        false
+    }
 }
 
 /// Wall-clock seconds of the phases of the steps (this rank's).

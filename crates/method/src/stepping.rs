@@ -92,6 +92,86 @@ fn ab2_combine(y: &mut [[f64; 3]], dt: f64, f: &[[f64; 3]], g: &[[f64; 3]]) {
     }
 }
 
+/// The operations of one update on a particle state, wherever it lives (the host's
+/// [`Particles`]: [`HostUpdate`]; device buffers: `vortex_resident`), over which
+/// [`Stepper::update_with`] writes the scheme once. "Tidy" is the end of every stage: core
+/// spreading to the stage time (viscosity `nu`, `elapsed` since the last reset, core paper
+/// Eq. 11), wrapping into the periodic box and mean-strength removal.
+pub trait UpdateOps {
+    /// Velocity and stretching of the state's particles.
+    type Rates;
+    /// A copy of the state (the Heun predictor).
+    type Predictor;
+    /// Whether `prev` holds the rates of the state's particles (AB2 applies).
+    fn is_history(&self, prev: &Self::Rates) -> bool;
+    /// `y += dt (3/2 f - 1/2 g)` for positions and strengths.
+    fn ab2(&mut self, dt: f64, f: &Self::Rates, g: &Self::Rates) -> Result<()>;
+    /// A copy of the state moved by `dt f`.
+    fn predictor(&mut self, dt: f64, f: &Self::Rates) -> Result<Self::Predictor>;
+    /// Tidies the predictor.
+    fn tidy_predictor(&mut self, star: &mut Self::Predictor, nu: f64, elapsed: f64) -> Result<()>;
+    /// The rates at the predictor; the state's rates `f_n` travel with their particles where
+    /// the predictor's move them (to other ranks).
+    fn rates_at(&mut self, star: Self::Predictor, f_n: &mut Self::Rates) -> Result<Self::Rates>;
+    /// `y += a f` for positions and strengths.
+    fn add(&mut self, a: f64, f: &Self::Rates) -> Result<()>;
+    /// Tidies the state.
+    fn tidy(&mut self, nu: f64, elapsed: f64) -> Result<()>;
+}
+
+/// [`UpdateOps`] of the host's particles `p`, rates by `rhs`, `total` the sum for the mean
+/// strength (of this rank's particles or of all ranks').
+pub struct HostUpdate<'a, R> {
+    pub stepper: &'a Stepper,
+    pub p: &'a mut Particles,
+    pub rhs: &'a mut R,
+    pub total: &'a dyn Fn(&Particles) -> ([f64; 3], usize),
+}
+
+impl<R: RightHandSide> UpdateOps for HostUpdate<'_, R> {
+    type Rates = Derivatives;
+    type Predictor = Particles;
+
+    fn is_history(&self, prev: &Derivatives) -> bool {
+        prev.velocity.len() == self.p.len()
+    }
+
+    fn ab2(&mut self, dt: f64, f: &Derivatives, g: &Derivatives) -> Result<()> {
+        ab2_combine(&mut self.p.position, dt, &f.velocity, &g.velocity);
+        ab2_combine(&mut self.p.strength, dt, &f.stretching, &g.stretching);
+        Ok(())
+    }
+
+    fn predictor(&mut self, dt: f64, f: &Derivatives) -> Result<Particles> {
+        let mut star = self.p.clone();
+        axpy(&mut star.position, dt, &f.velocity);
+        axpy(&mut star.strength, dt, &f.stretching);
+        Ok(star)
+    }
+
+    fn tidy_predictor(&mut self, star: &mut Particles, nu: f64, elapsed: f64) -> Result<()> {
+        core_spreading::apply(star, nu, elapsed);
+        self.stepper.tidy(star, self.total);
+        Ok(())
+    }
+
+    fn rates_at(&mut self, star: Particles, _: &mut Derivatives) -> Result<Derivatives> {
+        self.rhs.eval(&star)
+    }
+
+    fn add(&mut self, a: f64, f: &Derivatives) -> Result<()> {
+        axpy(&mut self.p.position, a, &f.velocity);
+        axpy(&mut self.p.strength, a, &f.stretching);
+        Ok(())
+    }
+
+    fn tidy(&mut self, nu: f64, elapsed: f64) -> Result<()> {
+        core_spreading::apply(self.p, nu, elapsed);
+        self.stepper.tidy(self.p, self.total);
+        Ok(())
+    }
+}
+
 impl Stepper {
     pub fn from_config(c: &Config) -> Self {
         Self {
@@ -189,34 +269,53 @@ impl Stepper {
         rhs: &mut R,
         total: &dyn Fn(&Particles) -> ([f64; 3], usize),
     ) -> Result<(Scheme, u32)> {
-        let dt = self.dt;
-        let elapsed_next = self.time(st.step + 1) - self.time(st.step_reset);
-        let p = &mut st.particles;
-        let (scheme, extra) = match st.previous.take() {
-            Some(prev) if prev.velocity.len() == p.len() => {
-                ab2_combine(&mut p.position, dt, &f_n.velocity, &prev.velocity);
-                ab2_combine(&mut p.strength, dt, &f_n.stretching, &prev.stretching);
-                (Scheme::AdamsBashforth2, 0)
-            }
-            _ => {
-                let mut star = p.clone();
-                axpy(&mut star.position, dt, &f_n.velocity);
-                axpy(&mut star.strength, dt, &f_n.stretching);
-                core_spreading::apply(&mut star, self.nu, elapsed_next);
-                self.tidy(&mut star, total);
-                let f_star = rhs.eval(&star)?;
-                axpy(&mut p.position, 0.5 * dt, &f_n.velocity);
-                axpy(&mut p.position, 0.5 * dt, &f_star.velocity);
-                axpy(&mut p.strength, 0.5 * dt, &f_n.stretching);
-                axpy(&mut p.strength, 0.5 * dt, &f_star.stretching);
-                (Scheme::Heun, 1)
-            }
+        let previous = st.previous.take();
+        let mut ops = HostUpdate {
+            stepper: self,
+            p: &mut st.particles,
+            rhs,
+            total,
         };
-        core_spreading::apply(p, self.nu, elapsed_next);
-        self.tidy(p, total);
+        let (scheme, extra, f_n) =
+            self.update_with(&mut ops, st.step, st.step_reset, f_n, previous)?;
         st.previous = Some(f_n);
         st.step += 1;
         Ok((scheme, extra))
+    }
+
+    /// The scheme of one update, written once over the operations `ops` of a state wherever it
+    /// lives (host, device): AB2 from `f_n` and the history `previous` of the same particles,
+    /// else Heun (the predictor `y* = y_n + dt f_n` with its cores at `t_{n+1}`, its rates, `y_n
+    /// + dt/2 (f_n + f(y*))`); then core spreading to `t_{n+1}`, wrapping and mean-strength
+    /// removal. `step` is the step being taken, `step_reset` the step of the last reset.
+    /// Returns the scheme, the evaluations beyond `f_n`, and `f_n` (the next step's history).
+    pub fn update_with<O: UpdateOps>(
+        &self,
+        ops: &mut O,
+        step: u64,
+        step_reset: u64,
+        mut f_n: O::Rates,
+        previous: Option<O::Rates>,
+    ) -> Result<(Scheme, u32, O::Rates)> {
+        let dt = self.dt;
+        let elapsed = self.time(step + 1) - self.time(step_reset);
+        let nu = self.nu;
+        let (scheme, extra) = match previous {
+            Some(prev) if ops.is_history(&prev) => {
+                ops.ab2(dt, &f_n, &prev)?;
+                (Scheme::AdamsBashforth2, 0)
+            }
+            _ => {
+                let mut star = ops.predictor(dt, &f_n)?;
+                ops.tidy_predictor(&mut star, nu, elapsed)?;
+                let f_star = ops.rates_at(star, &mut f_n)?;
+                ops.add(0.5 * dt, &f_n)?;
+                ops.add(0.5 * dt, &f_star)?;
+                (Scheme::Heun, 1)
+            }
+        };
+        ops.tidy(nu, elapsed)?;
+        Ok((scheme, extra, f_n))
     }
 
     /// The re-interpolation of `st.particles` after an update, with the AB2 history carried

@@ -44,6 +44,7 @@ strain = 0.0
 diagnostics_every = 2
 checkpoint_every = 3
 snapshot_every = 3
+snapshot_initial = true
 progress = false
 plots = false
 "#;

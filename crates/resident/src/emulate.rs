@@ -247,6 +247,18 @@ fn in_fourier(
     out
 }
 
+/// `r_lattice_order`: the rows of the own planes of a slab (`z_count` planes of an `n^2`
+/// lattice) from the slab layout (`((k - z0) n + j) n + i`, i fastest) into the lattice order
+/// (`(i n + j) z_count + k - z0`, k fastest), thread `t` by thread.
+pub fn lattice_order(slab: &[[f64; 3]], n: usize, z_count: usize) -> Vec<[f64; 3]> {
+    (0..n * n * z_count)
+        .map(|t| {
+            let (k, j, i) = (t % z_count, (t / z_count) % n, t / (n * z_count));
+            slab[(k * n + j) * n + i]
+        })
+        .collect()
+}
+
 /// The RBF lattice solve (`sf_solve` of the slab transforms on one rank): `beta = A^-1 omega`
 /// with `inv_eig = 1 / S(k)` and the normalisation `c`.
 pub fn solve_rbf(omega: &[[f64; 3]], n: usize, inv_eig: &[f64], c: f64) -> Vec<[f64; 3]> {

@@ -38,7 +38,7 @@ use vortex_gpu::uniform::{DeviceEvaluator, DeviceSources};
 use vortex_method::diagnostics::Diagnostics;
 use vortex_method::parallel::{agree, gather_particles, LocalState, Phases};
 use vortex_method::reinterpolation::RbfReport;
-use vortex_method::stepping::{Scheme, State, StepReport, Stepper};
+use vortex_method::stepping::{Scheme, State, StepReport, Stepper, UpdateOps};
 use vortex_method::{Config, Error, Particles, Result, Simulator};
 
 /// Device bytes per particle at the peak of a step (state 160, Heun copy and its fields 104,
@@ -125,7 +125,9 @@ impl<'c> ResidentSimulation<'c> {
         let mut rbf = Reinterpolator::new(&config, x);
         let reserved = n_max as f64 * DEVICE_BYTES_PER_PARTICLE;
         agree(comm, rbf.prepare(&dev, reserved, ranks))?;
-        let fmm = agree(comm, device_engine(comm, &config, index))?;
+        let fmm = vortex_engine::run_plan::plan_device(comm, index, &config.eval_params())
+            .map_err(|e| Error::Other(format!("the device-resident step: {e}")));
+        let fmm = agree(comm, fmm)?;
         let name = describe(&*fmm, &mut rbf);
         Ok(Self {
             ctx: Ctx { comm, dev, s, k },
@@ -244,22 +246,23 @@ impl<'c> ResidentSimulation<'c> {
     /// previous step).
     fn ab2(
         &self,
+        dt: f64,
         y: &mut cudarc::driver::CudaSlice<f64>,
         f: &cudarc::driver::CudaSlice<f64>,
         g: &cudarc::driver::CudaSlice<f64>,
     ) -> Result<()> {
         let m = y.len();
         // f and g have the length of y
-        let (k, s, dt) = (&self.ctx.k, &self.ctx.s, self.stepper.dt);
+        let (k, s) = (&self.ctx.k, &self.ctx.s);
         k.ab2(s, per_element(m), y, f, g, m as i32, dt)
             .map_err(gpu_err("ab2"))
     }
 
-    /// Core spreading to `elapsed`, wrapping and mean-strength removal (the host's `tidy`).
-    fn spread_and_tidy(&self, p: &mut DeviceParticles, elapsed: f64) -> Result<()> {
+    /// Core spreading to `elapsed` at viscosity `nu`, wrapping and mean-strength removal (the
+    /// host's `tidy`).
+    fn spread_and_tidy(&self, p: &mut DeviceParticles, nu: f64, elapsed: f64) -> Result<()> {
         let (k, s, l) = (&self.ctx.k, &self.ctx.s, self.box_length());
-        p.spread(k, s, self.stepper.nu, elapsed)
-            .map_err(gpu_err("spread"))?;
+        p.spread(k, s, nu, elapsed).map_err(gpu_err("spread"))?;
         let m = self.moments_of(p)?;
         p.tidy(k, s, l, m.mean_strength()).map_err(gpu_err("tidy"))
     }
@@ -270,49 +273,25 @@ impl<'c> ResidentSimulation<'c> {
         Ok(std::mem::replace(&mut self.p, empty))
     }
 
-    /// The Heun step from `f_n`: the predictor on a copy of the state, settled on the owners
-    /// of its positions (the state and `f_n` with it), its rates, the corrector.
-    fn heun(&mut self, f_n: &mut DeviceFields, elapsed: f64) -> Result<()> {
-        let dt = self.stepper.dt;
-        let mut star = self.p.duplicate(&self.ctx.s).map_err(gpu_err("copy"))?;
-        self.axpy(&mut star.pos, dt, &f_n.vel)?;
-        self.axpy(&mut star.alpha, dt, &f_n.str)?;
-        self.spread_and_tidy(&mut star, elapsed)?;
-        let (ctx, fmm, l) = (&self.ctx, &*self.fmm, self.periodic.box_length);
-        let moving = (&mut star, &mut self.p, &mut *f_n);
-        self.place
-            .settle_predictor(ctx, fmm, self.n_global, l, moving, &mut self.ids)?;
-        let f_star = self.evaluate(Which::Other(&star))?;
-        drop(star);
+    /// `f(state)`, the state taken out and put back whatever `f` returns.
+    fn with_state(
+        &mut self,
+        f: impl FnOnce(&Self, &mut DeviceParticles) -> Result<()>,
+    ) -> Result<()> {
         let mut p = self.take_state()?;
-        self.axpy(&mut p.pos, 0.5 * dt, &f_n.vel)?;
-        self.axpy(&mut p.pos, 0.5 * dt, &f_star.vel)?;
-        self.axpy(&mut p.alpha, 0.5 * dt, &f_n.str)?;
-        self.axpy(&mut p.alpha, 0.5 * dt, &f_star.str)?;
+        let r = f(self, &mut p);
         self.p = p;
-        Ok(())
+        r
     }
 
-    /// The update of one step (`vortex_method::stepping::Stepper::update` on the device).
-    fn update(&mut self, mut f_n: DeviceFields) -> Result<Scheme> {
-        let elapsed = self.stepper.time(self.step + 1) - self.stepper.time(self.step_reset);
-        let scheme = match self.previous.take() {
-            Some(prev) if prev.vel.len() == f_n.vel.len() => {
-                let mut p = self.take_state()?;
-                self.ab2(&mut p.pos, &f_n.vel, &prev.vel)?;
-                self.ab2(&mut p.alpha, &f_n.str, &prev.str)?;
-                self.p = p;
-                Scheme::AdamsBashforth2
-            }
-            _ => {
-                self.heun(&mut f_n, elapsed)?;
-                Scheme::Heun
-            }
-        };
-        let mut p = self.take_state()?;
-        let r = self.spread_and_tidy(&mut p, elapsed);
-        self.p = p;
-        r?;
+    /// The update of one step: the scheme of `vortex_method::stepping::Stepper::update_with`
+    /// over the device state's operations ([`DeviceUpdate`]).
+    fn update(&mut self, f_n: DeviceFields) -> Result<Scheme> {
+        let stepper = self.stepper.clone();
+        let (step, reset) = (self.step, self.step_reset);
+        let previous = self.previous.take();
+        let mut ops = DeviceUpdate { sim: self };
+        let (scheme, _, f_n) = stepper.update_with(&mut ops, step, reset, f_n, previous)?;
         self.previous = Some(f_n);
         self.step += 1;
         Ok(scheme)
@@ -373,6 +352,66 @@ impl<'c> ResidentSimulation<'c> {
     }
 }
 
+/// The operations of one update on the device state (`vortex_method::stepping::UpdateOps`):
+/// the Heun predictor is settled on the owners of its positions (the state and `f_n` move
+/// with it) before its evaluation.
+struct DeviceUpdate<'s, 'c> {
+    sim: &'s mut ResidentSimulation<'c>,
+}
+
+impl UpdateOps for DeviceUpdate<'_, '_> {
+    type Rates = DeviceFields;
+    type Predictor = DeviceParticles;
+
+    fn is_history(&self, prev: &DeviceFields) -> bool {
+        prev.vel.len() == 3 * self.sim.p.n
+    }
+
+    fn ab2(&mut self, dt: f64, f: &DeviceFields, g: &DeviceFields) -> Result<()> {
+        self.sim.with_state(|sim, p| {
+            sim.ab2(dt, &mut p.pos, &f.vel, &g.vel)?;
+            sim.ab2(dt, &mut p.alpha, &f.str, &g.str)
+        })
+    }
+
+    fn predictor(&mut self, dt: f64, f: &DeviceFields) -> Result<DeviceParticles> {
+        let sim = &*self.sim;
+        let mut star = sim.p.duplicate(&sim.ctx.s).map_err(gpu_err("copy"))?;
+        sim.axpy(&mut star.pos, dt, &f.vel)?;
+        sim.axpy(&mut star.alpha, dt, &f.str)?;
+        Ok(star)
+    }
+
+    fn tidy_predictor(&mut self, star: &mut DeviceParticles, nu: f64, elapsed: f64) -> Result<()> {
+        self.sim.spread_and_tidy(star, nu, elapsed)
+    }
+
+    fn rates_at(
+        &mut self,
+        mut star: DeviceParticles,
+        f_n: &mut DeviceFields,
+    ) -> Result<DeviceFields> {
+        let sim = &mut *self.sim;
+        let (ctx, fmm, l) = (&sim.ctx, &*sim.fmm, sim.periodic.box_length);
+        let moving = (&mut star, &mut sim.p, &mut *f_n);
+        sim.place
+            .settle_predictor(ctx, fmm, sim.n_global, l, moving, &mut sim.ids)?;
+        sim.evaluate(Which::Other(&star))
+    }
+
+    fn add(&mut self, a: f64, f: &DeviceFields) -> Result<()> {
+        self.sim.with_state(|sim, p| {
+            sim.axpy(&mut p.pos, a, &f.vel)?;
+            sim.axpy(&mut p.alpha, a, &f.str)
+        })
+    }
+
+    fn tidy(&mut self, nu: f64, elapsed: f64) -> Result<()> {
+        self.sim
+            .with_state(|sim, p| sim.spread_and_tidy(p, nu, elapsed))
+    }
+}
+
 /// The particles an evaluation is for: the state, or a predictor copy.
 enum Which<'a> {
     State,
@@ -399,32 +438,6 @@ fn check_device_memory(dev: &GpuDevice, n: usize, ranks: usize) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// The planner's engine of the particles at themselves on device buffers: the uniform grid on
-/// one GPU, its z slabs over several ranks (`vortex_engine::planner::build_device`).
-fn device_engine<'c>(
-    comm: &'c dyn Comm,
-    config: &Config,
-    index: usize,
-) -> Result<Box<dyn DeviceEvaluator + 'c>> {
-    use vortex_fmm::planner::{choose, Request};
-    use vortex_fmm::{GridChoice, TargetKind};
-    let e = &config.evaluation;
-    let req = Request {
-        method: e.method,
-        backend: vortex_fmm::BackendChoice::Cuda,
-        grid: GridChoice::Uniform,
-        periodic: true,
-        ranks: comm.size(),
-        targets: TargetKind::Sources,
-        n: 0,
-    };
-    let choice = choose(&req, &vortex_engine::planner::capabilities(comm))
-        .map_err(|r| Error::Other(format!("the device-resident step: {r}")))?;
-    let params = config.eval_params();
-    vortex_engine::planner::build_device(comm, choice.engine, index, &params, config.periodic())
-        .map_err(|e| Error::Other(e.to_string()))
 }
 
 /// What runs, for the logs and run.json: the engine, the state, the sums' route and the
@@ -692,6 +705,10 @@ impl Simulator for ResidentSimulation<'_> {
 
     fn describe(&self) -> String {
         self.name.clone()
+    }
+
+    fn state_on_device(&self) -> bool {
+        true
     }
 }
 

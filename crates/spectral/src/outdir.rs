@@ -202,6 +202,23 @@ pub fn check_memory_against(what: &str, needed: f64, available: Option<f64>) -> 
     }
 }
 
+/// `bytes` as a reader takes it in: `512 B`, `3.2 MiB`, `11.8 GiB` (the sizes of outputs
+/// announced before a run).
+pub fn bytes_text(bytes: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{v:.0} {}", UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
 /// A number of GiB as a reader takes it in: three decimals up to a million, then powers of ten.
 fn gib_text(gib: f64) -> String {
     if gib < 1e6 {

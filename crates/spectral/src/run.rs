@@ -359,6 +359,7 @@ fn run_inner(cfg: &Config, opts: &RunOptions) -> Result<RunSummary, RunError> {
         bar: spectral_bar(opts.progress && cfg.t_end > t0),
     };
     let announced = announce(cfg, t0, solver.backend_name().starts_with("cuda"));
+    log::info!("{}", outputs_text(cfg, t0));
     let mut estimate = crate::estimate::Estimate::new("spectral run", announced);
     let start = Instant::now();
     let (mut steps, mut interrupted) = (0u64, None);
@@ -712,9 +713,7 @@ impl Progress<'_> {
 /// includes the steps shortened to land on the output times ([`landing_steps`]; announced with
 /// a warning naming the schedule when it at least doubles the work); with `cfl` the step is
 /// not known before the run, and [`crate::estimate::Estimate`] announces the duration measured
-/// after the first steps. The model of a step: an RK4 step is 4 stages of 9 transforms of the
-/// padded grid `m^3` (about `2.5 m^3 log2(m^3)` flops each), at about 1 Gflop/s per CPU
-/// thread or 200 Gflop/s on a GPU.
+/// after the first steps. The model of a step: [`step_seconds`].
 fn announce(cfg: &Config, t0: f64, gpu: bool) -> Option<f64> {
     let Some(dt) = cfg.dt else {
         log::info!(
@@ -733,17 +732,51 @@ fn announce(cfg: &Config, t0: f64, gpu: bool) -> Option<f64> {
              on them: {steps:.0} steps instead of {plain:.0}"
         );
     }
-    let m = match cfg.dealias {
-        crate::Dealias::ThreeHalves => 1.5 * cfg.n as f64,
-        crate::Dealias::TwoThirds => cfg.n as f64,
+    let s = step_seconds(cfg.n, cfg.dealias, gpu, rayon::current_num_threads());
+    Some(durable::announce_steps("spectral run", steps, s))
+}
+
+/// The size of each kind of output from `t0` on, announced before the first step: a field file
+/// holds 3 f64 a point per field (velocity, and vorticity with `vorticity = true`) per format;
+/// a checkpoint the spectral velocity, 3 complex f64 on `n^2 (n/2 + 1)` modes; a spectrum and
+/// a row are small.
+fn outputs_text(cfg: &Config, t0: f64) -> String {
+    let n3 = (cfg.n as f64).powi(3);
+    let after = |times: &[f64]| times.iter().filter(|&&t| t >= t0).count();
+    let fields = after(&cfg.field_times);
+    let per_field = 24.0 * n3 * (1.0 + f64::from(u8::from(cfg.vorticity)));
+    let per_time = per_field * cfg.field_formats.len().max(1) as f64;
+    let span = (cfg.t_end - t0).max(0.0);
+    let rows = cfg
+        .diagnostics_interval
+        .map_or(2.0, |iv| (span / iv).floor() + 2.0);
+    let checkpoint = 3.0 * 16.0 * (cfg.n as f64).powi(2) * (cfg.n / 2 + 1) as f64;
+    format!(
+        "spectral outputs: {fields} field time(s) of {} each ({}); checkpoints of {} each, {} \
+         kept; {} spectra and about {rows:.0} rows of energy.csv (small)",
+        crate::outdir::bytes_text(per_time),
+        cfg.field_formats.join(" and "),
+        crate::outdir::bytes_text(checkpoint),
+        cfg.checkpoints_kept.max(1),
+        after(&cfg.spectrum_times)
+    )
+}
+
+/// Seconds of one RK4 step on an `n^3` grid: 4 stages of 9 transforms of the padded grid
+/// `m^3` (about `2.5 m^3 log2(m^3)` flops each) at 5 Gflop/s per CPU thread, or 1.5 Tflop/s
+/// plus 0.2 ms of launches on a GPU (fitted to BENCHMARKS.md: 16^3 to 256^3, 1 to 16 threads,
+/// and 64^3 to 256^3 on an H100).
+fn step_seconds(n: usize, dealias: crate::Dealias, gpu: bool, threads: usize) -> f64 {
+    let m = match dealias {
+        crate::Dealias::ThreeHalves => 1.5 * n as f64,
+        crate::Dealias::TwoThirds => n as f64,
     };
     let flops = 36.0 * 2.5 * m.powi(3) * (m.powi(3)).log2();
-    let rate = if gpu {
-        2e11
+    if gpu {
+        2e-4 + flops / 1.5e12
     } else {
-        1e9 * rayon::current_num_threads() as f64
-    };
-    Some(durable::announce_steps("spectral run", steps, flops / rate))
+        flops / (5e9 * threads.max(1) as f64)
+    }
 }
 
 /// The number of fixed steps `dt` from `t0` to `t_end` when every output time is landed on
@@ -845,4 +878,41 @@ pub fn read_history(energy_path: &Path) -> Result<Vec<(f64, f64, f64)>, RunError
         .filter(|r| r.len() >= 3)
         .map(|r| (r[0], r[1], r[2]))
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The step model against the measured ms per step of BENCHMARKS.md (`vortex bench
+    /// spectral`; 16^3 from a run on 2 cores): within 3x each.
+    #[test]
+    fn the_step_model_is_within_3x_of_the_measured() {
+        use crate::Dealias::{ThreeHalves as T, TwoThirds as W};
+        let cases = [
+            (16, T, false, 1, 2.0),
+            (64, T, false, 2, 119.0),
+            (128, T, false, 2, 1664.0),
+            (256, T, false, 2, 12263.0),
+            (64, W, false, 2, 32.3),
+            (128, W, false, 2, 384.0),
+            (64, T, false, 16, 26.3),
+            (128, T, false, 16, 195.0),
+            (256, T, false, 16, 1876.0),
+            (64, T, true, 16, 1.23),
+            (128, T, true, 16, 6.55),
+            (256, T, true, 16, 57.2),
+            (64, W, true, 16, 0.60),
+            (128, W, true, 16, 2.28),
+            (256, W, true, 16, 17.2),
+        ];
+        for (n, rule, gpu, threads, ms) in cases {
+            let model = 1e3 * step_seconds(n, rule, gpu, threads);
+            let off = (model / ms).max(ms / model);
+            assert!(
+                off < 3.0,
+                "{n}^3 {rule:?} gpu {gpu} {threads} threads: {model} ms, measured {ms}"
+            );
+        }
+    }
 }

@@ -1,7 +1,8 @@
 //! The kernels of `kernels/uniform.cu`: the uniform-grid FMM built on the device
 //! (`vortex_gpu::uniform`): counting sort of the particles into the leaves, the task lists
 //! of the leaves by stencil, the cell centres, the level-by-level M2M / M2L / L2L of the
-//! grid (rotation-based, and the dense M2L of the finest levels) and the fields back in the
+//! grid (rotation-based, and the dense M2L of the finest levels, on the FP32 pipes or the FP64
+//! tensor cores) and the fields back in the
 //! input order. The module also holds `p2p.cu` and `fmm.cu` (included), whose `p2p_near`,
 //! `p2m` and `l2p` it reuses ([`UniformModule`]). Every kernel has a host emulation in
 //! `vortex_gpu::uniform` (`sort`, `stencil`, `dense_m2l`).
@@ -113,6 +114,23 @@ crate::kernel_set! {
         mult: *const float, loc: *mut float, mats: *const float, dmap: *const int,
         level_off: int, nl: int, periodic: int, w: float, zlo: int, zhi: int, q0: int,
         qcount: int,
+    );
+
+    /// Dense M2L of a level on the FP64 tensor cores: the targets, offsets and scalings of
+    /// `m2l_dense`, `mats` the same matrices in f64; grid `(ceil(qcount / 32), 8, groups)` of
+    /// `TTHREADS` = 256. One group adds into `loc` (`part` unused, one element); several
+    /// store their sums into `part` (`groups nl^3 3 DP` doubles), for `m2l_tensor_sum`.
+    fn m2l_tensor = u_m2l_tensor(
+        mult: *const float, loc: *mut float, mats: *const double, dmap: *const int,
+        part: *mut double, level_off: int, nl: int, periodic: int, w: float, zlo: int,
+        zhi: int, q0: int, qcount: int, groups: int,
+    );
+
+    /// The `groups` partial sums of `m2l_tensor` (`part`) added into the locals of the
+    /// level's cells with z in `zlo .. zhi`: one thread per (cell, component, slot `< DD`).
+    fn m2l_tensor_sum = u_m2l_tensor_sum(
+        part: *const double, loc: *mut float, dmap: *const int, level_off: int, nl: int,
+        zlo: int, zhi: int, groups: int,
     );
 }
 

@@ -12,6 +12,10 @@
 //! mat-vecs), `O(p^4)` flops per translation against the rotations' `O(p^3)`, but at the
 //! arithmetic rate of a matrix product.
 //!
+//! The products run on the FP32 pipes (`u_m2l_dense`: f32 matrices and sums) or on the FP64
+//! tensor cores (`u_m2l_tensor`: f64 matrices, `mma.sync.m8n8k4.f64`, f64 sums; the same
+//! targets, offsets, gathers and scalings), both emulated by [`emulate_level`].
+//!
 //! Real degrees of freedom of one scalar expansion (the field is real, so `c(n, -m) = (-1)^m
 //! conj(c(n, m))` and `Im c(n, 0) = 0`): `D = (p + 1)^2` in the *compact order* — per degree
 //! `n`, `Re c(n, 0)`, then `Re c(n, m)`, `Im c(n, m)` for `m = 1..=n` — so the slots of degree
@@ -33,6 +37,21 @@ pub const DENSE_R: usize = 3;
 pub const DENSE_TARGETS: usize = 32;
 /// Threads per block of `u_m2l_dense`.
 pub const DENSE_THREADS: usize = 192;
+/// Threads per block of `u_m2l_tensor` (8 warps).
+pub const TENSOR_THREADS: usize = 256;
+/// Blocks of `u_m2l_tensor` a launch should have at least: two per multiprocessor of an H100
+/// or H200 (132; one block of 256 threads and about 230 registers each fits an SM).
+pub const TENSOR_FILL: usize = 264;
+/// Most offset groups of one `u_m2l_tensor` launch.
+pub const TENSOR_MAX_GROUPS: usize = 16;
+
+/// Offset groups of a `u_m2l_tensor` launch of `blocks` blocks (tiles x classes): enough to
+/// reach [`TENSOR_FILL`] blocks, at most [`TENSOR_MAX_GROUPS`].
+pub fn tensor_groups(blocks: usize) -> usize {
+    TENSOR_FILL
+        .div_ceil(blocks.max(1))
+        .clamp(1, TENSOR_MAX_GROUPS)
+}
 /// Parity classes (blocks along y of `u_m2l_dense`).
 pub const CLASSES: usize = 8;
 
@@ -270,6 +289,25 @@ pub fn emulate_level(
                     }
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tensor_tests {
+    use super::*;
+
+    #[test]
+    fn small_levels_split_their_offsets_and_large_ones_do_not() {
+        assert_eq!(tensor_groups(8), TENSOR_MAX_GROUPS);
+        assert_eq!(tensor_groups(88), 3);
+        assert_eq!(tensor_groups(264), 1);
+        assert_eq!(tensor_groups(5488), 1);
+        // the kernel's rule (offset i of 189 to group i g / 189) gives every group offsets
+        for g in 1..=TENSOR_MAX_GROUPS {
+            let mut count = vec![0; g];
+            (0..189).for_each(|i| count[i * g / 189] += 1);
+            assert!(count.iter().all(|&c| c >= 189 / g), "{g}: {count:?}");
         }
     }
 }

@@ -10,8 +10,8 @@
 //!
 //! * [`grid`]: bounding cube, choice of `n = m 2^k` (gap condition: leaf width >=
 //!   `core_cutoff * sigma_max`), cell numbering and centres;
-//! * [`dense_m2l`]: the M2L below the top as dense per-offset matrices (kernel and f64 host
-//!   emulation), one of the two [`M2lKernel`]s;
+//! * [`dense_m2l`]: the M2L below the top as dense per-offset matrices (kernels on the FP32
+//!   pipes and on the FP64 tensor cores, and the f64 host emulation), two of the [`M2lKernel`]s;
 //! * [`stencil`]: the implicit near and M2L lists (tested to cover every leaf pair once) and
 //!   the rotation records per integer offset;
 //! * [`sort`]: host emulation of the device sort and task builder (tested against a plain
@@ -31,6 +31,8 @@
 //! * [`distributed`]: the distributed device path, one GPU per rank (free space and periodic;
 //!   `UniformFmm::evaluate_device_slab` on device buffers for the resident step);
 //! * [`periodic`]: the periodic box (wrapping pack, far images, surface correction);
+//! * [`profile`]: the per-kernel profile (CUDA events per kernel, launches, the roofline floor
+//!   of each on the card), off unless started (`vortex bench fmm --profile`);
 //! * [`evaluator`]: [`UniformEvaluator`] and [`UniformSlabEvaluator`], the grid behind
 //!   `vortex_fmm::Evaluator` (what the planner hands out for `--grid uniform`).
 
@@ -42,6 +44,7 @@ pub mod evaluator;
 pub mod grid;
 pub mod periodic;
 pub mod pipeline;
+pub mod profile;
 pub mod reference;
 pub mod slab;
 pub mod sort;
@@ -156,15 +159,18 @@ pub struct UniformTimes {
     pub m2l: f64,
     /// L2L and L2P.
     pub downward: f64,
-    /// P2P.
+    /// P2P (when `overlapped`, its kernel time: it ran beside the M2L and the L2L).
     pub p2p: f64,
     /// Scatter to input order, download, `1/(4 pi)` and f64 conversion on the host.
     pub download: f64,
     /// Periodic: host time of the far images (download of the top multipoles, the f64
     /// lattice-summed M2L, upload), overlapped with the P2P and part of `p2p`.
     pub far_images: f64,
-    /// Sum of the phases (the wall time of the evaluation).
+    /// The wall time of the evaluation (the sum of the phases, less the P2P when
+    /// `overlapped`).
     pub total: f64,
+    /// Whether the P2P ran on a second stream beside the far field (one GPU, unprofiled).
+    pub overlapped: bool,
     /// Kernel-only times (CUDA events).
     pub k_sort: f64,
     pub k_p2m: f64,

@@ -42,6 +42,7 @@ mod upward;
 
 use super::grid::{Extent, UniformGrid};
 use super::periodic::{far_image_locals, far_images_for, pack_sources_periodic_into};
+use super::profile::{self, Unit, Work};
 use super::slab::{Parts, Ranges};
 use super::sort::SCAN_BLOCK;
 use super::stencil::RotationTable;
@@ -194,7 +195,8 @@ pub fn pack_sources_into(s: &Sources, out: &mut [f32]) {
     crate::layout::pack_sources_into(s, p, a);
 }
 
-/// A pinned buffer of at least `len` floats in `slot` (reallocated when smaller).
+/// A pinned buffer of at least `len` floats in `slot` (reallocated when smaller; at least one
+/// float, so that `len = 0`, a rank with nothing to copy, is an empty slice of a real buffer).
 fn pinned<'a>(
     dev: &GpuDevice,
     slot: &'a mut Option<PinnedHostSlice<f32>>,
@@ -523,6 +525,23 @@ impl UniformFmm {
     /// Runs `f` between two CUDA events ([`GpuDevice::event_timed`]).
     fn event_timed(&self, f: impl FnOnce() -> GpuResult<()>) -> GpuResult<f64> {
         self.dev.event_timed(f)
+    }
+
+    /// Runs `f`, the `launches` launches of kernel `name` doing `work`; while
+    /// [`profile::enabled`], between two CUDA events, recorded in the profile.
+    fn prof(
+        &self,
+        name: &str,
+        launches: usize,
+        work: Work,
+        f: impl FnOnce() -> GpuResult<()>,
+    ) -> GpuResult<()> {
+        if !profile::enabled() {
+            return f();
+        }
+        let t = self.dev.event_timed(f)?;
+        profile::record(name, launches, t, work);
+        Ok(())
     }
 
     /// Makes sure the tables of order `p` with offsets up to `r` are on the device.

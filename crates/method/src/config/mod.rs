@@ -46,7 +46,8 @@
 //! diagnostics_every = 10   # steps between rows of diagnostics.csv; and/or
 //! # diagnostics_interval = 0.1  # simulation time between rows (the first step at or after)
 //! checkpoint_every = 100    # steps; and/or checkpoint_interval (time)
-//! snapshot_every = 0        # steps; and/or snapshot_interval (time)
+//! snapshot_every = 0        # steps; and/or snapshot_interval (time); the last step always
+//! snapshot_initial = false  # also the initial state (step 0): only when asked, it can be large
 //! energy_rise_warn = 1e-3   # decaying flow: warn when E rises above its lowest value by this
 //! energy_rise_limit = 0.02  # ... and stop with an error above this
 //! snapshot_format = "vtp"  # vtp (binary, with particles.pvd) | vtk (legacy ASCII)
@@ -375,6 +376,9 @@ pub struct OutputConfig {
     /// VTK particle snapshots every this many steps (0: none; the last step is always written
     /// when nonzero).
     pub snapshot_every: u64,
+    /// Also a snapshot of the initial state (step 0) when snapshots are scheduled; off by
+    /// default (a snapshot of 1e8 particles takes minutes and tens of GiB).
+    pub snapshot_initial: bool,
     /// Format of the particle snapshots: `vtp` (binary XML PolyData plus `particles.pvd` with the
     /// physical times; default) or `vtk` (legacy ASCII).
     pub snapshot_format: SnapshotFormat,
@@ -413,6 +417,7 @@ impl Default for OutputConfig {
             grid_velocity: None,
             spectra: true,
             snapshot_every: 0,
+            snapshot_initial: false,
             snapshot_format: SnapshotFormat::Vtp,
             checkpoint_every: 0,
             diagnostics_interval: None,

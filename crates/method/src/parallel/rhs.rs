@@ -111,7 +111,7 @@ impl<'c, B: Backend + 'c> DistRhs<'c, B> {
                 Ok(())
             }
             SelfEngine::Ranks => Err(Error::Other(format!(
-                "{} for the particles at themselves: an engine of one rank, and this run has {}",
+                "{} for the particles at themselves: an engine of one rank, and this run has {} ranks",
                 engine.describe(),
                 self.comm.size()
             ))),

@@ -38,6 +38,7 @@
 //! with a checkpoint ([`RunSummary::interrupted`]).
 //!
 //! Submodules: `run_loop` (the run's state and its steps), `schedule` (when an output is due),
+//! `sizes` (the size of each output kind, announced before the first step),
 //! `outputs` (the CSV files, snapshots, spectra and plots of rank 0); this module holds the entry
 //! point [`run`], the summary and the simulation a run builds.
 
@@ -62,6 +63,7 @@ use vortex_spectral::durable::{self, OutMode};
 mod outputs;
 mod run_loop;
 mod schedule;
+mod sizes;
 pub use outputs::{MIN_ENERGY, PVD_FILE};
 use run_loop::{Destination, RunLoop};
 

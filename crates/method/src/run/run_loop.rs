@@ -176,12 +176,19 @@ impl<'c> RunLoop<'c> {
         // again after the first steps
         let estimate = root.then(|| {
             let steps = cfg.steps().saturating_sub(start_step);
-            let model = announce(&cfg, steps, sim.n_global(), &sim.describe());
+            let cost = StepCost::of(&*sim);
+            let model = announce(&cfg, steps, sim.n_global(), cost);
             vortex_spectral::estimate::Estimate::new(
                 &format!("the run to t_end = {}", cfg.t_end),
                 Some(model),
             )
         });
+        if root {
+            log::info!(
+                "{}",
+                super::sizes::outputs_text(&cfg, sim.n_global(), start_step, stop)
+            );
+        }
         let outputs = if root {
             open_outputs(out, restart.is_some(), start_step).map(Some)
         } else {
@@ -305,7 +312,9 @@ impl<'c> RunLoop<'c> {
             signal,
             last,
             diagnostics,
-            snapshot: s.snapshot.any() && (s.snapshot.due(step) || last),
+            // the initial state only when asked for (output.snapshot_initial)
+            snapshot: s.snapshot.any()
+                && ((s.snapshot.due(step) && (step > 0 || o.snapshot_initial)) || last),
             checkpoint,
             written: self.writer.active() && flags[2] == 0.0,
         }
@@ -478,23 +487,60 @@ impl<'c> RunLoop<'c> {
     }
 }
 
+/// What runs a step, for the model of its duration ([`announce`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum StepCost {
+    /// The particles on the host, the FMM on the CPU cores.
+    Cpu,
+    /// The particles on the host, the FMM on a GPU.
+    HostGpu,
+    /// The particle state resident on the GPUs (`vortex-resident`).
+    Resident,
+}
+
+impl StepCost {
+    pub(super) fn of(sim: &dyn Simulator) -> Self {
+        if sim.state_on_device() {
+            StepCost::Resident
+        } else if sim.describe().starts_with("cpu") {
+            // the CPU backend's name (`vortex_fmm::CpuBackend::name`): "cpu (N threads)"
+            StepCost::Cpu
+        } else {
+            StepCost::HostGpu
+        }
+    }
+}
+
+/// Seconds of one step of `n` particles (see [`announce`]); `threads` of the CPU backend.
+pub(super) fn step_seconds(cost: StepCost, periodic: bool, n: usize, threads: usize) -> f64 {
+    let n = n as f64;
+    match cost {
+        StepCost::Cpu => {
+            let fixed = if periodic { 0.05 } else { 0.01 };
+            (fixed + n * 2.5e-4) / threads.max(1) as f64
+        }
+        StepCost::HostGpu => 0.1 + n * 4e-6,
+        StepCost::Resident => 1e-2 + n * 6e-8,
+    }
+}
+
 /// Logs the step count of the run and its estimated duration before the first step (a warning
 /// for a long one, `vortex_spectral::durable::announce_steps`); returns the estimate in
 /// seconds. A rough model of the step (FMM, two evaluations per AB2/Heun step,
-/// re-interpolation, diagnostics), fitted to runs on a 2-core CPU (Taylor-Green 8^3 and 16^3,
-/// a ring of 55,000 particles: 0.6 to 8 s a step) and to the 256^3 step on an H100
-/// (BENCHMARKS.md): 4e-4 s per particle and thread on the CPU, plus 1 thread-second a step in a
-/// periodic box (the image sums and the diagnostics grid) and the re-interpolation's Gaussian
-/// sums by their reach (`reinterpolation.cutoff`, `initial.overlap`); 6e-8 s per particle on a
-/// GPU. The
-/// run measures itself after the first steps and announces again when this is off
-/// ([`vortex_spectral::estimate::Estimate`]).
-pub(super) fn announce(cfg: &Config, steps: u64, n: usize, backend: &str) -> f64 {
-    let s_per_step = if backend.contains("cuda") || backend.contains("GPU") {
-        1e-2 + n as f64 * 6e-8
-    } else {
-        let threads = rayon::current_num_threads() as f64;
-        let fixed = if cfg.domain.periodic { 1.0 } else { 0.01 };
+/// re-interpolation, diagnostics) for what runs it ([`StepCost`]), fitted to BENCHMARKS.md:
+/// on the CPU 2.5e-4 s per particle and thread, plus 0.05 thread-seconds a step in a periodic
+/// box (the image sums and the diagnostics grid) (Taylor-Green 8^3 on one core of the 2-core
+/// machine, 0.07 s of CPU a step, 0.15-0.2 s of wall time beside other builds; 64^3 and 256^3
+/// on 16 cores, 4.6 and 197 s);
+/// the host state with the FMM on a GPU 4e-6 s per particle (64^3 to 256^3 on an H100: 2.0 to
+/// 72 s); the state resident on the GPU 6e-8 s per particle (64^3 to 512^3 on an H100 and an
+/// H200: 0.024 to 8.9 s); on the CPU also the re-interpolation's Gaussian sums by their reach
+/// (`reinterpolation.cutoff`, `initial.overlap`). The run measures itself after the first steps and announces again
+/// when this is off ([`vortex_spectral::estimate::Estimate`]).
+pub(super) fn announce(cfg: &Config, steps: u64, n: usize, cost: StepCost) -> f64 {
+    let threads = rayon::current_num_threads();
+    let mut s_per_step = step_seconds(cost, cfg.domain.periodic, n, threads);
+    if cost == StepCost::Cpu {
         // the Gaussian sums of a re-interpolation visit (2 cutoff overlap)^3 lattice points per
         // particle (1.3e-7 thread-seconds each on the 2-core machine, Taylor-Green 16^3 with
         // cutoff 12 re-interpolated every step: 3.8 s of a 4.3 s step); once per
@@ -502,8 +548,8 @@ pub(super) fn announce(cfg: &Config, steps: u64, n: usize, backend: &str) -> f64
         let r = &cfg.reinterpolation;
         let reach = (2.0 * r.cutoff * cfg.initial.overlap).powi(3);
         let every = if r.every > 0 { r.every as f64 } else { 20.0 };
-        (fixed + n as f64 * 4e-4 + n as f64 * reach * 1.3e-7 / every) / threads
-    };
+        s_per_step += n as f64 * reach * 1.3e-7 / every / threads.max(1) as f64;
+    }
     durable::announce_steps(
         &format!("the run to t_end = {} with dt = {}", cfg.t_end, cfg.dt),
         steps as f64,
@@ -538,4 +584,37 @@ pub(super) fn progress_bar(show: bool, start_step: u64, stop: u64) -> ProgressBa
     );
     b.set_position(start_step);
     b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The model against the measured seconds per step of BENCHMARKS.md (what runs the step,
+    /// particles, CPU threads, measured): within 3x each.
+    #[test]
+    fn the_step_model_is_within_3x_of_the_measured() {
+        let n3 = |n: usize| n * n * n;
+        let cases = [
+            (StepCost::Resident, n3(64), 16, 0.0236),
+            (StepCost::Resident, n3(128), 16, 0.185),
+            (StepCost::Resident, n3(256), 16, 1.003),
+            (StepCost::Resident, n3(512), 16, 8.9),
+            (StepCost::HostGpu, n3(64), 16, 2.03),
+            (StepCost::HostGpu, n3(128), 16, 10.4),
+            (StepCost::HostGpu, n3(256), 16, 44.4),
+            (StepCost::HostGpu, n3(256), 16, 72.5),
+            (StepCost::Cpu, n3(8), 1, 0.15),
+            (StepCost::Cpu, n3(64), 16, 4.59),
+            (StepCost::Cpu, n3(256), 16, 197.3),
+        ];
+        for (cost, n, threads, measured) in cases {
+            let model = step_seconds(cost, true, n, threads);
+            let off = (model / measured).max(measured / model);
+            assert!(
+                off < 3.0,
+                "{cost:?} n = {n}: model {model} s, measured {measured} s"
+            );
+        }
+    }
 }

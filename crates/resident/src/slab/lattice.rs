@@ -222,6 +222,47 @@ mod tests {
     /// Position, strength, core radius.
     type Blob = ([f64; 3], [f64; 3], f64);
 
+    /// The rows of every rank's own planes in the lattice order (`emulate::lattice_order`, the
+    /// kernel's thread map) carry the global ids of [`SlabLattice::point_ids`]: over the
+    /// ranks, every lattice point once, each row the value of its point (1 to 4 ranks, uneven
+    /// and empty slabs).
+    #[test]
+    fn lattice_order_rows_carry_their_point_ids() {
+        let n = 7usize;
+        let value = |id: usize| [id as f64, -(id as f64), 0.5 * id as f64];
+        for bounds in [
+            vec![0, n],
+            vec![0, 3, n],
+            vec![0, 1, 1, 5, n],
+            vec![0, 2, 4, 6, n],
+        ] {
+            let mut seen = vec![false; n * n * n];
+            for rank in 0..bounds.len() - 1 {
+                let lat = SlabLattice::new(n, 1.0, bounds.clone(), rank, 2.0, 0.01).unwrap();
+                let (z0, z1) = lat.own();
+                // the slab layout of the own planes: ((k - z0) n + j) n + i
+                let slab: Vec<[f64; 3]> = (0..lat.points())
+                    .map(|t| {
+                        let (i, j, k) = (t % n, (t / n) % n, z0 + t / (n * n));
+                        value((i * n + j) * n + k)
+                    })
+                    .collect();
+                let rows = emulate::lattice_order(&slab, n, z1 - z0);
+                let ids = lat.point_ids();
+                assert_eq!(rows.len(), ids.len());
+                for (row, &id) in rows.iter().zip(&ids) {
+                    assert_eq!(*row, value(id as usize), "bounds {bounds:?}, rank {rank}");
+                    assert!(!seen[id as usize], "id {id} twice");
+                    seen[id as usize] = true;
+                }
+            }
+            assert!(
+                seen.iter().all(|&s| s),
+                "bounds {bounds:?}: a point without a row"
+            );
+        }
+    }
+
     /// The host twin of [`slab_vorticity`] on every rank (own particles plus the halo of
     /// [`halo_sends`], shifted across the seam, on the local lattice with x, y wrapped) equals
     /// the one-rank periodic sums of the device algorithm at the same planes, for 1 to 4 ranks,

@@ -5,7 +5,9 @@ use super::*;
 
 impl UniformFmm {
     /// Phase 8: L2L level by level downwards over the cells overlapping the own planes, then
-    /// L2P at the own particles (slices of `UNIFORM_EVAL_BLOCK` targets).
+    /// L2P at the own particles (slices of `UNIFORM_EVAL_BLOCK` targets), after `p2p_end`
+    /// (the P2P on another stream, which adds into the same fields) when given.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn downward_pass(
         &self,
         ps: &Pass,
@@ -13,6 +15,7 @@ impl UniformFmm {
         xp: &mut Expansions,
         fl: &mut RawFields,
         tb: &Tables,
+        p2p_end: Option<&CudaEvent>,
         tm: &mut UniformTimes,
     ) -> GpuResult<()> {
         let (s, g, p) = (&ps.s, &ps.g, ps.p);
@@ -25,40 +28,55 @@ impl UniformFmm {
                 let dist = (0.5 * 3f64.sqrt() * g.width(l)) as f32;
                 let (c0, cnt) = ps.region.level_cells(l);
                 // one block per child c0 .. c0 + cnt of level l (inside the level)
-                k.uniform.l2l(
-                    s,
-                    blocks(cnt, trt),
-                    &mut xp.loc,
-                    &tb.rots,
-                    &tb.z_l2l,
-                    &tb.toff,
-                    r_i,
-                    coff,
-                    nl,
-                    poff,
-                    dist,
-                    c0 as i32,
-                )?;
+                let e = (6 * ncoef(p) * 4) as f64;
+                let flops = cnt as f64 * profile::rotation_flops(p, 2);
+                let work = Work::flops(flops, Unit::Fp32, 2.25 * e * cnt as f64);
+                self.prof("u_l2l", 1, work, || {
+                    k.uniform.l2l(
+                        s,
+                        blocks(cnt, trt),
+                        &mut xp.loc,
+                        &tb.rots,
+                        &tb.z_l2l,
+                        &tb.toff,
+                        r_i,
+                        coff,
+                        nl,
+                        poff,
+                        dist,
+                        c0 as i32,
+                    )
+                })?;
             }
             Ok(())
         })?;
+        if let Some(e) = p2p_end {
+            s.wait(e)?;
+        }
         tm.k_l2p = self.event_timed(|| {
             if tasks.ntasks == 0 {
                 return Ok(());
             }
+            // targets read and fields read and written, a leaf's locals per slice
+            let e = (6 * ncoef(p) * 4) as f64;
+            let bytes = 80.0 * ps.np as f64 + e * tasks.ntasks as f64;
+            let flops = profile::l2p_flops(p) * ps.np as f64;
+            let work = Work::flops(flops, Unit::Fp32, bytes);
             // EVAL_BLOCK = UNIFORM_EVAL_BLOCK threads per task (at most that many targets)
-            k.fmm.l2p(
-                s,
-                blocks(tasks.ntasks, UNIFORM_EVAL_BLOCK),
-                &tasks.sorted.pos,
-                &tasks.sorted.str,
-                &tasks.l2p,
-                &xp.centers,
-                &xp.loc,
-                &tb.knm,
-                &mut fl.vel,
-                &mut fl.strf,
-            )
+            self.prof("l2p", 1, work, || {
+                k.fmm.l2p(
+                    s,
+                    blocks(tasks.ntasks, UNIFORM_EVAL_BLOCK),
+                    &tasks.sorted.pos,
+                    &tasks.sorted.str,
+                    &tasks.l2p,
+                    &xp.centers,
+                    &xp.loc,
+                    &tb.knm,
+                    &mut fl.vel,
+                    &mut fl.strf,
+                )
+            })
         })?;
         Ok(())
     }
@@ -88,15 +106,18 @@ impl UniformFmm {
         drop((xp.mult, xp.loc, pos, sstr));
         let k = self.kernels(ps.p)?;
         tm.k_scatter = self.event_timed(|| {
-            k.uniform.scatter_fields(
-                s,
-                grid1(np, THREADS),
-                &perm,
-                np_i,
-                &fl.vel,
-                &fl.strf,
-                &mut out6,
-            )
+            // an index and six floats read, six written
+            self.prof("u_scatter_fields", 1, Work::bytes(52.0 * np as f64), || {
+                k.uniform.scatter_fields(
+                    s,
+                    grid1(np, THREADS),
+                    &perm,
+                    np_i,
+                    &fl.vel,
+                    &fl.strf,
+                    &mut out6,
+                )
+            })
         })?;
         Ok(out6)
     }

@@ -3,14 +3,20 @@
 
 use super::*;
 
+/// The name of the own P2P in the profile.
+pub(super) const P2P_NAME: &str = "p2p_near";
+
 impl UniformFmm {
     /// Phase 5, queued on the device: the P2P among the own particles between two events
-    /// (periodic: the top multipoles downloaded first, for the far images on the host).
+    /// (periodic: the top multipoles downloaded first, for the far images on the host), on
+    /// the pass's stream or on `side` (after the work queued so far on the pass's stream: the
+    /// P2P then runs beside the far field; the caller waits for `end` before the L2P).
     pub(super) fn own_p2p(
         &self,
         ps: &Pass,
         tasks: &LeafTasks,
         mult: &CudaSlice<f32>,
+        side: Option<&Arc<CudaStream>>,
         bytes: &mut Bytes,
     ) -> GpuResult<OwnP2p> {
         let (s, np) = (&ps.s, ps.np);
@@ -25,26 +31,39 @@ impl UniformFmm {
             Some(_) if ps.region.is_whole() => Some(s.clone_dtoh(&mult.slice(0..top_len(ps)))?),
             _ => None,
         };
-        let start = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        let on = match side {
+            Some(x) => {
+                // the sorted particles, tasks and zeroed fields are queued on the pass's stream
+                x.wait(&s.record_event(None)?)?;
+                x
+            }
+            None => s,
+        };
+        let start = on.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
         if tasks.ntasks > 0 {
             let (spos, sstr) = (&tasks.sorted.pos, &tasks.sorted.str);
+            let k = self.kernels(ps.p)?;
+            // the work (pairs) is set once the pair count is downloaded (`run_device`)
+            let work = Work::flops(0.0, Unit::Fp32, 0.0);
             // tasks and runs index the np sorted particles (targets and sources alike)
-            self.kernels(ps.p)?.p2p.p2p_near(
-                s,
-                blocks(tasks.ntasks, P2P_THREADS),
-                spos,
-                sstr,
-                spos,
-                sstr,
-                &tasks.near,
-                &tasks.near_nsrc,
-                &tasks.runs,
-                period,
-                &mut vel,
-                &mut strf,
-            )?;
+            self.prof(P2P_NAME, 1, work, || {
+                k.p2p.p2p_near(
+                    on,
+                    blocks(tasks.ntasks, P2P_THREADS),
+                    spos,
+                    sstr,
+                    spos,
+                    sstr,
+                    &tasks.near,
+                    &tasks.near_nsrc,
+                    &tasks.runs,
+                    period,
+                    &mut vel,
+                    &mut strf,
+                )
+            })?;
         }
-        let end = s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        let end = on.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
         Ok(OwnP2p {
             fields: RawFields { vel, strf },
             top,

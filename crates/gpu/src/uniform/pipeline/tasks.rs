@@ -19,9 +19,17 @@ impl UniformFmm {
         let (len_i, nb_i) = (len as i32, nb as i32);
         let k = &self.kernels(p)?.uniform;
         // input holds len ints, out len + 1; nb blocks of SCAN_THREADS = 256 threads
-        k.scan_blocks(s, blocks(nb, 256), input, len_i, &mut *out, &mut sums)?;
-        k.scan_sums(s, blocks(1, 256), &mut sums, nb_i, &mut *out, len_i)?;
-        k.scan_add(s, grid1(len, THREADS), &mut *out, len_i, &sums)
+        // read in, write out, read and write out again: 16 bytes per element
+        self.prof(
+            "u_scan (3 kernels)",
+            3,
+            Work::bytes(16.0 * len as f64),
+            || {
+                k.scan_blocks(s, blocks(nb, 256), input, len_i, &mut *out, &mut sums)?;
+                k.scan_sums(s, blocks(1, 256), &mut sums, nb_i, &mut *out, len_i)?;
+                k.scan_add(s, grid1(len, THREADS), &mut *out, len_i, &sums)
+            },
+        )
     }
 
     /// Counting sort of `np` particles (`input`: `float4` position rows, then strength rows)
@@ -59,36 +67,47 @@ impl UniformFmm {
             let per_particle = grid1(np, THREADS);
             let [lox, loy, loz] = lo;
             // counts: n^3 = nleaf ints (the cell index is clamped to the grid)
-            k.cell_index(
-                s,
-                per_particle,
-                &pos_in,
-                np_i,
-                lox,
-                loy,
-                loz,
-                inv_w,
-                n_i,
-                &mut cell,
-                &mut slot,
-                &mut counts,
-            )?;
+            let npf = np as f64;
+            // a float4 read, cell and slot written, one atomic
+            self.prof("u_cell_index", 1, Work::bytes(28.0 * npf), || {
+                k.cell_index(
+                    s,
+                    per_particle,
+                    &pos_in,
+                    np_i,
+                    lox,
+                    loy,
+                    loz,
+                    inv_w,
+                    n_i,
+                    &mut cell,
+                    &mut slot,
+                    &mut counts,
+                )
+            })?;
             self.scan(p, &counts, nleaf, &mut starts)?;
             // starts: the scan of the counts, so starts[c] + slot < starts[c + 1]
-            k.scatter(s, per_particle, &cell, &slot, &starts, np_i, &mut perm0)?;
+            self.prof("u_scatter", 1, Work::bytes(16.0 * npf), || {
+                k.scatter(s, per_particle, &cell, &slot, &starts, np_i, &mut perm0)
+            })?;
             // one warp per leaf
             let per_leaf = grid1(32 * nleaf, THREADS);
-            k.sort_cells(s, per_leaf, &starts, nleaf_i, &perm0, &mut perm)?;
-            k.gather(
-                s,
-                per_particle,
-                &perm,
-                np_i,
-                &pos_in,
-                &str_in,
-                &mut spos,
-                &mut sstr,
-            )
+            self.prof("u_sort_cells", 1, Work::bytes(8.0 * npf), || {
+                k.sort_cells(s, per_leaf, &starts, nleaf_i, &perm0, &mut perm)
+            })?;
+            // an index and two float4 read, two float4 written
+            self.prof("u_gather", 1, Work::bytes(68.0 * npf), || {
+                k.gather(
+                    s,
+                    per_particle,
+                    &perm,
+                    np_i,
+                    &pos_in,
+                    &str_in,
+                    &mut spos,
+                    &mut sstr,
+                )
+            })
         })?;
         Ok(Sorted {
             perm,
@@ -167,8 +186,10 @@ impl UniformFmm {
         *k_time += self.event_timed(|| {
             let own_starts = starts.slice(c_own..c_own + nown + 1);
             let cfg = grid1(nown, THREADS);
-            k.uniform
-                .slices(s, cfg, &own_starts, nown_i, slice_i, &mut nslices)?;
+            self.prof("u_slices", 1, Work::bytes(8.0 * nown as f64), || {
+                k.uniform
+                    .slices(s, cfg, &own_starts, nown_i, slice_i, &mut nslices)
+            })?;
             self.scan(ps.p, &nslices, nown, &mut slice_starts)?;
             Ok(())
         })?;
@@ -196,24 +217,29 @@ impl UniformFmm {
         // both starts hold n^3 + 1 ints (c0 + cnt <= n^3), the slice offsets cnt + 1 (their
         // last at most the task count); p2m holds cnt int4 at least, near, nsrc and l2p the
         // task count, runs ps.runs_per_leaf int4 per leaf
-        k.uniform.leaf_tasks(
-            &ps.s,
-            grid1(cnt, 128),
-            starts,
-            sources.0,
-            sources.1,
-            n_i,
-            ps.leaf_base,
-            slice_i,
-            c0 as i32,
-            cnt as i32,
-            periodic,
-            &mut out.p2m,
-            &mut out.near,
-            &mut out.nsrc,
-            &mut out.l2p,
-            &mut out.runs,
-            pairs,
-        )
+        // per leaf: 9 (18) runs of two starts read and an int4 written, P2M task; per
+        // slice three tasks
+        let bytes = cnt as f64 * (ps.runs_per_leaf as f64 * 24.0 + 24.0);
+        self.prof("u_leaf_tasks", 1, Work::bytes(bytes), || {
+            k.uniform.leaf_tasks(
+                &ps.s,
+                grid1(cnt, 128),
+                starts,
+                sources.0,
+                sources.1,
+                n_i,
+                ps.leaf_base,
+                slice_i,
+                c0 as i32,
+                cnt as i32,
+                periodic,
+                &mut out.p2m,
+                &mut out.near,
+                &mut out.nsrc,
+                &mut out.l2p,
+                &mut out.runs,
+                pairs,
+            )
+        })
     }
 }

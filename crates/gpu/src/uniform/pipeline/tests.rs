@@ -119,8 +119,9 @@ fn periodic_device_matches_the_f64_reference() {
     assert!(e.to_string().contains("total strength"), "{e}");
 }
 
-/// On a GPU: the dense M2L kernel of one level against its f64 host emulation on random
-/// multipoles (free space with a z slab, periodic), p = 4..14.
+/// On a GPU: the dense M2L kernels of one level (FP32 pipes, FP64 tensor cores) against
+/// their f64 host emulation on random multipoles (free space with a z slab, periodic),
+/// p = 4..14.
 #[test]
 #[cfg_attr(
     not(feature = "gpu-tests"),
@@ -128,6 +129,7 @@ fn periodic_device_matches_the_f64_reference() {
 )]
 fn dense_m2l_kernel_matches_its_emulation() {
     use crate::uniform::dense_m2l::{emulate_level, DenseM2l};
+    use crate::uniform::M2lKernel;
     let fmm_ = UniformFmm::on_device(0).unwrap();
     let mut state = 0x2545f4914f6cdd1du64;
     let mut rnd = move || {
@@ -136,14 +138,21 @@ fn dense_m2l_kernel_matches_its_emulation() {
         state ^= state << 17;
         (state >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
     };
-    for (p, nl, periodic, zr) in [
+    let cases = [
         (4, 8, false, (0, 8)),
         (6, 8, false, (3, 6)),
         (10, 8, false, (0, 8)),
         (10, 6, true, (0, 6)),
         (14, 4, false, (1, 4)),
-    ] {
-        let w: f64 = 0.11;
+    ];
+    let kernels = [M2lKernel::Dense, M2lKernel::Tensor];
+    for (kernel, (p, nl, periodic, zr)) in kernels
+        .into_iter()
+        .flat_map(|k| cases.into_iter().map(move |c| (k, c)))
+    {
+        // a width exact in f32 (the kernels take it as f32): the tensor kernel's products and
+        // sums are f64, so its error is the f32 rounding of the inputs and outputs alone
+        let w: f64 = 0.109375;
         let nf = 2 * ncoef(p);
         let cells = nl * nl * nl;
         // multipoles of cells of width w: degree n scaled by w^n, Im c(n, 0) = 0
@@ -159,7 +168,7 @@ fn dense_m2l_kernel_matches_its_emulation() {
         let m32: Vec<f32> = mult.iter().map(|&x| x as f32).collect();
         let m64: Vec<f64> = m32.iter().map(|&x| x as f64).collect();
         let got = fmm_
-            .dense_m2l_level(p, nl, periodic, w, zr.0, zr.1, &m32)
+            .dense_m2l_level_by(kernel, p, nl, periodic, w, zr.0, zr.1, &m32)
             .unwrap();
         let mut want = vec![0.0; cells * 3 * nf];
         emulate_level(
@@ -175,11 +184,16 @@ fn dense_m2l_kernel_matches_its_emulation() {
         let got64: Vec<f64> = got.iter().map(|&x| x as f64).collect();
         let e = relative_l2_error_flat(&got64, &want);
         println!(
-            "dense M2L p {p} nl {nl} periodic {periodic} planes {zr:?}: device vs f64 {e:.2e}"
+            "{kernel:?} M2L p {p} nl {nl} periodic {periodic} planes {zr:?}: device vs f64 {e:.2e}"
         );
-        // f32 accumulation over 189 offsets of up to 128-term rows: ~sqrt(24000) 6e-8 = 9e-6
-        // at worst; 2.19e-6 measured at p = 10 on an H100
-        assert!(e < 5e-6, "p {p}: {e:.2e}");
+        // FP32: accumulation over 189 offsets of up to 128-term rows, ~sqrt(24000) 6e-8 =
+        // 9e-6 at worst, 2.19e-6 measured at p = 10 on an H100; FP64 tensor cores: the f32
+        // rounding of the stored locals, 6e-8
+        let tol = match kernel {
+            M2lKernel::Tensor => 2e-7,
+            _ => 5e-6,
+        };
+        assert!(e < tol, "{kernel:?} p {p}: {e:.2e}");
         // nothing written outside the planes
         for c in 0..cells {
             if c / (nl * nl) < zr.0 || c / (nl * nl) >= zr.1 {
@@ -234,6 +248,9 @@ fn dense_and_rotation_m2l_agree_on_whole_evaluations() {
         let (den, td, _) = run(M2lKernel::Dense);
         let (again, _, _) = run(M2lKernel::Dense);
         assert_eq!(den, again, "dense not repeatable");
+        let (ten, tt, _) = run(M2lKernel::Tensor);
+        let (again, _, _) = run(M2lKernel::Tensor);
+        assert_eq!(ten, again, "tensor not repeatable");
         let want = if periodic {
             evaluate_reference_periodic(&sp, &params, &per).unwrap()
         } else {
@@ -254,5 +271,72 @@ fn dense_and_rotation_m2l_agree_on_whole_evaluations() {
             edr < 2e-5 && edr < 2.0 * eur + 1e-7,
             "{edr:.2e} vs {eur:.2e}"
         );
+        let etu = relative_l2_error(&ten.velocity, &rot.velocity);
+        let ets = relative_l2_error(&ten.stretching, &rot.stretching);
+        let etr = relative_l2_error(&ten.velocity, &want.velocity);
+        println!(
+            "p {p} periodic {periodic}: tensor vs rotation {etu:.2e} / {ets:.2e}; vs f64 {etr:.2e}; M2L kernel {:.4} s",
+            tt.k_m2l
+        );
+        assert!(etu < 1e-6 && ets < 1e-5, "{etu:.2e} {ets:.2e}");
+        assert!(
+            etr < 2e-5 && etr < 2.0 * eur + 1e-7,
+            "{etr:.2e} vs {eur:.2e}"
+        );
+    }
+}
+
+/// On a GPU: the P2P kernel against the f64 direct sum where every pair is near (a grid of
+/// 2^3 leaves, every leaf a neighbour of every other: no far field), with core radii spread
+/// so that the pairs cover the three branches of `kernel_factors` (rho < 1, the closed
+/// form, and the singular kernel beyond rho^2 = 44), bitwise repeatable, on both streams
+/// (the P2P beside the far field, and alone while profiled).
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a CUDA GPU: cargo test --release --workspace --features gpu-tests"
+)]
+fn near_field_matches_the_f64_direct_sum_on_every_branch() {
+    use crate::uniform::profile;
+    use vortex_fmm::evaluators::direct::direct;
+    let fmm_ = UniformFmm::on_device(0).unwrap();
+    for seed in [11u64, 12] {
+        let mut s = vortex_fmm::testsets::standard(6_000, seed);
+        // core radii log-uniform in [5e-3, 0.1] of the unit cube: rho from 0 to ~350
+        let mut state = 0x9e3779b97f4a7c15u64 ^ seed;
+        for sg in s.sigma.iter_mut() {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let u = (state >> 11) as f64 / (1u64 << 53) as f64;
+            *sg = 5e-3 * (20f64).powf(u);
+        }
+        let targets = vortex_fmm::Targets {
+            position: s.position.clone(),
+            strength: s.strength.clone(),
+        };
+        let want = direct(&s, &targets);
+        let params = UniformParams {
+            order: 4,
+            grid: Some((2, 0)),
+            ..Default::default()
+        };
+        let (got, tm) = fmm_.evaluate(&s, &params).unwrap();
+        let (again, _) = fmm_.evaluate(&s, &params).unwrap();
+        assert_eq!(got, again, "not repeatable");
+        profile::start();
+        let profiled = fmm_.evaluate(&s, &params);
+        let prof = profile::finish();
+        assert_eq!(got, profiled.unwrap().0, "the profiled evaluation differs");
+        assert!(prof
+            .kernels
+            .iter()
+            .any(|k| k.name == "p2p_near" && k.launches == 1));
+        assert_eq!(tm.p2p_pairs, (s.len() * s.len()) as u64);
+        let eu = relative_l2_error(&got.velocity, &want.velocity);
+        let es = relative_l2_error(&got.stretching, &want.stretching);
+        println!("near field only, seed {seed}: GPU vs f64 direct {eu:.2e} / {es:.2e}");
+        // f32 sums of 6000 terms: ~1e-6
+        assert!(eu < 1e-5 && es < 1e-4, "{eu:.2e} {es:.2e}");
     }
 }

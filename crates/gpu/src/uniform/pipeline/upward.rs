@@ -33,20 +33,28 @@ impl UniformFmm {
                 // centers holds one float4 per cell of every level
                 let [lox, loy, loz] = g.lo;
                 let cfg = grid1(g.n_at(l).pow(3), THREADS);
-                kern.uniform
-                    .centers(s, cfg, off, nl, lox, loy, loz, w, &mut centers)?;
+                let work = Work::bytes(16.0 * g.n_at(l).pow(3) as f64);
+                self.prof("u_centers", 1, work, || {
+                    kern.uniform
+                        .centers(s, cfg, off, nl, lox, loy, loz, w, &mut centers)
+                })?;
             }
+            // particles read, multipoles written
+            let nbytes = 32.0 * ps.np as f64 + (ps.nown * 6 * ncoef(p) * 4) as f64;
+            let work = Work::flops(profile::p2m_flops(p) * ps.np as f64, Unit::Fp32, nbytes);
             // one block per own leaf (nown tasks) of the np sorted particles
-            kern.fmm.p2m(
-                s,
-                blocks(ps.nown, ncoef(p).div_ceil(32) * 32),
-                &tasks.sorted.pos,
-                &tasks.sorted.str,
-                &tasks.p2m,
-                &centers,
-                &tb.knm,
-                &mut mult,
-            )
+            self.prof("p2m", 1, work, || {
+                kern.fmm.p2m(
+                    s,
+                    blocks(ps.nown, ncoef(p).div_ceil(32) * 32),
+                    &tasks.sorted.pos,
+                    &tasks.sorted.str,
+                    &tasks.p2m,
+                    &centers,
+                    &tb.knm,
+                    &mut mult,
+                )
+            })
         })?;
         tm.k_m2m = self.event_timed(|| {
             for l in (0..k).rev() {
@@ -56,20 +64,29 @@ impl UniformFmm {
                 let (c0, cnt) = ps.region.level_cells(l);
                 // one block per parent c0 .. c0 + cnt of level l (inside the level); the
                 // rotation records cover offsets up to R = tb.r (ensure_tables)
-                kern.uniform.m2m(
-                    s,
-                    blocks(cnt, trt),
-                    &mut mult,
-                    &tb.rots,
-                    &tb.z_m2m,
-                    &tb.toff,
-                    r_i,
-                    poff,
-                    nl,
-                    coff,
-                    dist,
-                    c0 as i32,
-                )?;
+                // 8 children read, the parent written
+                let e = (6 * ncoef(p) * 4) as f64;
+                let work = Work::flops(
+                    8.0 * cnt as f64 * profile::rotation_flops(p, 0),
+                    Unit::Fp32,
+                    9.0 * e * cnt as f64,
+                );
+                self.prof("u_m2m", 1, work, || {
+                    kern.uniform.m2m(
+                        s,
+                        blocks(cnt, trt),
+                        &mut mult,
+                        &tb.rots,
+                        &tb.z_m2m,
+                        &tb.toff,
+                        r_i,
+                        poff,
+                        nl,
+                        coff,
+                        dist,
+                        c0 as i32,
+                    )
+                })?;
             }
             Ok(())
         })?;
