@@ -1,6 +1,10 @@
-// Near-field P2P and all-pairs kernels: Gaussian-cored Biot-Savart velocity and classical
-// stretching (CONVENTIONS.md, core paper Eq. 3-9), fp32, compiled by NVRTC with
+// Near-field P2P and all-pairs kernels: Biot-Savart velocity and classical stretching of the
+// Gaussian-based cores of order 2 CORE_M (CONVENTIONS.md, core paper Eq. 3-9; the family of
+// Beale & Majda, J. Comput. Phys. 58 (1985) 188, and Winckelmans & Leonard, J. Comput. Phys.
+// 109 (1993) 247: crates/fmm/src/kernel/cores.rs), fp32, compiled by NVRTC with
 // --use_fast_math. No libc headers (NVRTC has none): only CUDA built-ins are used.
+//
+// CORE_M (required): 1 the Gaussian (order 2), 2 the fourth-order core, 3 the sixth-order core.
 //
 // Data layout (see crates/gpu/src/layout.rs):
 //   target position  float4 (x, y, z, 0)          target strength float4 (ax, ay, az, 0)
@@ -19,6 +23,35 @@
 #define SQRT_2_OVER_PI 0.7978845608028654f
 #define INV_SQRT2 0.7071067811865476f
 
+#if !defined(CORE_M) || CORE_M < 1 || CORE_M > 3
+#error "CORE_M must be 1, 2 or 3 (cores of order 2, 4, 6)"
+#endif
+
+// The polynomials of the core of order 2 CORE_M at x = rho^2 (cores.rs): zeta = (2 pi)^(-3/2)
+// e^(-x/2) P(x), q = erf(rho / sqrt 2) - sqrt(2/pi) rho e^(-x/2) Q(x), dq/drho = sqrt(2/pi) x
+// e^(-x/2) P(x).
+__device__ __forceinline__ float core_p(float x)
+{
+#if CORE_M == 1
+    return 1.0f;
+#elif CORE_M == 2
+    return 2.5f - 0.5f * x;
+#else
+    return 4.375f + x * (-1.75f + 0.125f * x);
+#endif
+}
+
+__device__ __forceinline__ float core_q(float x)
+{
+#if CORE_M == 1
+    return 1.0f;
+#elif CORE_M == 2
+    return 1.0f - 0.5f * x;
+#else
+    return 1.0f + x * (-1.125f + 0.125f * x);
+#endif
+}
+
 // K and K'/r of one pair from r^2 and 1/sigma. Closed form for rho >= 1, Taylor series in rho^2
 // below (the closed form cancels there; the series is exact to fp32 for rho^2 < 1 and gives the
 // analytic limit at r = 0). Both are computed and one is selected: no divergence, and the
@@ -30,19 +63,35 @@ __device__ __forceinline__ void kernel_factors(float r2, float is, float& k, flo
     float rinv = rsqrtf(r2);
     float rho = r2 * rinv * is;
     float g = __expf(-0.5f * rho2);
-    float q = erff(rho * INV_SQRT2) - SQRT_2_OVER_PI * rho * g;
+    float q = erff(rho * INV_SQRT2) - SQRT_2_OVER_PI * rho * g * core_q(rho2);
     float rinv2 = rinv * rinv;
     float rinv3 = rinv2 * rinv;
     float k_cf = q * rinv3;
-    // K'/r = (dq/dr - 3 q / r) / r^4, dq/dr = sqrt(2/pi) rho^2 g / sigma
-    float kp_cf = (SQRT_2_OVER_PI * rho2 * g * is - 3.0f * q * rinv) * rinv2 * rinv2;
-    // series: K = c/s^3 sum a_k x^k, K'/r = c/s^5 sum b_k x^k, x = rho^2,
-    // a_k = (-1)^k / (2^k k! (2k+3)), b_k = 2 (k+1) a_{k+1}
+    // K'/r = (dq/dr - 3 q / r) / r^4, dq/dr = sqrt(2/pi) rho^2 g P / sigma
+    float kp_cf = (SQRT_2_OVER_PI * rho2 * g * core_p(rho2) * is - 3.0f * q * rinv) * rinv2 * rinv2;
+    // series: K = c/s^3 sum a_k x^k, K'/r = c/s^5 sum b_k x^k, x = rho^2, with
+    // e^(-x/2) P(x) = sum c_k x^k: a_k = c_k / (2k+3), b_k = 2 (k+1) a_{k+1}
     float x = rho2;
+#if CORE_M == 1
     float fa = 1.0f / 3.0f + x * (-1.0f / 10.0f + x * (1.0f / 56.0f + x * (-1.0f / 432.0f
              + x * (1.0f / 4224.0f + x * (-1.0f / 49920.0f + x * (1.0f / 691200.0f))))));
     float fb = -1.0f / 5.0f + x * (1.0f / 14.0f + x * (-1.0f / 72.0f + x * (1.0f / 528.0f
              + x * (-1.0f / 4992.0f + x * (1.0f / 57600.0f + x * (-1.0f / 783360.0f))))));
+#elif CORE_M == 2
+    float fa = 8.333333333e-01f + x * (-3.500000000e-01f + x * (8.035714286e-02f
+             + x * (-1.273148148e-02f + x * (1.538825758e-03f + x * (-1.502403846e-04f
+             + x * (1.229745370e-05f + x * (-8.662319094e-07f + x * 5.353961075e-08f)))))));
+    float fb = -7.000000000e-01f + x * (3.214285714e-01f + x * (-7.638888889e-02f
+             + x * (1.231060606e-02f + x * (-1.502403846e-03f + x * (1.475694444e-04f
+             + x * (-1.212724673e-05f + x * (8.566337719e-07f + x * -5.305399069e-08f)))))));
+#else
+    float fa = 1.458333333e+00f + x * (-7.875000000e-01f + x * (2.209821429e-01f
+             + x * (-4.137731481e-02f + x * (5.770596591e-03f + x * (-6.385216346e-04f
+             + x * (5.841290509e-05f + x * (-4.547717525e-06f + x * 3.078527618e-07f)))))));
+    float fb = -1.575000000e+00f + x * (8.839285714e-01f + x * (-2.482638889e-01f
+             + x * (4.616477273e-02f + x * (-6.385216346e-03f + x * (7.009548611e-04f
+             + x * (-6.366804534e-05f + x * (4.925644189e-06f + x * -3.315874418e-07f)))))));
+#endif
     float c3 = SQRT_2_OVER_PI * is2 * is;
     bool small = rho2 < 1.0f;
     k = small ? c3 * fa : k_cf;

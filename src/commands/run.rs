@@ -262,13 +262,23 @@ fn resident_state(
     path: &std::path::Path,
 ) -> Result<bool> {
     use vortex_method::config::{GridVelocity, StatePlace};
-    let why = vortex_resident::unsupported(config).or_else(|| {
-        (config.output.grid_velocity == Some(GridVelocity::Fmm)).then(|| {
-            "output.grid_velocity = \"fmm\" needs the particles on the host (the resident \
-             step computes the grid velocity from the vorticity)"
-                .to_string()
+    let core = config.evaluation.core;
+    let why = vortex_resident::unsupported(config)
+        .or_else(|| {
+            (core != vortex_fmm::kernel::CoreOrder::Second).then(|| {
+                format!(
+                    "evaluation.core = {core}: the resident step's lattice sums and solve are \
+                     the Gaussian's (the host state evaluates every core)"
+                )
+            })
         })
-    });
+        .or_else(|| {
+            (config.output.grid_velocity == Some(GridVelocity::Fmm)).then(|| {
+                "output.grid_velocity = \"fmm\" needs the particles on the host (the resident \
+             step computes the grid velocity from the vorticity)"
+                    .to_string()
+            })
+        });
     match (config.evaluation.state, why) {
         (StatePlace::Host, _) => Ok(false),
         (StatePlace::Device, None) => Ok(true),

@@ -62,6 +62,7 @@ pub use reference::{evaluate_reference, evaluate_reference_periodic};
 pub use slab::SlabPlan;
 
 use crate::device::GpuResult;
+use vortex_fmm::kernel::CoreOrder;
 
 /// Parameters of a uniform-grid evaluation.
 #[derive(Clone, Debug, PartialEq)]
@@ -82,6 +83,9 @@ pub struct UniformParams {
     pub grid: Option<(usize, usize)>,
     /// The M2L kernel below the top level ([`M2lKernel::resolve`] states the rule of `Auto`).
     pub m2l: M2lKernel,
+    /// The core of the near field (`kernels/p2p.cu` compiled with its `CORE_M`); the gap
+    /// `core_cutoff` must be at least its [`CoreOrder::min_cutoff`].
+    pub core: CoreOrder,
 }
 
 /// The M2L kernel of the levels below the top (the top level always uses the rotations: its
@@ -151,6 +155,7 @@ impl Default for UniformParams {
             leaf_target: 100.0,
             grid: None,
             m2l: default_m2l(),
+            core: CoreOrder::Second,
         }
     }
 }
@@ -173,6 +178,15 @@ impl UniformParams {
         }
         if !(self.core_cutoff >= 0.0 && self.core_cutoff.is_finite() && self.leaf_target > 0.0) {
             return bad("core_cutoff must be >= 0 and leaf_target > 0".into());
+        }
+        if self.core_cutoff < self.core.min_cutoff() {
+            return bad(format!(
+                "core_cutoff {} is below {} core radii, the least gap of the core of order {} \
+                 (its tail 1 - q there must not exceed the Gaussian's at 4)",
+                self.core_cutoff,
+                self.core.min_cutoff(),
+                self.core
+            ));
         }
         Ok(())
     }
