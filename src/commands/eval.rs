@@ -38,7 +38,7 @@ pub struct EvalArgs {
     pub core: vortex_fmm::kernel::CoreOrder,
     /// Minimum gap of a far (multipole) interaction, in source core radii: the far field uses
     /// the singular kernel, exact to 1 - q(rho) beyond it (default: 4 on the adaptive octree,
-    /// the uniform grid's own value on --grid uniform; at least 4.6 for --core 4 and 5 for
+    /// the uniform grid's own value on --grid uniform; at least 4.54 for --core 4 and 4.9 for
     /// --core 6).
     #[arg(long)]
     pub core_cutoff: Option<f64>,

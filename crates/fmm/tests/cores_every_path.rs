@@ -18,7 +18,7 @@ fn every_cpu_engine_honours_every_core() {
     for periodic in [None, Some(Periodic::default())] {
         let s = generate(Distribution::Uniform, 1500, rng.gen(), periodic.is_some());
         let points = Targets::points(
-            (0..200)
+            (0..100)
                 .map(|_| std::array::from_fn(|_| rng.gen_range(-3.0..3.0)))
                 .collect(),
         );

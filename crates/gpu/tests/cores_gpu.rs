@@ -131,7 +131,9 @@ fn the_uniform_twin_honours_every_core() {
     let seed: u64 = rand::random();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     for periodic in [None, Some(Periodic::default())] {
-        let s = generate(Distribution::Uniform, 3000, rng.gen(), periodic.is_some());
+        // 4000 particles: cores small enough (sigma = 2 pi / N^(1/3)) for 3 leaves per side of
+        // width 4.9 sigma, the sixth-order core's least gap
+        let s = generate(Distribution::Uniform, 4000, rng.gen(), periodic.is_some());
         for core in CoreOrder::ALL {
             let p = params(Method::Fmm, 10, core, periodic);
             let twin = grid_params(&p);

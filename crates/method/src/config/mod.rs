@@ -141,7 +141,7 @@ pub struct EvaluationConfig {
     pub theta: f64,
     pub leaf_size: usize,
     /// Far-field gap in source core radii; a core of order 4 or 6 takes at least its least gap
-    /// ([`CoreOrder::min_cutoff`]: 4.6 and 5.0, where its tail `|1 - q|` is the Gaussian's at
+    /// ([`CoreOrder::min_cutoff`]: 4.54 and 4.9, where its tail `|1 - q|` is the Gaussian's at
     /// 4).
     pub core_cutoff: f64,
     /// The order of the vortex core (`2 | 4 | 6`, [`CoreOrder`]): the Gaussian (the core

@@ -147,6 +147,7 @@ pub fn apply_core(lat: &Lattice, core: CoreOrder, sigma: f64, cutoff: f64, x: &[
         .map(|a| axis_weights_power(lat.h, sigma, cutoff, a))
         .collect();
     let norm = (2.0 * PI * sigma * sigma).powf(-1.5);
+    let ts = terms(core);
     // z passes by power d, then y passes by (b, d), then the x passes summed with C_abd
     let z: Vec<Vec<f64>> = (0..m).map(|d| convolve_axis(lat, 2, &w[d], x)).collect();
     let mut out = vec![0.0; x.len()];
@@ -154,7 +155,7 @@ pub fn apply_core(lat: &Lattice, core: CoreOrder, sigma: f64, cutoff: f64, x: &[
         for d in 0..m - b {
             let yz = convolve_axis(lat, 1, &w[b], &z[d]);
             for a in 0..m - b - d {
-                let c = terms(core)
+                let c = ts
                     .iter()
                     .find(|t| t.powers == [a, b, d])
                     .map(|t| t.coefficient)
@@ -203,12 +204,12 @@ fn fft3(data: &mut [Complex64], dims: [usize; 3], inverse: bool) {
     data.par_chunks_mut(ny * nz).for_each(|slab| {
         let mut line = vec![Complex64::default(); ny];
         for k in 0..nz {
-            for j in 0..ny {
-                line[j] = slab[j * nz + k];
+            for (j, v) in line.iter_mut().enumerate() {
+                *v = slab[j * nz + k];
             }
             fy.process(&mut line);
-            for j in 0..ny {
-                slab[j * nz + k] = line[j];
+            for (j, v) in line.iter().enumerate() {
+                slab[j * nz + k] = *v;
             }
         }
     });
