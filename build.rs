@@ -1,14 +1,14 @@
 //! Build script of the `vortex` binary.
 //!
-//! Re-runs when a CUDA kernel source changes so that binaries that embed the kernel sources (the
-//! `vortex-gpu` crate compiles them with NVRTC at first use) are rebuilt, and records the git
-//! commit and whether the tree had uncommitted changes (`VORTEX_GIT_COMMIT`, e.g.
+//! Records the git commit and whether the tree had uncommitted changes (`VORTEX_GIT_COMMIT`, e.g.
 //! `509a78d1c2e3` or `509a78d1c2e3-dirty`; `unknown` without git) for `vortex --version`,
-//! `run.json` and the benchmark reports.
+//! `run.json` and the benchmark reports. (The CUDA kernel sources need nothing here: the
+//! `vortex-kernels` crate embeds `kernels/*.cu` with `include_str!`, which cargo tracks, and
+//! `vortex-cuda` compiles them with NVRTC at their first use.)
 //!
 //! To stay right it re-runs when the commit can change (the HEAD file, the ref file HEAD points
-//! to, `packed-refs`) and when the dirty state can change (the index, and every source directory:
-//! cargo scans a directory given to `rerun-if-changed` for modified files).
+//! to, `packed-refs`) and when the dirty state can change (the index, and every source directory,
+//! `kernels/` among them: cargo scans a directory given to `rerun-if-changed` for modified files).
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -23,7 +23,14 @@ fn git(args: &[&str]) -> Option<String> {
 }
 
 fn main() {
-    for p in ["src", "crates", "Cargo.toml", "Cargo.lock", "build.rs"] {
+    for p in [
+        "src",
+        "crates",
+        "kernels",
+        "Cargo.toml",
+        "Cargo.lock",
+        "build.rs",
+    ] {
         println!("cargo:rerun-if-changed={p}");
     }
     if let (Some(git_dir), Some(common)) = (

@@ -442,62 +442,21 @@ extern "C" __global__ void r_gauss_lattice(const double4* __restrict__ sp,
     omega[3 * out + 2] = w2;
 }
 
-// ---- Fourier space (the R2C half of an n^3 lattice, cuFFT layout: (i * n + j) * (n/2+1) + k,
-// three components one after the other, `clen` complex each)
-
-__device__ __forceinline__ int wavenumber(int i, int n) { return i <= n / 2 ? i : i - n; }
-
-// The lattice solve of the periodic RBF system: beta_hat = omega_hat * scale / (S(kx) S(ky)
-// S(kz)), inv_eig[k] = 1 / S(k) of the circulant 1-D factor, scale = 1/(c n^3).
-extern "C" __global__ void r_solve_fourier(double2* __restrict__ spec, int n, long long clen,
-                                           const double* __restrict__ inv_eig, double scale) {
+// The slab layout of the transforms (`slab[((k - z_first) n + j) n + i][3]`, i fastest) of the
+// planes z_first.. of an n^3 lattice into the lattice order over the same planes (`out[t][3]`,
+// t = (i n + j) z_count + k - z_first, k fastest: the order of the fresh particles and of the
+// global ids), one thread per point.
+extern "C" __global__ void r_lattice_order(const double* __restrict__ slab, int n, int z_count,
+                                           double* __restrict__ out) {
     long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= clen) return;
-    int nh = n / 2 + 1;
-    int kz = (int)(t % nh);
-    int ky = (int)((t / nh) % n);
-    int kx = (int)(t / ((long long)nh * n));
-    double f = scale * inv_eig[kx] * inv_eig[ky] * inv_eig[kz];
-    for (int c = 0; c < 3; ++c) {
-        double2 v = spec[c * clen + t];
-        v.x *= f;
-        v.y *= f;
-        spec[c * clen + t] = v;
-    }
-}
-
-// Biot-Savart in Fourier space: u_hat = i k x omega_hat / |k|^2 with the physical wavevector
-// k = (2 pi / L) m for the integer m, i.e. (L / 2 pi) i m x omega_hat / |m|^2 (inv_kscale =
-// L / 2 pi), scaled by `scale` (1/n^3 of the inverse transform); the mean and the Nyquist
-// planes set to zero.
-extern "C" __global__ void r_biot_savart_fourier(double2* __restrict__ spec, int n, long long clen,
-                                                 double inv_kscale, double scale) {
-    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= clen) return;
-    int nh = n / 2 + 1;
-    int iz = (int)(t % nh);
-    int iy = (int)((t / nh) % n);
-    int ix = (int)(t / ((long long)nh * n));
-    int k0 = wavenumber(ix, n), k1 = wavenumber(iy, n), k2 = iz;
-    bool nyq = (n % 2 == 0) && (ix == n / 2 || iy == n / 2 || iz == n / 2);
-    double k2sum = (double)k0 * k0 + (double)k1 * k1 + (double)k2 * k2;
-    double2 w0 = spec[t], w1 = spec[clen + t], w2 = spec[2 * clen + t];
-    double2 u0, u1, u2;
-    if (k2sum == 0.0 || nyq) {
-        u0 = u1 = u2 = make_double2(0.0, 0.0);
-    } else {
-        double f = scale * inv_kscale / k2sum;
-        // (k x w) component-wise, complex w; times i: (re, im) -> (-im, re)
-        double c0r = k1 * w2.x - k2 * w1.x, c0i = k1 * w2.y - k2 * w1.y;
-        double c1r = k2 * w0.x - k0 * w2.x, c1i = k2 * w0.y - k0 * w2.y;
-        double c2r = k0 * w1.x - k1 * w0.x, c2i = k0 * w1.y - k1 * w0.y;
-        u0 = make_double2(-c0i * f, c0r * f);
-        u1 = make_double2(-c1i * f, c1r * f);
-        u2 = make_double2(-c2i * f, c2r * f);
-    }
-    spec[t] = u0;
-    spec[clen + t] = u1;
-    spec[2 * clen + t] = u2;
+    long long m = (long long)n * n * z_count;
+    if (t >= m) return;
+    int i, j, k;
+    plane_point(t, n, n, 0, z_count, 0, &i, &j, &k);
+    const long long src = ((long long)k * n + j) * n + i;
+    out[3 * t] = slab[3 * src];
+    out[3 * t + 1] = slab[3 * src + 1];
+    out[3 * t + 2] = slab[3 * src + 2];
 }
 
 // The fresh particles of a periodic re-interpolation at the lattice points of the planes k in
@@ -519,66 +478,6 @@ extern "C" __global__ void r_lattice_particles(int n, double o, double h, double
     pos[3 * t + 2] = o + h * k;
     sigma[t] = sigma0;
     s0[t] = sigma0;
-}
-
-// Shell spectrum, energy and enstrophy of a velocity half spectrum (normalised coefficients,
-// the layout above; the host's spectral::diagnostics conventions: wavenumbers i < n/2 -> i,
-// else i - n; weight 1 for kz = 0 and kz = n/2, 2 otherwise; shell round(|k|)). Per block:
-// the shells by shared-memory atomics, energy and enstrophy by a tree; partial[b] holds
-// nshell shells, then E, then Z (integer wavenumbers: multiply Z by (2 pi / L)^2).
-extern "C" __global__ void r_spectrum_partial(const double2* __restrict__ spec, int n,
-                                              long long clen, int nshell,
-                                              double* __restrict__ partial) {
-    extern __shared__ double sh[];  // nshell + 2 * blockDim.x
-    double* se = sh + nshell;
-    double* sz = se + blockDim.x;
-    for (int i = threadIdx.x; i < nshell; i += blockDim.x) sh[i] = 0.0;
-    __syncthreads();
-    int nh = n / 2 + 1;
-    double e_acc = 0.0, z_acc = 0.0;
-    for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < clen;
-         t += (long long)gridDim.x * blockDim.x) {
-        int iz = (int)(t % nh);
-        int iy = (int)((t / nh) % n);
-        int ix = (int)(t / ((long long)nh * n));
-        double kx = ix < n / 2 ? ix : ix - n;
-        double ky = iy < n / 2 ? iy : iy - n;
-        double kz = iz;
-        double w = (iz == 0 || iz == n / 2) ? 1.0 : 2.0;
-        double2 a = spec[t], b = spec[clen + t], c = spec[2 * clen + t];
-        double e = a.x * a.x + a.y * a.y + b.x * b.x + b.y * b.y + c.x * c.x + c.y * c.y;
-        double wxr = ky * c.x - kz * b.x, wxi = ky * c.y - kz * b.y;
-        double wyr = kz * a.x - kx * c.x, wyi = kz * a.y - kx * c.y;
-        double wzr = kx * b.x - ky * a.x, wzi = kx * b.y - ky * a.y;
-        double z = wxr * wxr + wxi * wxi + wyr * wyr + wyi * wyi + wzr * wzr + wzi * wzi;
-        int shell = (int)rint(sqrt(kx * kx + ky * ky + kz * kz));
-        if (shell < nshell) atomicAdd(&sh[shell], 0.5 * w * e);
-        e_acc += 0.5 * w * e;
-        z_acc += 0.5 * w * z;
-    }
-    se[threadIdx.x] = e_acc;
-    sz[threadIdx.x] = z_acc;
-    __syncthreads();
-    block_tree_reduce(blockDim.x, [&](unsigned d, unsigned s) {
-        se[d] += se[s];
-        sz[d] += sz[s];
-    });
-    double* out = partial + (long long)blockIdx.x * (nshell + 2);
-    for (int i = threadIdx.x; i < nshell; i += blockDim.x) out[i] = sh[i];
-    if (threadIdx.x == 0) {
-        out[nshell] = se[0];
-        out[nshell + 1] = sz[0];
-    }
-}
-
-// Sums the partials of `nblocks` blocks slot by slot in block order (one thread per slot).
-extern "C" __global__ void r_sum_partials(const double* __restrict__ partial, int nblocks,
-                                          int width, double* __restrict__ out) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= width) return;
-    double acc = 0.0;
-    for (int b = 0; b < nblocks; ++b) acc += partial[(long long)b * width + i];
-    out[i] = acc;
 }
 
 // ---- z slabs over ranks (crates/resident/src/slab)

@@ -1,6 +1,6 @@
 // The pointwise Fourier-space steps of the slab-decomposed transform (crates/resident/src/
-// slab_fourier): the same factors as r_solve_fourier, r_biot_savart_fourier and
-// r_spectrum_partial of resident.cu, on one rank's pencil spectrum.
+// slab_fourier), on one rank's pencil spectrum (one rank: the whole spectrum): the RBF lattice
+// solve, the Biot-Savart law and the shell spectrum.
 //
 // Pencil spectrum of a rank: complex numbers [ks][km - m0][kf][3] (the three components
 // interleaved), ks = 0..n along the slab axis s, km = m0..m0+nq along the middle axis m,
@@ -90,8 +90,8 @@ extern "C" __global__ void sf_biot_savart(double2* __restrict__ spec, int n, int
 }
 
 // Per-block partial shell spectrum, energy and enstrophy of a normalised velocity pencil
-// spectrum (the sums of r_spectrum_partial: weight 1 on kf = 0 and kf = n/2, 2 elsewhere;
-// shell round(|k|) by shared-memory atomics; E and Z by a tree in a fixed order).
+// spectrum (the conventions of vortex_spectral::diagnostics: weight 1 on kf = 0 and kf = n/2,
+// 2 elsewhere; shell round(|k|) by shared-memory atomics; E and Z by a tree in a fixed order).
 // partial[b] holds nshell shells, then E, then Z; grid-stride over the elements. blockDim.x
 // must be SF_THREADS (a power of two); dynamic shared memory nshell doubles.
 extern "C" __global__ void sf_spectrum_partial(const double2* __restrict__ spec, int n, int nq,

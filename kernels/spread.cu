@@ -145,10 +145,12 @@ __device__ __forceinline__ int floor_div(int a, int b) {
     return a >= 0 ? a / b : -((-a + b - 1) / b);
 }
 
-// out[t] = W(k) = sum over the fine modes q = k mod n, -m/2 < q <= m/2, of
+// out[3 t] = W(k) = sum over the fine modes q = k mod n, -m/2 < q <= m/2, of
 // d(qx) d(qy) d(qz) B(q), B the half spectrum (m, m, m/2 + 1) of the spread grid (a mode with
-// qz < 0 the conjugate of -q), for every mode k of the lattice half spectrum (n, n, n/2 + 1),
-// one thread each; d holds m factors indexed by q mod m.
+// qz < 0 the conjugate of -q), for every mode k of the lattice's pencil spectrum on one rank
+// (the slab transforms' layout with planes of constant z: t = (kz n + ky) (n/2 + 1) + kx, the
+// half axis x, three components interleaved: the caller offsets `out` to its component), one
+// thread each; d holds m factors indexed by q mod m.
 template <typename T2>
 __device__ void fold_modes(const T2* __restrict__ spec, int m, const double* __restrict__ d,
                            int n, double2* __restrict__ out) {
@@ -156,7 +158,7 @@ __device__ void fold_modes(const T2* __restrict__ spec, int m, const double* __r
     const long long clen = (long long)n * n * nh;
     const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= clen) return;
-    const int k[3] = {(int)(t / ((long long)n * nh)), (int)((t / nh) % n), (int)(t % nh)};
+    const int k[3] = {(int)(t % nh), (int)((t / nh) % n), (int)(t / ((long long)n * nh))};
     int jlo[3], jhi[3];
     for (int c = 0; c < 3; ++c) {
         jlo[c] = floor_div(-half - k[c], n) + 1;
@@ -185,7 +187,7 @@ __device__ void fold_modes(const T2* __restrict__ spec, int m, const double* __r
             }
         }
     }
-    out[t] = make_double2(sr, si);
+    out[3 * t] = make_double2(sr, si);
 }
 
 extern "C" __global__ void s_fold_f(const float2* __restrict__ spec, int m,

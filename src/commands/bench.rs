@@ -7,6 +7,7 @@
 //! * `vortex bench m2l`: time of one M2L translation, rotation-based O(p^3) vs plain O(p^4).
 //! * `vortex bench spectral`, `vortex bench reinterp`: their own modules.
 
+use super::bench_common::{announce, need_work};
 use crate::planner::{request_at_sources, resolve, uniform_core_cutoff};
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
@@ -19,8 +20,8 @@ use vortex_fmm::operators::{Operators, Scratch};
 use vortex_fmm::planner::Device;
 use vortex_fmm::testsets::{generate, Distribution};
 use vortex_fmm::{
-    relative_l2_error, BackendChoice, EvalParams, Evaluation, GridChoice, Method, TargetSpec,
-    Targets,
+    relative_l2_error, BackendChoice, EvalParams, Evaluation, GridChoice, M2lKernel, Method,
+    TargetSpec, Targets,
 };
 
 #[derive(Args, Debug)]
@@ -90,32 +91,9 @@ pub struct FmmBench {
     #[arg(long, default_value_t = 1)]
     pub repeat: usize,
     /// M2L kernel of the uniform grid below the top level: auto (the rule of
-    /// `vortex_gpu::uniform::M2lKernel::resolve`), rotation or dense (per-offset matrices).
-    #[arg(long, value_enum, default_value = "auto")]
-    pub m2l: M2lChoice,
-}
-
-/// `--m2l` of `vortex bench fmm` (`vortex_gpu::uniform::M2lKernel`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum M2lChoice {
-    Auto,
-    Rotation,
-    Dense,
-}
-
-/// Makes `choice` the M2L kernel of the uniform-grid evaluators built from now on.
-fn select_uniform_m2l(choice: M2lChoice) {
-    #[cfg(feature = "cuda")]
-    {
-        use vortex_gpu::uniform::{set_default_m2l, M2lKernel};
-        set_default_m2l(match choice {
-            M2lChoice::Auto => M2lKernel::Auto,
-            M2lChoice::Rotation => M2lKernel::Rotation,
-            M2lChoice::Dense => M2lKernel::Dense,
-        });
-    }
-    #[cfg(not(feature = "cuda"))]
-    let _ = choice;
+    /// `vortex_fmm::M2lKernel::resolve`), rotation or dense (per-offset matrices).
+    #[arg(long, default_value = "auto")]
+    pub m2l: M2lKernel,
 }
 
 #[derive(Args, Debug)]
@@ -180,31 +158,6 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
 }
 
-/// Refuses a count of zero for `flag`: no work would be done, and a table of numbers (an error
-/// of 0, a median of nothing) would be printed anyway.
-pub fn need_work(flag: &str, count: usize, what: &str) -> Result<()> {
-    if count == 0 {
-        bail!("{flag} 0: {what}; give at least 1");
-    }
-    Ok(())
-}
-
-/// Logs the estimated duration of `what` when it is above 10 s (before the work starts,
-/// measured from a first part of it).
-pub fn announce(what: &str, secs: f64) {
-    if secs > 10.0 {
-        let text = format!(
-            "{what}: estimated {} (measured on the first of them)",
-            vortex_spectral::durable::duration_text(secs)
-        );
-        if secs > vortex_spectral::outdir::LONG_RUN_S {
-            log::warn!("{text}: a long benchmark");
-        } else {
-            log::info!("{text}");
-        }
-    }
-}
-
 fn bench_fmm(b: &FmmBench) -> Result<()> {
     // the global pool: an evaluator (a GPU context, a communicator) stays on this thread
     let orders = parse_orders(&b.orders)?;
@@ -216,7 +169,6 @@ fn bench_fmm(b: &FmmBench) -> Result<()> {
     )?;
     need_work("--repeat", b.repeat, "no evaluation would be timed")?;
     crate::set_global_threads(b.threads)?;
-    select_uniform_m2l(b.m2l);
     crate::outln!(
         "# vortex bench fmm: backend {:?} grid {:?} (M2L {:?}) method {} theta {} leaf {} dist {:?} threads {} commit {}",
         resolve(b.backend),
@@ -255,6 +207,7 @@ fn bench_fmm(b: &FmmBench) -> Result<()> {
                 theta: b.theta,
                 leaf_size: b.leaf_size,
                 core_cutoff,
+                m2l: b.m2l,
                 ..EvalParams::default()
             };
             let req = request_at_sources(&params, b.backend, b.grid, n);

@@ -340,11 +340,14 @@ fn measure_cpu(b: &ReinterpBench, plan: &SpreadPlan, p: &Particles) -> Result<Me
 
 #[cfg(feature = "cuda")]
 fn measure_cuda(b: &ReinterpBench, plan: &SpreadPlan, p: &Particles) -> Result<Measured> {
-    use vortex_resident::fourier::Fourier;
+    use vortex_domain::SelfComm;
+    use vortex_exchange::{TransportChoice, DEFAULT_TIMEOUT};
     use vortex_resident::kernels::Kernels;
-    use vortex_resident::lattice::{bin, gaussian_sums, lattice_particles, Planes};
+    use vortex_resident::lattice::{lattice_particles, Planes};
     use vortex_resident::reinterpolation::inverse_eigenvalues;
-    use vortex_resident::spreading::{device_bytes, DeviceSpread, Precision};
+    use vortex_resident::slab::lattice::{slab_vorticity, to_lattice_order, SlabLattice};
+    use vortex_resident::slab_fourier::{Ranks, SlabAxis, SlabFourier, SlabLayout};
+    use vortex_resident::spreading::{device_bytes, half_spectra, DeviceSpread, Precision};
     use vortex_resident::state::DeviceParticles;
 
     let dev = vortex_gpu::GpuDevice::get(b.device).context("--backend cuda")?;
@@ -366,8 +369,14 @@ fn measure_cuda(b: &ReinterpBench, plan: &SpreadPlan, p: &Particles) -> Result<M
     let k = Kernels::load(&dev)?;
     let mut sp = DeviceSpread::new(&dev, plan.clone())?;
     let dp = DeviceParticles::upload(&s, p)?;
-    let mut f = Fourier::new(&s, n)?;
+    // the transforms and the Gaussian sums of the run on one rank: one slab of every plane
+    let comm = SelfComm;
+    let mut x = vortex_exchange::open(&comm, s.clone(), TransportChoice::Auto, DEFAULT_TIMEOUT)?;
+    let layout = SlabLayout::new(n, &[0, n], 0, SlabAxis::Z)?;
+    let mut f = SlabFourier::new(&dev, s.clone(), layout)?;
     let lat = Lattice::periodic_box(n, 2.0 * PI);
+    let settings = RbfSettings::default();
+    let slab = SlabLattice::new(n, 2.0 * PI, vec![0, n], 0, settings.cutoff, p.sigma[0])?;
     let sigma0 = plan.sigma_min;
     let filter = LatticeFilter::default();
     let c = (2.0 * PI * sigma0 * sigma0).powf(-1.5);
@@ -402,17 +411,22 @@ fn measure_cuda(b: &ReinterpBench, plan: &SpreadPlan, p: &Particles) -> Result<M
             sync()?;
             ph.fft += ms(t);
             let t = Instant::now();
-            sp.fold(&s, core, f.spectrum_mut(), comp)?;
+            sp.fold(&s, core, f.pencil_mut(), comp)?;
             sync()?;
             ph.fold += ms(t);
         }
         drop(binned);
         let t = Instant::now();
         let mut field = s.alloc_zeros::<f64>(3 * n * n * n)?;
-        f.solve_rbf_spectrum(&k, &s, &mut field, &exact, c)?;
+        let ranks = Ranks {
+            comm: &comm,
+            exchange: &mut *x,
+        };
+        f.solve_rbf_pencil(ranks, &mut field, &exact, c)?;
         sync()?;
         ph.solve = ms(t);
         let t = Instant::now();
+        let alpha = to_lattice_order(&k, &s, &field, &slab)?;
         let fresh = lattice_particles(
             &k,
             &s,
@@ -421,7 +435,7 @@ fn measure_cuda(b: &ReinterpBench, plan: &SpreadPlan, p: &Particles) -> Result<M
             lat.h,
             sigma0,
             Planes::all(&lat),
-            field,
+            alpha,
         )?;
         sync()?;
         ph.fresh = ms(t);
@@ -435,16 +449,11 @@ fn measure_cuda(b: &ReinterpBench, plan: &SpreadPlan, p: &Particles) -> Result<M
     for comp in 0..3 {
         sp.spread(&s, &binned, comp)?;
         sp.transform(&s)?;
-        sp.fold(&s, core, f.spectrum_mut(), comp)?;
+        sp.fold(&s, core, f.pencil_mut(), comp)?;
     }
     drop(binned);
-    let v = s.clone_dtoh(f.spectrum_mut())?;
-    let spectra = v
-        .chunks_exact(2)
-        .map(|c| Complex64::new(c[0], c[1]))
-        .collect();
+    let spectra = half_spectra(&s.clone_dtoh(f.pencil_mut())?, n);
     // the direct route on the device: binning, truncated sums at every point, the solve
-    let settings = RbfSettings::default();
     let truncated = s.clone_htod(
         &inverse_eigenvalues(n, lat.h, sigma0, settings.cutoff, &filter)
             .map_err(|e| anyhow::anyhow!(e))?,
@@ -456,13 +465,16 @@ fn measure_cuda(b: &ReinterpBench, plan: &SpreadPlan, p: &Particles) -> Result<M
     for _ in 0..b.repeat.max(1) {
         sync()?;
         let t = Instant::now();
-        let binned = bin(&k, &s, &dp, &lat)?;
-        let mut field = gaussian_sums(&k, &s, &binned, &lat, settings.cutoff, core)?;
+        let cutoff = settings.cutoff;
+        let (mut field, _) = slab_vorticity(&comm, &mut *x, &k, &s, &dp, &slab, cutoff, core)?;
         sync()?;
         direct.sums = direct.sums.min(ms(t));
-        drop(binned);
         let t = Instant::now();
-        f.solve_rbf(&k, &s, &mut field, &truncated, c)?;
+        let ranks = Ranks {
+            comm: &comm,
+            exchange: &mut *x,
+        };
+        f.solve_rbf(ranks, &mut field, &truncated, c)?;
         sync()?;
         direct.solve = direct.solve.min(ms(t));
     }

@@ -112,7 +112,7 @@ fn time_steps(s: &mut dyn Stepper, steps: usize, n: usize) -> Result<(f64, f64)>
         let t0 = Instant::now();
         s.step()?; // warm-up (plans, caches, clocks)
         if k == 1 {
-            super::bench::announce(
+            super::bench_common::announce(
                 &format!("{steps} timed steps of n = {n}"),
                 t0.elapsed().as_secs_f64() * steps as f64,
             );
@@ -129,7 +129,7 @@ fn time_steps(s: &mut dyn Stepper, steps: usize, n: usize) -> Result<(f64, f64)>
 }
 
 pub fn run(b: &SpectralBench) -> Result<()> {
-    use super::bench::need_work;
+    use super::bench_common::need_work;
     need_work(
         "--steps",
         b.steps,

@@ -1,6 +1,7 @@
 //! The subcommands of the `vortex` binary.
 
 pub mod bench;
+pub mod bench_common;
 pub mod bench_reinterp;
 pub mod bench_slab;
 pub mod bench_spectral;

@@ -2,9 +2,9 @@
 //! vortex-method simulation, in one process or as `mpirun -np R vortex run ...` (built with the
 //! `mpi` feature). All the logic lives in the `vortex-method` crate (`vortex_method::run::run`);
 //! this is argument glue: rank 0 reads the configuration and broadcasts it, the options are
-//! checked to be the same on every rank, the planner (`vortex_fmm::planner`) chooses the engine of the
-//! particles at themselves, and each rank builds the backend named by the configuration or
-//! `--backend` (under MPI GPU `local_rank % gpus_per_node`, `crate::planner::device_for_rank`).
+//! checked to be the same on every rank, one call plans the run
+//! (`vortex_engine::run_plan::plan_run`: the engine of the particles at themselves, the device
+//! of every rank, where the particle state lives) and the plan is carried out.
 //! Only rank 0 prints an error; every rank exits with status 1.
 
 use anyhow::{anyhow, Result};
@@ -12,9 +12,10 @@ use clap::Args;
 use std::path::PathBuf;
 use vortex_domain::Comm;
 #[cfg(feature = "cuda")]
-use vortex_fmm::planner::Engine;
-use vortex_fmm::planner::{choose, log_choice, Device, Request};
-use vortex_fmm::{BackendChoice, GridChoice, TargetKind};
+use vortex_engine::run_plan::at_sources;
+use vortex_engine::run_plan::{plan_run, Placement, RunPlan, RunRequest};
+use vortex_fmm::planner::Device;
+use vortex_fmm::{BackendChoice, GridChoice};
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
@@ -181,119 +182,94 @@ fn run_ranks(
         config.evaluation.exchange = x;
     }
     let e = &config.evaluation;
-    // the engine of the particles at themselves, chosen once for every rank
-    let caps = crate::planner::capabilities(comm);
-    let req = Request {
-        method: e.method,
-        backend: e.backend,
-        grid: e.grid,
-        periodic: config.periodic().is_some(),
-        ranks: comm.size(),
-        targets: TargetKind::Sources,
-        n: 0,
-    };
-    let choice = choose(&req, &caps).map_err(|r| anyhow!("{}: {r}", args.config.display()))?;
-    if comm.rank() == 0 {
-        log_choice(&req, &choice);
-    }
-    let device = vortex_fmm::planner::device(e.backend, &caps).map_err(|r| anyhow!("{r}"))?;
+    let plan = plan_run(
+        comm,
+        local_rank,
+        &RunRequest {
+            method: e.method,
+            backend: e.backend,
+            grid: e.grid,
+            periodic: config.periodic().is_some(),
+            device: e.device,
+            state: e.state,
+            device_state_refused: device_state_refused(&config),
+        },
+    )
+    .map_err(|r| anyhow!("{}: {r}", args.config.display()))?;
     let config_json = serde_json::to_value(&config)?;
     let opts = vortex_method::run::RunOptions {
         max_steps: args.steps,
         overwrite: args.overwrite,
     };
-    match device {
-        Device::Cuda => {
-            #[cfg(feature = "cuda")]
-            {
-                let index = crate::planner::device_for_rank(comm, local_rank, e.device);
-                let what = |e: String| {
-                    vortex_method::Error::Other(format!(
-                        "backend \"cuda\" (device {index}) for {}: {e}",
-                        args.config.display()
-                    ))
-                };
-                if resident_state(&config, choice.engine, &args.config)? {
-                    return run_resident(comm, config, args, index, &opts)
-                        .map(|s| (s, config_json));
-                }
-                // the engines come from the engine crate: the backend of the adaptive plan and,
-                // when the planner chose it, the uniform grid of the particles at themselves
-                let b = crate::planner::cuda(index).map_err(|e| what(e.to_string()));
-                let b = vortex_method::parallel::agree(comm, b)?;
-                let params = config.eval_params();
-                let at_sources =
-                    crate::planner::build_at_sources(comm, choice.engine, index, &params)
-                        .map_err(|e| what(e.to_string()));
-                let at_sources = vortex_method::parallel::agree(comm, at_sources)?;
-                let build = vortex_method::run::host_build(comm, b, at_sources);
-                let summary = run_and_report(comm, config, args, &opts, build)?;
-                Ok((summary, config_json))
-            }
-            #[cfg(not(feature = "cuda"))]
-            {
-                let _ = local_rank;
-                unreachable!("the planner refuses cuda without the `cuda` feature");
-            }
-        }
-        Device::Cpu => {
-            let _ = local_rank;
-            if config.evaluation.state == vortex_method::config::StatePlace::Device {
-                anyhow::bail!(
-                    "{}: evaluation.state = \"device\" needs the CUDA backend (backend = \"cuda\", \
-                     grid = \"uniform\")",
-                    args.config.display()
-                );
-            }
+    let summary = match (plan.placement, plan.device) {
+        (Placement::Device, _) => run_resident(comm, config, args, plan.gpu, &opts)?,
+        (Placement::Host, Device::Cuda) => run_host_cuda(comm, config, args, &plan, &opts)?,
+        (Placement::Host, Device::Cpu) => {
             let build = vortex_method::run::host_build(comm, vortex_fmm::CpuBackend, None);
-            let summary = run_and_report(comm, config, args, &opts, build)?;
-            Ok((summary, config_json))
+            run_and_report(comm, config, args, &opts, build)?
         }
+    };
+    Ok((summary, config_json))
+}
+
+/// The run with its particle state on the host ranks and the CUDA backend on this rank's GPU
+/// (with the planner's engine of the particles at themselves, when it chose one).
+fn run_host_cuda(
+    comm: &dyn Comm,
+    config: vortex_method::Config,
+    args: &RunArgs,
+    plan: &RunPlan,
+    opts: &vortex_method::run::RunOptions,
+) -> Result<vortex_method::run::RunSummary> {
+    #[cfg(feature = "cuda")]
+    {
+        let what = |e: vortex_engine::EngineError| {
+            vortex_method::Error::Other(format!(
+                "backend \"cuda\" (device {}) for {}: {e}",
+                plan.gpu,
+                args.config.display()
+            ))
+        };
+        let cuda = crate::planner::cuda(plan.gpu).map_err(what);
+        let b = vortex_method::parallel::agree(comm, cuda)?;
+        let at = at_sources(comm, plan, &config.eval_params()).map_err(what);
+        let at = vortex_method::parallel::agree(comm, at)?;
+        let build = vortex_method::run::host_build(comm, b, at);
+        run_and_report(comm, config, args, opts, build)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (comm, config, args, plan, opts);
+        unreachable!("the planner refuses cuda without the `cuda` feature")
     }
 }
 
-/// Whether the run keeps its particles on the GPUs (`evaluation.state`; `auto`: when the
-/// planner chose the uniform grid for a periodic box, on one rank or in slabs over several).
-/// Refuses `device` where the resident step does not apply, with the reason.
-#[cfg(feature = "cuda")]
-fn resident_state(
-    config: &vortex_method::Config,
-    engine: Engine,
-    path: &std::path::Path,
-) -> Result<bool> {
-    use vortex_method::config::{GridVelocity, StatePlace};
+/// Why this configuration cannot keep its particles on the GPUs (`None`: it can): what the
+/// device-resident step does not cover, or a grid velocity it does not compute.
+fn device_state_refused(config: &vortex_method::Config) -> Option<String> {
     let core = config.evaluation.core;
-    let why = vortex_resident::unsupported(config)
-        .or_else(|| {
-            (core != vortex_fmm::kernel::CoreOrder::Second).then(|| {
-                format!(
-                    "evaluation.core = {core}: the resident step's lattice sums and solve are \
-                     the Gaussian's (the host state evaluates every core)"
-                )
-            })
-        })
-        .or_else(|| {
-            (config.output.grid_velocity == Some(GridVelocity::Fmm)).then(|| {
-                "output.grid_velocity = \"fmm\" needs the particles on the host (the resident \
-             step computes the grid velocity from the vorticity)"
-                    .to_string()
-            })
-        });
-    match (config.evaluation.state, why) {
-        (StatePlace::Host, _) => Ok(false),
-        (StatePlace::Device, None) => Ok(true),
-        (StatePlace::Device, Some(why)) => {
-            anyhow::bail!("{}: evaluation.state = \"device\": {why}", path.display())
-        }
-        (StatePlace::Auto, why) => Ok(matches!(engine, Engine::UniformGrid | Engine::UniformSlabs)
-            && config.evaluation.grid != GridChoice::Adaptive
-            && why.is_none()),
+    if core != vortex_fmm::kernel::CoreOrder::Second {
+        return Some(format!(
+            "evaluation.core = {core}: the resident step's lattice sums and solve are the \
+             Gaussian's (the host state evaluates every core)"
+        ));
     }
+    #[cfg(feature = "cuda")]
+    if let Some(why) = vortex_resident::unsupported(config) {
+        return Some(why);
+    }
+    #[cfg(not(feature = "cuda"))]
+    return Some("this binary was built without the `cuda` feature".into());
+    #[cfg(feature = "cuda")]
+    (config.output.grid_velocity == Some(vortex_method::config::GridVelocity::Fmm)).then(|| {
+        "output.grid_velocity = \"fmm\" needs the particles on the host (the resident step \
+         computes the grid velocity from the vorticity)"
+            .to_string()
+    })
 }
 
 /// The run with its particle state on GPU `index` (`vortex_resident::ResidentSimulation`; on
 /// several ranks each rank's slab on its own GPU).
-#[cfg(feature = "cuda")]
 fn run_resident(
     comm: &dyn Comm,
     config: vortex_method::Config,
@@ -301,12 +277,20 @@ fn run_resident(
     index: usize,
     opts: &vortex_method::run::RunOptions,
 ) -> Result<vortex_method::run::RunSummary> {
-    vortex_resident::check_one_gpu_per_rank(comm, index)?;
-    let build: vortex_method::run::Build<'_> = Box::new(move |config, start| {
-        let sim = vortex_resident::ResidentSimulation::new(comm, config, index, start)?;
-        Ok(vortex_method::run::Simulation::Gathered(Box::new(sim)))
-    });
-    run_and_report(comm, config, args, opts, build)
+    #[cfg(feature = "cuda")]
+    {
+        vortex_resident::check_one_gpu_per_rank(comm, index)?;
+        let build: vortex_method::run::Build<'_> = Box::new(move |config, start| {
+            let sim = vortex_resident::ResidentSimulation::new(comm, config, index, start)?;
+            Ok(vortex_method::run::Simulation::Gathered(Box::new(sim)))
+        });
+        run_and_report(comm, config, args, opts, build)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (comm, config, args, index, opts);
+        unreachable!("without the `cuda` feature the plan keeps the state on the host")
+    }
 }
 
 /// `vortex_method::run::run` into `--out` (default `runs/out/<config stem>`); rank 0 prints the

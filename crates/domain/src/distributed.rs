@@ -120,7 +120,7 @@ pub fn evaluate_distributed<C: Comm + ?Sized, B: Backend>(
     let keyed = sorted_keys(comm, params, &offsets, src_pos, tgt_pos, sources, targets);
     rec.lap("keys");
     let part = partition_of(comm, &keyed, params, dparams);
-    rec.stats.bytes_summary += essential_bytes_partition(&part, nranks);
+    rec.stats.bytes_summary += part.build_bytes(nranks);
     rec.stats.t_partition = tp.elapsed().as_secs_f64();
     rec.lap("partition");
 
@@ -390,10 +390,4 @@ pub(super) fn route_to_owners<C: Comm + ?Sized>(
         )
     };
     (own_s, own_t)
-}
-
-/// Bytes one rank sent while building the partition tree (allreduce of 16 counts per split).
-pub(super) fn essential_bytes_partition(part: &Partition, nranks: usize) -> u64 {
-    let split = part.cells.iter().filter(|c| !c.is_branch()).count();
-    comm::bytes_allreduce(nranks, 16 * split + 2)
 }

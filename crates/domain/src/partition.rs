@@ -120,6 +120,12 @@ fn count_in(keys: &[u64], key: u64, level: u32) -> (usize, usize) {
 }
 
 impl Partition {
+    /// Bytes one rank sent while building the partition tree (allreduce of 16 counts per split).
+    pub(crate) fn build_bytes(&self, nranks: usize) -> u64 {
+        let split = self.cells.iter().filter(|c| !c.is_branch()).count();
+        crate::comm::bytes_allreduce(nranks, 16 * split + 2)
+    }
+
     /// Builds the partition from every rank's (sorted) source and target keys. `granularity`
     /// is the target number of branch cells per rank (more: finer balance, larger top tree).
     pub fn build<C: Comm + ?Sized>(

@@ -3,7 +3,6 @@
 //! fields returned to the ranks and order the caller gave them in ([`redistribute_sources`],
 //! [`redistribute_targets`], [`redistribute_particles`]).
 
-use super::distributed::essential_bytes_partition;
 use super::*;
 
 /// `(Morton key, global id, input index)` of every point, sorted by (key, global id).
@@ -371,7 +370,7 @@ pub fn redistribute_particles<C: Comm + ?Sized>(
         dparams.granularity,
     );
     drop(keys);
-    stats.bytes_summary += essential_bytes_partition(&part, comm.size());
+    stats.bytes_summary += part.build_bytes(comm.size());
     stats.t_partition += t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
     let s = Sources {

@@ -2,14 +2,16 @@
 //! package (`python/`): the engine the planner chooses and builds ([`planner`]: the request
 //! to `vortex_fmm::planner`, the GPU probed without touching the driver first), the one evaluation
 //! call of `vortex eval` and `pyvortex.evaluate` ([`evaluate`]), the defaults of
-//! `vortex eval`, a thread pool, and the checks of input arrays with the messages the command
-//! line gives ([`input`]).
+//! `vortex eval`, the plan of a run ([`run_plan`]: its engine, devices and where its particle
+//! state lives, in one call), a thread pool, and the checks of input arrays with the messages
+//! the command line gives ([`input`]).
 //!
 //! The velocity and stretching themselves are the Biot-Savart sums of `CONVENTIONS.md` (core
 //! paper Eq. 3-9), computed by the `vortex_fmm::Evaluator` the planner hands out.
 
 pub mod input;
 pub mod planner;
+pub mod run_plan;
 
 use vortex_domain::Comm;
 use vortex_fmm::kernel::CoreOrder;
@@ -36,6 +38,9 @@ pub enum EngineError {
     /// A backend that cannot run (no GPU, a feature not built, a device failure).
     #[error("{0}")]
     Backend(String),
+    /// A placement of a run's particle state that does not apply (with the reason).
+    #[error("{0}")]
+    State(String),
 }
 
 /// Result of this crate.
@@ -89,6 +94,7 @@ pub fn eval_params(
             box_length,
             image_levels,
         }),
+        m2l: vortex_fmm::M2lKernel::Auto,
     }
 }
 

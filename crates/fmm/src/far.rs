@@ -5,7 +5,10 @@
 //! backend for the FMM and the PPM).
 //!
 //! Callers (the periodic far images, the MPI exchange of multipoles, backends) ask a
-//! [`FarMethod`] for what depends on the method instead of matching on it by hand.
+//! [`FarMethod`] (or the plan's [`FarField`]) for what depends on the method instead of
+//! matching on it by hand. [`M2lKernel`] is the variant of the FMM's M2L translation that a
+//! uniform grid applies below its top level, a parameter of the evaluation
+//! (`EvalParams::m2l`).
 
 use crate::expansions::{expansion_len, Complex64};
 use crate::lists::SourceRef;
@@ -46,18 +49,19 @@ impl Expansions {
     /// Expansions of far field `far` from the flat layout ([`Self::to_flat`]) with
     /// `flat_len` values per cell.
     pub fn from_flat(far: FarField, flat_len: usize, flat: &[f64]) -> Self {
-        match far {
-            FarField::Ppm => Self::PseudoParticles {
+        if far.pseudo_particles() {
+            Self::PseudoParticles {
                 per_cell: flat_len / 3,
                 data: flat.chunks_exact(3).map(|q| [q[0], q[1], q[2]]).collect(),
-            },
-            FarField::Fmm | FarField::Treecode => Self::Coefficients {
+            }
+        } else {
+            Self::Coefficients {
                 per_cell: flat_len / 2,
                 data: flat
                     .chunks_exact(2)
                     .map(|z| Complex64::new(z[0], z[1]))
                     .collect(),
-            },
+            }
         }
     }
 
@@ -80,14 +84,7 @@ impl Expansions {
 
     /// Checks that these expansions are of `far` and hold `cells` cells of `flat_len` values.
     pub fn check(&self, far: FarField, cells: usize, flat_len: usize) -> Result<(), FmmError> {
-        let kind_ok = matches!(
-            (self, far),
-            (Self::PseudoParticles { .. }, FarField::Ppm)
-                | (
-                    Self::Coefficients { .. },
-                    FarField::Fmm | FarField::Treecode
-                )
-        );
+        let kind_ok = matches!(self, Self::PseudoParticles { .. }) == far.pseudo_particles();
         if !kind_ok || self.flat_per_cell() != flat_len || self.cells() != cells {
             return Err(FmmError::Backend(format!(
                 "expansions of {} cells x {} values ({}) for {cells} cells x {flat_len} values \
@@ -104,6 +101,67 @@ impl Expansions {
     }
 }
 
+/// The M2L translation of the GPU uniform grid below its top level (the top level always uses
+/// the rotations: its offsets reach beyond the dense stencil); `vortex bench fmm --m2l`,
+/// `EvalParams::m2l`. The adaptive plan ignores it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum M2lKernel {
+    /// [`M2lKernel::resolve`]'s rule.
+    #[default]
+    Auto,
+    /// Rotation-based `O(p^3)` translations, one block per target cell.
+    Rotation,
+    /// Dense per-offset matrices applied to 32 targets of one parity class per block.
+    Dense,
+}
+
+/// Largest order for which `Auto` takes the dense matrices (the range their tests cover;
+/// 343 matrices of `padded_dofs(p)^2` floats: 22 MB at p = 10, 90 MB at p = 14).
+pub const DENSE_MAX_ORDER: usize = 14;
+
+impl std::str::FromStr for M2lKernel {
+    type Err = String;
+    /// The kernel of a name of [`M2lKernel::NAMED`]; another is refused with the valid ones.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let known = Self::NAMED.iter().find(|(name, _)| *name == s);
+        known.map(|&(_, k)| k).ok_or_else(|| {
+            let names: Vec<&str> = Self::NAMED.iter().map(|(name, _)| *name).collect();
+            format!("unknown M2L kernel '{s}' (expected {})", names.join(", "))
+        })
+    }
+}
+
+impl M2lKernel {
+    /// Every kernel with its name (`--m2l`).
+    pub const NAMED: [(&'static str, M2lKernel); 3] = [
+        ("auto", M2lKernel::Auto),
+        ("rotation", M2lKernel::Rotation),
+        ("dense", M2lKernel::Dense),
+    ];
+
+    /// The kernel that runs at order `p` and why: an explicit choice is kept; `Auto` takes
+    /// the dense matrices for `4 <= p <= DENSE_MAX_ORDER` (a matrix product of `2 D^2` flops
+    /// per component and translation, `D = (p+1)^2` padded to 64, runs near the peak f32 rate
+    /// while the rotations' three dependent stages with block barriers do not: expected about
+    /// 2.5x faster at p = 10 on an H100, error at the f32 level), the rotations otherwise
+    /// (below p = 4 the padding to 64 wastes most of the product; above 14 the matrices grow
+    /// past 90 MB).
+    pub fn resolve(self, p: usize) -> (M2lKernel, &'static str) {
+        match self {
+            M2lKernel::Rotation => (self, "asked for"),
+            M2lKernel::Dense => (self, "asked for"),
+            M2lKernel::Auto if (4..=DENSE_MAX_ORDER).contains(&p) => (
+                M2lKernel::Dense,
+                "auto: 4 <= p <= 14, dense per-offset matrix products",
+            ),
+            M2lKernel::Auto => (
+                M2lKernel::Rotation,
+                "auto: p outside 4..=14, rotation-based translations",
+            ),
+        }
+    }
+}
+
 /// A far-field method at one expansion order, with what its expansions need (the
 /// pseudo-particles of the PPM): the one place that knows their layout.
 #[derive(Clone, Debug)]
@@ -117,9 +175,10 @@ pub enum FarMethod {
 
 impl FarMethod {
     pub fn new(far: FarField, order: usize) -> Self {
-        match far {
-            FarField::Ppm => Self::Ppm(PseudoParticles::new(order)),
-            FarField::Fmm | FarField::Treecode => Self::Fmm { far, order },
+        if far.pseudo_particles() {
+            Self::Ppm(PseudoParticles::new(order))
+        } else {
+            Self::Fmm { far, order }
         }
     }
 
@@ -273,4 +332,37 @@ pub trait FarOps: Sync {
         velocity: &mut [[f64; 3]],
         stretching: &mut [[f64; 3]],
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_m2l_kernel_parses_its_names_and_refuses_others() {
+        for (name, k) in [
+            ("auto", M2lKernel::Auto),
+            ("rotation", M2lKernel::Rotation),
+            ("dense", M2lKernel::Dense),
+        ] {
+            assert_eq!(name.parse::<M2lKernel>(), Ok(k));
+        }
+        let e = "plain".parse::<M2lKernel>().unwrap_err();
+        assert!(
+            e.contains("'plain'") && e.contains("auto, rotation or dense"),
+            "{e}"
+        );
+        // auto: the dense matrices exactly where they are tested, the rotations elsewhere
+        for p in 1..=crate::MAX_ORDER {
+            let dense = (4..=DENSE_MAX_ORDER).contains(&p);
+            let want = if dense {
+                M2lKernel::Dense
+            } else {
+                M2lKernel::Rotation
+            };
+            assert_eq!(M2lKernel::Auto.resolve(p).0, want, "p = {p}");
+            assert_eq!(M2lKernel::Rotation.resolve(p).0, M2lKernel::Rotation);
+            assert_eq!(M2lKernel::Dense.resolve(p).0, M2lKernel::Dense);
+        }
+    }
 }

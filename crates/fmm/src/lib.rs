@@ -44,7 +44,7 @@ pub use evaluator::{
     CommStats, DirectEvaluator, Evaluator, PlanEvaluator, TargetKind, TargetSpec, WithFallback,
 };
 pub use evaluators::{evaluate, EvalParams, Evaluation, Method};
-pub use far::{Expansions, FarMethod, FarOps};
+pub use far::{Expansions, FarMethod, FarOps, M2lKernel};
 pub use particles::{relative_l2_error, Fields, Sources, Targets};
 pub use planner::{BackendChoice, GridChoice};
 

@@ -16,6 +16,20 @@ pub enum FarField {
     Treecode,
 }
 
+impl FarField {
+    /// Whether its expansions are pseudo-particles on spheres (the PPM) rather than multipole
+    /// coefficients (the FMM and the treecode): what a backend stores per cell.
+    pub fn pseudo_particles(self) -> bool {
+        self == Self::Ppm
+    }
+
+    /// Whether its downward pass ends in local expansions (M2L, L2L, L2P: the FMM and the
+    /// PPM); the treecode evaluates its multipoles at the targets (M2P) instead.
+    pub fn has_locals(self) -> bool {
+        self != Self::Treecode
+    }
+}
+
 /// Everything a backend needs to know about the geometry of one evaluation.
 #[derive(Clone, Debug)]
 pub struct Plan {

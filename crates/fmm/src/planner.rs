@@ -63,6 +63,18 @@ pub enum GridChoice {
     Uniform,
 }
 
+/// Where the particle state of a run lives (`evaluation.state`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StatePlace {
+    #[default]
+    Auto,
+    /// The ranks' memory (`vortex_method::parallel::DistSimulation`).
+    Host,
+    /// The GPUs: one, or a z slab per rank (the `vortex-resident` crate).
+    Device,
+}
+
 impl std::str::FromStr for GridChoice {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {

@@ -166,7 +166,8 @@ fn inviscid_rings_conserve_impulse_and_total_strength() {
             method: vortex_fmm::Method::Direct,
             ..Default::default()
         },
-    );
+    )
+    .unwrap();
     let stepper = vortex_method::stepping::Stepper {
         dt: 0.05,
         nu: 0.0,

@@ -140,7 +140,8 @@ fn ab2_is_second_order_on_leapfrogging_rings() {
                 method: vortex_fmm::Method::Direct,
                 ..Default::default()
             },
-        );
+        )
+        .unwrap();
         let mut st = state(p);
         for _ in 0..(1.6 / dt).round() as u64 {
             let f = rhs.eval(&st.particles).unwrap();

@@ -2,9 +2,10 @@
 //! `kernels/resident.cu` do them (same cell rule, same loop order, same Fourier index map), so
 //! that the tests without a GPU check the algorithms against plain CPU code of the `method`
 //! crate on random inputs: [`bin`] (counting sort, particles of a cell in index order),
-//! [`gaussian_sums`] (rows of cells along z, wrapped runs, the exponential in f32), [`solve_rbf`] and [`biot_savart`]
-//! (the half-spectrum factors of `r_solve_fourier` and `r_biot_savart_fourier` on unnormalised
-//! transforms, as cuFFT's).
+//! [`gaussian_sums`] (rows of cells along z, wrapped runs, the exponential in f32); and the
+//! one-rank 3-D references of the slab transforms' pointwise steps, [`solve_rbf`] and
+//! [`biot_savart`] (the half-spectrum factors on unnormalised transforms, as cuFFT's), that
+//! `crate::slab_fourier::HostSlabFourier` is checked against.
 
 use crate::lattice::Planes;
 use num_complex::Complex64;
@@ -246,7 +247,8 @@ fn in_fourier(
     out
 }
 
-/// `r_solve_fourier`: `beta = A^-1 omega` with `inv_eig = 1 / S(k)` and the normalisation `c`.
+/// The RBF lattice solve (`sf_solve` of the slab transforms on one rank): `beta = A^-1 omega`
+/// with `inv_eig = 1 / S(k)` and the normalisation `c`.
 pub fn solve_rbf(omega: &[[f64; 3]], n: usize, inv_eig: &[f64], c: f64) -> Vec<[f64; 3]> {
     let scale = 1.0 / (c * (n * n * n) as f64);
     in_fourier(omega, n, |t, w| {
@@ -256,7 +258,8 @@ pub fn solve_rbf(omega: &[[f64; 3]], n: usize, inv_eig: &[f64], c: f64) -> Vec<[
     })
 }
 
-/// `r_biot_savart_fourier`: the velocity of the periodic vorticity `omega` (box length `l`).
+/// The Biot-Savart law (`sf_biot_savart` on one rank): the velocity of the periodic vorticity
+/// `omega` (box length `l`).
 pub fn biot_savart(omega: &[[f64; 3]], n: usize, l: f64) -> Vec<[f64; 3]> {
     let scale = 1.0 / (n * n * n) as f64;
     let inv_kscale = l / (2.0 * std::f64::consts::PI);

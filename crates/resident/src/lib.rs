@@ -1,26 +1,28 @@
-//! The vortex-method time step resident on one GPU (periodic box): the particle state stays on
-//! the device for the whole run, and the host sees it only for checkpoints, snapshots and the
-//! diagnostics' grid velocity.
+//! The vortex-method time step resident on the GPUs (periodic box), one program for any number
+//! of ranks: each rank's particles (its z slab; one rank: all of them) stay on its device for
+//! the whole run, and the host sees them only for checkpoints, snapshots and the diagnostics'
+//! grid velocity.
 //!
+//! * [`ctx`]: the ranks, the device, its stream and kernels every phase runs on;
 //! * [`kernels`]: `kernels/resident.cu` (updates, deterministic reductions, packing for the
-//!   FMM, binning, Gaussian sums, Fourier factors);
+//!   FMM, binning, Gaussian sums, layouts, migration and halo rows);
 //! * [`state`]: the particle buffers and their moments;
 //! * [`lattice`]: particles binned into lattice cells and the truncated Gaussian sums at the
 //!   lattice points (core paper Eq. 3-4);
-//! * [`fourier`]: cuFFT steps: the periodic RBF lattice solve, the Biot-Savart law;
 //! * [`reinterpolation`]: the RBF re-interpolation (core paper Sec. 2) on the device;
 //! * [`spreading`]: its Gaussian sums by spreading and FFT (`reinterpolation.sums = "spread"`);
-//! * [`slab_fourier`]: the same Fourier-space steps on a lattice split over ranks in slabs of
-//!   planes (slab-decomposed 3-D FFT, all-to-all transpose), with its CPU twin;
+//! * [`slab_fourier`]: the Fourier-space steps (RBF lattice solve, Biot-Savart, spectrum) on a
+//!   lattice split over the ranks in slabs of planes (slab-decomposed 3-D FFT, all-to-all
+//!   transpose; one rank: local copies), with its CPU twin;
 //! * [`diagnostics`]: energy, enstrophy, spectrum from the device's grid velocity;
 //! * [`simulation`]: [`ResidentSimulation`], the `vortex_method::Simulator` the run loop drives;
-//! * [`slab`]: the same step over several ranks, one GPU each (z slabs: ownership, migration,
-//!   halos, the lattice sums and transforms over the slabs);
+//! * [`slab`]: who holds which particle (z slabs of the uniform grid, one per rank and GPU:
+//!   ownership, migration, halos, the lattice sums at a rank's planes);
 //! * [`emulate`]: host emulations of the device algorithms (tested without a GPU).
 
+pub mod ctx;
 pub mod diagnostics;
 pub mod emulate;
-pub mod fourier;
 pub mod kernels;
 pub mod laps;
 pub mod lattice;

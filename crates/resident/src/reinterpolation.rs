@@ -1,80 +1,123 @@
-//! The RBF re-interpolation of `vortex_method::reinterpolation` on the device, periodic box: the
-//! vorticity of the blobs at the lattice points by the Gaussian sums of [`crate::lattice`],
-//! the lattice system solved in Fourier space ([`crate::fourier::Fourier::solve_rbf`]: the
-//! eigenvalues of the host's circulant axis factors, `vortex_method::reinterpolation::separable`,
-//! times the transfer function of `[reinterpolation] filter`,
-//! `vortex_method::reinterpolation::filter`),
-//! and the fresh particles on the lattice with the initial core (the caller removes the mean
-//! strength); [`Reinterpolator::carry_history`] takes the AB2 history through the same lattice
-//! operator. The same lattice operations give the diagnostics' grid velocity
+//! The RBF re-interpolation of `vortex_method::reinterpolation` on the device, periodic box,
+//! for any number of ranks: each rank works on the lattice planes it owns
+//! ([`crate::slab::lattice::SlabLattice`]; one rank owns them all).
+//!
+//! * The vorticity of the blobs at the rank's lattice points (core paper Eq. 3-4): the direct
+//!   Gaussian sums of the own particles and the halo of the neighbours'
+//!   ([`crate::slab::lattice::slab_vorticity`]), or, with `reinterpolation.sums = { kind =
+//!   "spread" }` on one rank, their spectrum by spreading ([`crate::spreading`]).
+//! * The lattice system solved in Fourier space over the slabs
+//!   ([`SlabFourier::solve_rbf`]: the eigenvalues of the host's circulant axis factors,
+//!   `vortex_method::reinterpolation::separable`, times the transfer function of
+//!   `[reinterpolation] filter`, `vortex_method::reinterpolation::filter`).
+//! * Fresh particles on the rank's planes with the initial core, in the lattice order with
+//!   their global ids (the caller removes the mean strength); [`Reinterpolator::carry_history`]
+//!   takes the AB2 history through the same lattice operator.
+//!
+//! The same lattice operations give the diagnostics' grid velocity
 //! ([`Reinterpolator::grid_velocity`]: the blob vorticity on the grid, then Biot-Savart in
-//! Fourier space).
+//! Fourier space, the spectrum reduced over the ranks).
 
-use crate::fourier::{Fourier, GridSpectrum};
-use crate::kernels::Kernels;
+use crate::ctx::Ctx;
 use crate::laps::Laps;
-use crate::lattice::{bin, gaussian_sums, lattice_particles, Planes};
+use crate::lattice::{lattice_particles, Planes};
+use crate::slab::lattice::{slab_vorticity, to_lattice_order, SlabLattice};
+use crate::slab_fourier::{GridSpectrum, Ranks, SlabAxis, SlabFourier, SlabLayout};
 use crate::spreading::{core_bin, device_bytes, DeviceSpread, Precision};
 use crate::state::{DeviceFields, DeviceParticles};
 use cudarc::driver::{CudaSlice, CudaStream};
 use std::collections::HashMap;
 use std::sync::{Arc, Once};
 use vortex_cuda::{GpuDevice, GpuError, GpuResult};
+use vortex_exchange::{DeviceExchange, Transport};
 use vortex_method::reinterpolation::history::History;
 use vortex_method::reinterpolation::spreading::{plan_for, UNTRUNCATED};
 use vortex_method::reinterpolation::{Lattice, LatticeFilter, LatticeSums, RbfReport};
 use vortex_method::stepping::Stepper;
 use vortex_method::{Config, Error, Result};
 
-/// Settings of the periodic re-interpolation and the transforms and eigenvalues it keeps.
+/// `f(k) / S(k)`, `k = 0..n`, of the circulant axis factor (the host's `AxisSolver`) and the
+/// transfer function `filter`, or the reason the system is not safely positive definite.
+pub use vortex_method::reinterpolation::spreading::fold::inverse_eigenvalues;
+
+/// The settings of the periodic re-interpolation and what it keeps between calls: the device
+/// exchange of the halos and transposes, the slab transforms of each lattice and split, the
+/// inverse eigenvalues and the spreading route.
 pub struct Reinterpolator {
     n: usize,
     box_length: f64,
     sigma0: f64,
     cutoff: f64,
     filter: LatticeFilter,
-    ffts: HashMap<usize, Fourier>,
-    inv_eig: Option<CudaSlice<f64>>,
     sums: LatticeSums,
-    /// The spreading route, once [`Reinterpolator::prepare`] made it.
-    spread: Option<DeviceSpread>,
+    exchange: Box<dyn DeviceExchange>,
+    fouriers: HashMap<(usize, Vec<usize>), SlabFourier>,
+    /// `f(k) / S(k)` of the lattice matrix truncated at `cutoff` (the direct sums').
+    inv_eig: Option<CudaSlice<f64>>,
     /// `f(k) / S(k)` of the untruncated lattice matrix (the spreading route's).
     inv_eig_exact: Option<CudaSlice<f64>>,
+    /// The spreading route, once [`Reinterpolator::prepare`] made it.
+    spread: Option<DeviceSpread>,
+    /// Bytes this rank sent: halos of the lattice sums and the transposes.
+    pub bytes: u64,
 }
 
-/// `f(k) / S(k)`, `k = 0..n`, of the circulant axis factor (the host's `AxisSolver`) and the
-/// transfer function `filter`, or the reason the system is not safely positive definite.
-pub use vortex_method::reinterpolation::spreading::fold::inverse_eigenvalues;
-
-/// The transforms of one lattice size, made at its first use.
+/// The transforms of `lat`'s lattice and split, made at their first use.
 fn fourier_of<'a>(
-    ffts: &'a mut HashMap<usize, Fourier>,
-    s: &Arc<CudaStream>,
-    n: usize,
-) -> GpuResult<&'a mut Fourier> {
-    match ffts.entry(n) {
-        std::collections::hash_map::Entry::Occupied(e) => Ok(e.into_mut()),
-        std::collections::hash_map::Entry::Vacant(e) => Ok(e.insert(Fourier::new(s, n)?)),
+    fouriers: &'a mut HashMap<(usize, Vec<usize>), SlabFourier>,
+    ctx: &Ctx,
+    lat: &SlabLattice,
+) -> GpuResult<&'a mut SlabFourier> {
+    let key = (lat.n, lat.bounds.clone());
+    if !fouriers.contains_key(&key) {
+        let layout = SlabLayout::new(lat.n, &lat.bounds, lat.rank, SlabAxis::Z)?;
+        let f = SlabFourier::new(&ctx.dev, ctx.s.clone(), layout)?;
+        fouriers.insert(key.clone(), f);
     }
+    Ok(fouriers.get_mut(&key).expect("inserted above"))
+}
+
+/// The inverse eigenvalues of the lattice of `n` points (spacing `h`) on the device, made once.
+fn eigenvalues<'a>(
+    slot: &'a mut Option<CudaSlice<f64>>,
+    s: &Arc<CudaStream>,
+    (n, h, sigma0, cutoff): (usize, f64, f64, f64),
+    filter: &LatticeFilter,
+) -> GpuResult<&'a CudaSlice<f64>> {
+    if slot.is_none() {
+        let e = inverse_eigenvalues(n, h, sigma0, cutoff, filter)
+            .map_err(|e| GpuError::Unsupported(format!("{e}; lower initial.overlap")))?;
+        *slot = Some(s.clone_htod(&e)?);
+    }
+    Ok(slot.as_ref().expect("set above"))
 }
 
 static MIXED_CORES: Once = Once::new();
 static SPREAD_OVER_SLABS: Once = Once::new();
 
 impl Reinterpolator {
-    pub fn new(config: &Config) -> Self {
+    /// The re-interpolation of `config`'s lattice; halos and transposes over `exchange` (a
+    /// device copy on one rank).
+    pub fn new(config: &Config, exchange: Box<dyn DeviceExchange>) -> Self {
         Self {
             n: config.lattice_n().unwrap_or(0),
             box_length: config.domain.box_length,
             sigma0: config.sigma0(),
             cutoff: config.reinterpolation.cutoff,
             filter: config.reinterpolation.filter,
-            ffts: HashMap::new(),
-            inv_eig: None,
             sums: config.reinterpolation.sums,
-            spread: None,
+            exchange,
+            fouriers: HashMap::new(),
+            inv_eig: None,
             inv_eig_exact: None,
+            spread: None,
+            bytes: 0,
         }
+    }
+
+    /// The transport of the halos and transposes.
+    pub fn transport(&self) -> Transport {
+        self.exchange.transport()
     }
 
     /// Makes the spreading route of `reinterpolation.sums = { kind = "spread" }` on `dev`
@@ -92,8 +135,8 @@ impl Reinterpolator {
         if ranks > 1 {
             SPREAD_OVER_SLABS.call_once(|| {
                 log::info!(
-                    "reinterpolation.sums = \"spread\" is not implemented over slabs (several \
-                     ranks): the slabs use the direct Gaussian sums"
+                    "reinterpolation.sums = \"spread\" runs on one rank; over {ranks} ranks the \
+                     slabs use the direct Gaussian sums"
                 )
             });
             return Ok(());
@@ -133,18 +176,24 @@ impl Reinterpolator {
         Ok(())
     }
 
-    /// The spreading route's strengths of the blobs `p` (`3 n^3` doubles, lattice order), or
-    /// `None` when their cores differ by more than one transform allows (the caller uses the
-    /// direct sums).
+    /// The spreading route on the device, if [`Reinterpolator::prepare`] made one.
+    pub fn spreading(&mut self) -> Option<&mut DeviceSpread> {
+        self.spread.as_mut()
+    }
+
+    /// The spreading route's strengths of the blobs `p` on the one slab `lat` of every plane
+    /// (slab layout), or `None` when there is no route or their cores differ by more than one
+    /// transform allows (the caller uses the direct sums).
     fn spread_operator(
         &mut self,
-        k: &Kernels,
-        s: &Arc<CudaStream>,
+        ctx: &Ctx,
         p: &DeviceParticles,
+        lat: &SlabLattice,
     ) -> GpuResult<Option<CudaSlice<f64>>> {
         let Some(sp) = self.spread.as_mut() else {
             return Ok(None);
         };
+        let s = &ctx.s;
         let mut laps = Laps::new(s, "lattice operator by spreading");
         let (lo, hi) = sp.range(s, &p.sigma, p.n)?;
         laps.lap("cores");
@@ -164,99 +213,132 @@ impl Reinterpolator {
             });
             return Ok(None);
         };
-        let n = self.n;
-        if self.inv_eig_exact.is_none() {
-            let h = self.box_length / n as f64;
-            let e = inverse_eigenvalues(n, h, self.sigma0, UNTRUNCATED, &self.filter)
-                .map_err(|e| GpuError::Unsupported(format!("{e}; lower initial.overlap")))?;
-            self.inv_eig_exact = Some(s.clone_htod(&e)?);
-        }
-        let f = fourier_of(&mut self.ffts, s, n)?;
-        sp.lattice_spectra(k, s, p.into(), core, f.spectrum_mut())?;
+        let (n, h) = (self.n, lat.h());
+        let key = (n, h, self.sigma0, UNTRUNCATED);
+        let inv_eig = eigenvalues(&mut self.inv_eig_exact, s, key, &self.filter)?;
+        let f = fourier_of(&mut self.fouriers, ctx, lat)?;
+        sp.lattice_spectra(&ctx.k, s, p.into(), core, f.pencil_mut())?;
         laps.lap("spectra");
-        let mut field = s.alloc_zeros::<f64>(3 * n * n * n)?;
+        let mut field = s.alloc_zeros::<f64>(3 * lat.points())?;
         let c = (2.0 * std::f64::consts::PI * self.sigma0 * self.sigma0).powf(-1.5);
-        let inv_eig = self.inv_eig_exact.as_ref().expect("set above");
-        f.solve_rbf_spectrum(k, s, &mut field, inv_eig, c)?;
+        let ranks = Ranks {
+            comm: ctx.comm,
+            exchange: &mut *self.exchange,
+        };
+        f.solve_rbf_pencil(ranks, &mut field, inv_eig, c)?;
         laps.lap("solve");
         Ok(Some(field))
     }
 
-    /// The spreading route on the device, if [`Reinterpolator::prepare`] made one.
-    pub fn spreading(&mut self) -> Option<&mut DeviceSpread> {
-        self.spread.as_mut()
-    }
-
-    /// The vorticity of the blobs `p` at the points of `lat` (`3` doubles per point).
-    fn lattice_vorticity(
-        &self,
-        k: &Kernels,
-        s: &Arc<CudaStream>,
-        p: &DeviceParticles,
-        lat: &Lattice,
-        sigma_max: f64,
-    ) -> GpuResult<CudaSlice<f64>> {
-        let mut laps = crate::laps::Laps::new(s, "lattice vorticity");
-        let b = bin(k, s, p, lat)?;
-        laps.lap("bin");
-        let omega = gaussian_sums(k, s, &b, lat, self.cutoff, sigma_max);
-        laps.lap("sums");
-        omega
-    }
-
-    /// `L_c[x] v = A^{-1} G_c[x] v` on the `n^3` lattice of the box: the Gaussian sums of the
-    /// blobs `p` (their positions, strengths and cores, `sigma_max` the largest core) at the
-    /// lattice points, then the lattice solve with the core `sigma0` (`3 n^3` doubles, lattice
-    /// order): the strengths of [`Reinterpolator::reinterpolate`], and the operator through
-    /// which [`Reinterpolator::carry_history`] takes the AB2 history.
+    /// `L_c[x] v = A^{-1} G_c[x] v` on this rank's planes `lat` (slab layout, three doubles per
+    /// own point): the Gaussian sums of the blobs `q` of every rank (`sigma_max` the largest
+    /// core) at the points of `lat`, then the lattice solve with the core `sigma0` over the
+    /// slabs: the strengths of [`Reinterpolator::reinterpolate`], and the operator through
+    /// which [`Reinterpolator::carry_history`] takes the AB2 history. Collective.
     pub fn lattice_operator(
         &mut self,
-        k: &Kernels,
-        s: &Arc<CudaStream>,
-        p: &DeviceParticles,
+        ctx: &Ctx,
+        q: &DeviceParticles,
+        lat: &SlabLattice,
         sigma_max: f64,
     ) -> GpuResult<CudaSlice<f64>> {
-        if let Some(beta) = self.spread_operator(k, s, p)? {
-            return Ok(beta);
+        if lat.bounds.len() == 2 {
+            if let Some(beta) = self.spread_operator(ctx, q, lat)? {
+                return Ok(beta);
+            }
         }
-        let n = self.n;
-        let lat = Lattice::periodic_box(n, self.box_length);
+        let s = &ctx.s;
         let mut laps = Laps::new(s, "lattice operator by direct sums");
-        let mut field = self.lattice_vorticity(k, s, p, &lat, sigma_max)?;
-        laps.lap("vorticity");
-        if self.inv_eig.is_none() {
-            let e = inverse_eigenvalues(n, lat.h, self.sigma0, self.cutoff, &self.filter)
-                .map_err(|e| GpuError::Unsupported(format!("{e}; lower initial.overlap")))?;
-            self.inv_eig = Some(s.clone_htod(&e)?);
-        }
+        let exchange = &mut *self.exchange;
+        let (mut field, bytes) = slab_vorticity(
+            ctx.comm,
+            exchange,
+            &ctx.k,
+            s,
+            q,
+            lat,
+            self.cutoff,
+            sigma_max,
+        )?;
+        self.bytes += bytes as u64;
+        laps.lap("sums");
+        let key = (lat.n, lat.h(), self.sigma0, self.cutoff);
+        let inv_eig = eigenvalues(&mut self.inv_eig, s, key, &self.filter)?;
         let c = (2.0 * std::f64::consts::PI * self.sigma0 * self.sigma0).powf(-1.5);
-        let inv_eig = self.inv_eig.take().expect("set above");
-        let r = fourier_of(&mut self.ffts, s, n)?.solve_rbf(k, s, &mut field, &inv_eig, c);
-        self.inv_eig = Some(inv_eig);
-        r?;
+        let f = fourier_of(&mut self.fouriers, ctx, lat)?;
+        let ranks = Ranks {
+            comm: ctx.comm,
+            exchange: &mut *self.exchange,
+        };
+        f.solve_rbf(ranks, &mut field, inv_eig, c)?;
         laps.lap("solve");
         Ok(field)
     }
 
-    /// The AB2 history `prev` of the old particles `p` (rates evaluated `elapsed` after the
-    /// last reset, `nu` the viscosity of the core spreading) carried to the fresh particles of
-    /// [`Reinterpolator::reinterpolate`] (`vortex_method::reinterpolation::history`, whose
-    /// module documentation derives it): the strength rates through the lattice operator with
-    /// the cores of that evaluation, the velocities with the fresh core `sigma0`. Three lattice
-    /// operators per re-interpolation instead of one, and no second FMM evaluation in the step
-    /// after it.
+    /// Fresh particles on this rank's planes `lat` (in the lattice order, with their global
+    /// ids) whose blob field interpolates the vorticity of `p` at the lattice points; the mean
+    /// strength is not yet removed. Collective.
+    pub fn reinterpolate(
+        &mut self,
+        ctx: &Ctx,
+        p: &DeviceParticles,
+        lat: &SlabLattice,
+        sigma_max: f64,
+    ) -> GpuResult<(DeviceParticles, Vec<u64>, RbfReport)> {
+        let mut laps = Laps::new(&ctx.s, "re-interpolation");
+        let field = self.lattice_operator(ctx, p, lat, sigma_max)?;
+        laps.lap("sums and solve");
+        let alpha = to_lattice_order(&ctx.k, &ctx.s, &field, lat)?;
+        drop(field);
+        let (z0, z1) = lat.own();
+        let planes = Planes {
+            z_first: z0,
+            z_count: z1 - z0,
+            xfast: false,
+        };
+        let o = -0.5 * lat.box_length;
+        let (k, s) = (&ctx.k, &ctx.s);
+        let fresh = lattice_particles(k, s, lat.n, o, lat.h(), self.sigma0, planes, alpha)?;
+        laps.lap("fresh particles");
+        let ids = lat.point_ids();
+        laps.lap("ids");
+        let report = RbfReport {
+            iterations: [0; 3],
+            residual: 0.0,
+            lattice_points: lat.n.pow(3),
+            kept: lat.n.pow(3),
+            seconds: 0.0,
+        };
+        Ok((fresh, ids, report))
+    }
+
+    /// The AB2 history `prev` of the particles `p` (rates evaluated `elapsed` after the last
+    /// reset, `nu` the viscosity of the core spreading) carried to the fresh particles of
+    /// [`Reinterpolator::reinterpolate`] on the same planes `lat`, in their order
+    /// (`vortex_method::reinterpolation::history`, whose module documentation derives it):
+    /// the strength rates through the lattice operator with the cores of that evaluation, the
+    /// velocities with the fresh core `sigma0`. Three lattice operators per re-interpolation
+    /// instead of one, and no second FMM evaluation in the step after it. Collective.
     #[allow(clippy::too_many_arguments)]
     pub fn carry_history(
         &mut self,
-        k: &Kernels,
-        s: &Arc<CudaStream>,
+        ctx: &Ctx,
         p: &DeviceParticles,
         prev: &DeviceFields,
         nu: f64,
         elapsed: f64,
+        lat: &SlabLattice,
         sigma_max: f64,
     ) -> GpuResult<DeviceFields> {
-        carry_through(
+        if prev.vel.len() != 3 * p.n || prev.str.len() != 3 * p.n {
+            return Err(GpuError::Unsupported(format!(
+                "the AB2 history holds {} rows for {} particles",
+                prev.vel.len() / 3,
+                p.n
+            )));
+        }
+        let (k, s) = (&ctx.k, &ctx.s);
+        let carried = carry_through(
             k,
             s,
             p,
@@ -264,80 +346,59 @@ impl Reinterpolator {
             nu,
             elapsed,
             |e| e,
-            |q| self.lattice_operator(k, s, q, sigma_max),
-        )
+            |q| self.lattice_operator(ctx, q, lat, sigma_max),
+        )?;
+        Ok(DeviceFields {
+            vel: to_lattice_order(k, s, &carried.vel, lat)?,
+            str: to_lattice_order(k, s, &carried.str, lat)?,
+        })
     }
 
-    /// Fresh particles on the `n^3` lattice of the box (index = lattice order) whose blob
-    /// field interpolates the vorticity of `p` at the lattice points; the mean strength is
-    /// not yet removed.
-    pub fn reinterpolate(
-        &mut self,
-        k: &Kernels,
-        s: &Arc<CudaStream>,
-        p: &DeviceParticles,
-        sigma_max: f64,
-    ) -> GpuResult<(DeviceParticles, RbfReport)> {
-        let (n, l) = (self.n, self.box_length);
-        let lat = Lattice::periodic_box(n, l);
-        let mut laps = crate::laps::Laps::new(s, "re-interpolation");
-        let field = self.lattice_operator(k, s, p, sigma_max)?;
-        laps.lap("sums and solve");
-        let n3 = n * n * n;
-        let planes = Planes::all(&lat);
-        let fresh = lattice_particles(k, s, n, lat.origin[0], lat.h, self.sigma0, planes, field)?;
-        laps.lap("fresh particles");
-        let report = RbfReport {
-            iterations: [0; 3],
-            residual: 0.0,
-            lattice_points: n3,
-            kept: n3,
-            seconds: 0.0,
-        };
-        Ok((fresh, report))
-    }
-
-    /// The velocity statistics of the blobs `p` on the `n^3` grid of the box of length `l`
-    /// (the spectral solver's points, z fastest): the blob vorticity at the grid points
-    /// (Gaussian sums truncated at `cutoff` core radii), `u_hat = i k x omega_hat / |k|^2`, the
-    /// spectrum on the device; with `physical`, also the grid velocity itself (downloaded).
-    #[allow(clippy::too_many_arguments)]
+    /// The velocity statistics of the blobs `p` on the grid `lat` of the box of length `l`
+    /// (each rank its planes): the blob vorticity at the grid points (Gaussian sums truncated
+    /// at `cutoff` core radii), `u_hat = i k x omega_hat / |k|^2`, the spectrum reduced over
+    /// the ranks; with `physical`, also the grid velocity itself on rank 0 (the spectral
+    /// solver's order, z fastest). Collective.
     pub fn grid_velocity(
         &mut self,
-        k: &Kernels,
-        s: &Arc<CudaStream>,
+        ctx: &Ctx,
         p: &DeviceParticles,
-        n: usize,
-        l: f64,
-        cutoff: f64,
+        lat: &SlabLattice,
         sigma_max: f64,
         physical: bool,
     ) -> GpuResult<(GridSpectrum, Option<Vec<[f64; 3]>>)> {
-        let lat = Lattice::periodic_box(n, l);
-        let b = bin(k, s, p, &lat)?;
-        let mut field = gaussian_sums(k, s, &b, &lat, cutoff, sigma_max)?;
-        drop(b);
-        let f = fourier_of(&mut self.ffts, s, n)?;
-        f.biot_savart(k, s, &mut field, l, physical)?;
-        let spectrum = f.spectrum(k, s)?;
-        let velocity = if physical {
-            let v = s.clone_dtoh(&field)?;
-            Some(v.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect())
-        } else {
-            None
+        let (comm, k, s) = (ctx.comm, &ctx.k, &ctx.s);
+        let exchange = &mut *self.exchange;
+        let (mut field, bytes) =
+            slab_vorticity(comm, exchange, k, s, p, lat, self.cutoff, sigma_max)?;
+        self.bytes += bytes as u64;
+        let f = fourier_of(&mut self.fouriers, ctx, lat)?;
+        let ranks = Ranks {
+            comm,
+            exchange: &mut *self.exchange,
         };
+        f.biot_savart(ranks, &mut field, lat.box_length, physical)?;
+        let spectrum = f.spectrum(comm)?;
+        if !physical {
+            return Ok((spectrum, None));
+        }
+        let u = s.clone_dtoh(&to_lattice_order(k, s, &field, lat)?)?;
+        let n3 = lat.n.pow(3);
+        let rows = vortex_method::parallel::gather_rows(comm, &lat.point_ids(), 3, n3, |i, r| {
+            r.copy_from_slice(&u[3 * i..3 * i + 3])
+        });
+        let velocity = rows.map(|v| v.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect());
         Ok((spectrum, velocity))
     }
 }
 
-/// The AB2 history `prev` of the particles `p` carried through a lattice operator `op` (one GPU:
-/// [`Reinterpolator::lattice_operator`]; slabs: the same over the ranks' planes): the strength
-/// rates spread to the cores of their evaluation (`elapsed` after the last reset, viscosity
-/// `nu`), the velocities with the fresh core; `E` the caller's error (`wrap` converts the
-/// device's).
+/// The AB2 history `prev` of the particles `p` carried through a lattice operator `op`
+/// ([`Reinterpolator::lattice_operator`]): the strength rates spread to the cores of their
+/// evaluation (`elapsed` after the last reset, viscosity `nu`), the velocities with the fresh
+/// core; `E` the caller's error (`wrap` converts the device's).
 #[allow(clippy::too_many_arguments)]
 pub fn carry_through<E>(
-    k: &Kernels,
+    k: &crate::kernels::Kernels,
     s: &Arc<CudaStream>,
     p: &DeviceParticles,
     prev: &DeviceFields,
@@ -362,28 +423,21 @@ pub fn carry_through<E>(
     Ok(DeviceFields { vel, str: rates })
 }
 
-/// The history the step after a re-interpolation of the state `p` uses: with
-/// `reinterpolation.history = "carry"` and a history `previous` of the same particles,
-/// [`Reinterpolator::carry_history`] (the previous rates were evaluated at step `step - 1`,
-/// `step_reset` the step of the last reset); `None` (a Heun step) otherwise.
-#[allow(clippy::too_many_arguments)]
-pub fn carried_history(
-    rbf: &mut Reinterpolator,
-    k: &Kernels,
-    s: &Arc<CudaStream>,
+/// Whether the step after a re-interpolation takes the AB2 history through it
+/// (`reinterpolation.history = "carry"` and a history `previous` of the same `n` particles):
+/// the time since the last reset at which the previous rates were evaluated (step `step - 1`,
+/// `step_reset` the step of the last reset); `None` for a Heun restart.
+pub fn history_to_carry(
     stepper: &Stepper,
-    p: &DeviceParticles,
     previous: Option<&DeviceFields>,
+    n: usize,
     step: u64,
     step_reset: u64,
-    sigma_max: f64,
-) -> GpuResult<Option<DeviceFields>> {
+) -> Option<f64> {
     match previous {
-        Some(prev) if stepper.history == History::Carry && prev.vel.len() == 3 * p.n => {
-            let elapsed = stepper.time(step - 1) - stepper.time(step_reset);
-            let h = rbf.carry_history(k, s, p, prev, stepper.nu, elapsed, sigma_max)?;
-            Ok(Some(h))
+        Some(prev) if stepper.history == History::Carry && prev.vel.len() == 3 * n => {
+            Some(stepper.time(step - 1) - stepper.time(step_reset))
         }
-        _ => Ok(None),
+        _ => None,
     }
 }

@@ -1,42 +1,42 @@
 //! [`ResidentSimulation`]: the vortex-method step of `vortex_method::stepping` with the particle
-//! state on one GPU for the whole run (periodic box). Per step:
+//! state on the GPUs for the whole run (periodic box), one program for any number of ranks:
+//! each rank holds the particles of its z slab of the uniform grid on its own GPU (one rank:
+//! the whole box, [`crate::slab`]). Per step:
 //!
-//! 1. `f_n`: moments of the particles (deterministic reduction: sums for the periodic checks
-//!    and the surface correction, largest core), f32 packing on the device, the uniform-grid
-//!    FMM on the device buffers (`vortex_gpu::UniformFmm::evaluate_device`), the fields scaled to
-//!    f64 velocity and stretching;
+//! 1. `f_n`: the particles settled on the owners of their slabs ([`Placement`]; nothing moves
+//!    on one rank), moments of the particles (deterministic reduction over the ranks: sums for
+//!    the periodic checks and the surface correction, largest core), f32 packing on the
+//!    device, the planner's uniform-grid FMM on the device buffers
+//!    (`vortex_gpu::uniform::DeviceEvaluator`: one GPU, or slabs with halo particles and
+//!    multipoles across the periodic seam), the fields scaled to f64 velocity and stretching;
 //! 2. AB2 (`y += dt (3/2 f_n - 1/2 f_{n-1})`) or, after a start (or a re-interpolation with
 //!    `reinterpolation.history = "restart"`; "carry" takes the history through it), Heun
-//!    (predictor on a device copy, a second evaluation), core spreading (core paper Eq. 11),
-//!    wrapping and mean-strength removal;
-//! 3. the criteria of `vortex_method::stepping::Stepper::reinterpolation_due` from the moments, and
-//!    when due the re-interpolation of [`crate::reinterpolation`];
+//!    (predictor on a device copy, settled, a second evaluation), core spreading (core paper
+//!    Eq. 11), wrapping and mean-strength removal;
+//! 3. the criteria of `vortex_method::stepping::Stepper::reinterpolation_due` from the moments,
+//!    and when due the re-interpolation of [`crate::reinterpolation`] on each rank's lattice
+//!    planes;
 //! 4. at output times the diagnostics of [`crate::diagnostics`]; the host sees the state only
-//!    for checkpoints and snapshots.
-//!
-//! On several ranks each rank holds the particles of its slab ([`crate::slab`]): the moments
-//! are reduced over the ranks, the particles settled on their owners before each evaluation,
-//! the FMM, the re-interpolation and the grid velocity run over the slabs; each rank writes
-//! its particles with their global ids as its piece of a checkpoint, snapshots gather the
-//! state on rank 0 in global-id order (restartable on any number of ranks).
+//!    for checkpoints (each rank writes its particles with their global ids as its piece:
+//!    restartable on any number of ranks) and snapshots (gathered on rank 0 in global-id
+//!    order).
 
+use crate::ctx::{gpu_err, Ctx};
 use crate::diagnostics::{spectrum_diagnostics, velocity_field};
 use crate::kernels::{per_element, Kernels, THREADS};
-use crate::reinterpolation::Reinterpolator;
-use crate::slab::step::reduce_moments;
-use crate::slab::SlabStep;
-use crate::state::{first_non_finite, DeviceFields, DeviceParticles, Moments};
-use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
-use std::sync::Arc;
+use crate::reinterpolation::{history_to_carry, Reinterpolator};
+use crate::slab::Placement;
+use crate::state::{first_non_finite, reduce_moments, DeviceFields, DeviceParticles, Moments};
+use cudarc::driver::LaunchConfig;
 use std::time::Instant;
-use vortex_cuda::{GpuDevice, GpuError};
+use vortex_cuda::GpuDevice;
 use vortex_domain::{Comm, ReduceOp};
+use vortex_exchange::Transport;
 use vortex_fmm::kernel::INV_4PI;
 use vortex_fmm::periodic::Periodic;
 use vortex_gpu::uniform::{DeviceEvaluator, DeviceSources};
 use vortex_method::diagnostics::Diagnostics;
 use vortex_method::parallel::{agree, gather_particles, LocalState, Phases};
-use vortex_method::reinterpolation::history::History;
 use vortex_method::reinterpolation::RbfReport;
 use vortex_method::stepping::{Scheme, State, StepReport, Stepper};
 use vortex_method::{Config, Error, Particles, Result, Simulator};
@@ -44,10 +44,6 @@ use vortex_method::{Config, Error, Particles, Result, Simulator};
 /// Device bytes per particle at the peak of a step (state 160, Heun copy and its fields 104,
 /// FMM buffers ~150), measured against `cudaMemGetInfo` on an H100 (BENCHMARKS.md).
 pub const DEVICE_BYTES_PER_PARTICLE: f64 = 440.0;
-
-pub(crate) fn gpu_err(what: &'static str) -> impl Fn(GpuError) -> Error {
-    move |e| Error::Other(format!("GPU ({what}): {e}"))
-}
 
 /// Why the resident step cannot run a configuration (the caller falls back to the host path
 /// or refuses).
@@ -61,34 +57,31 @@ pub fn unsupported(config: &Config) -> Option<String> {
     None
 }
 
-/// A vortex-method simulation whose particle state lives on the GPUs: the whole state on one
-/// GPU, or on several ranks each rank's slab on its own GPU ([`crate::slab`]).
+/// A vortex-method simulation whose particle state lives on the GPUs: on each rank the
+/// particles of its slab on its own GPU (one rank: the whole state).
 pub struct ResidentSimulation<'c> {
-    pub(crate) comm: &'c dyn Comm,
-    pub(crate) config: Config,
-    pub(crate) stepper: Stepper,
-    pub(crate) periodic: Periodic,
-    pub(crate) dev: Arc<GpuDevice>,
-    pub(crate) s: Arc<CudaStream>,
-    pub(crate) k: Kernels,
+    ctx: Ctx<'c>,
+    config: Config,
+    stepper: Stepper,
+    periodic: Periodic,
     /// The evaluation of the particles on the device (the planner's uniform-grid engine).
-    pub(crate) fmm: Box<dyn DeviceEvaluator + 'c>,
+    fmm: Box<dyn DeviceEvaluator + 'c>,
+    /// Which rank holds which particle.
+    place: Placement,
     /// This rank's particles and their global ids.
-    pub(crate) p: DeviceParticles,
-    pub(crate) ids: Vec<u64>,
+    p: DeviceParticles,
+    ids: Vec<u64>,
     /// Particles over all ranks.
-    pub(crate) n_global: usize,
-    pub(crate) current: Option<DeviceFields>,
-    pub(crate) previous: Option<DeviceFields>,
-    pub(crate) step: u64,
-    pub(crate) step_reset: u64,
-    pub(crate) reinterpolations: u64,
-    pub(crate) rbf: Reinterpolator,
-    /// The distributed step's state (several ranks).
-    pub(crate) slab: Option<SlabStep>,
-    pub(crate) phases: Phases,
-    pub(crate) initial_report: Option<RbfReport>,
-    pub(crate) name: String,
+    n_global: usize,
+    current: Option<DeviceFields>,
+    previous: Option<DeviceFields>,
+    step: u64,
+    step_reset: u64,
+    reinterpolations: u64,
+    rbf: Reinterpolator,
+    phases: Phases,
+    initial_report: Option<RbfReport>,
+    name: String,
 }
 
 impl<'c> ResidentSimulation<'c> {
@@ -126,34 +119,22 @@ impl<'c> ResidentSimulation<'c> {
             }
             _ => None,
         };
-        let mut rbf = Reinterpolator::new(&config);
+        let choice = config.evaluation.exchange;
+        let x = vortex_exchange::open(comm, s.clone(), choice, vortex_exchange::DEFAULT_TIMEOUT)
+            .map_err(|e| Error::Other(format!("evaluation.exchange = {choice:?}: {e}")))?;
+        let mut rbf = Reinterpolator::new(&config, x);
         let reserved = n_max as f64 * DEVICE_BYTES_PER_PARTICLE;
         agree(comm, rbf.prepare(&dev, reserved, ranks))?;
         let fmm = agree(comm, device_engine(comm, &config, index))?;
-        let mut name = format!("{}, state resident on the device", fmm.describe());
-        if rbf.spreading().is_some() {
-            name.push_str(", Gaussian sums by spreading");
-        }
-        let slab = if ranks > 1 {
-            let choice = config.evaluation.exchange;
-            let x =
-                vortex_exchange::open(comm, s.clone(), choice, vortex_exchange::DEFAULT_TIMEOUT)
-                    .map_err(|e| Error::Other(format!("evaluation.exchange = {choice:?}: {e}")))?;
-            name.push_str(&format!(", device exchange {}", x.transport()));
-            Some(SlabStep::new(x))
-        } else {
-            None
-        };
+        let name = describe(&*fmm, &mut rbf);
         Ok(Self {
-            comm,
+            ctx: Ctx { comm, dev, s, k },
             stepper: Stepper::from_config(&config),
             rbf,
             config,
             periodic,
-            dev,
-            s,
-            k,
             fmm,
+            place: Placement::new(),
             p,
             ids,
             n_global,
@@ -162,50 +143,23 @@ impl<'c> ResidentSimulation<'c> {
             step: state.step,
             step_reset: state.step_reset,
             reinterpolations: state.reinterpolations,
-            slab,
             phases: Phases::default(),
             initial_report,
             name,
         })
     }
 
-    /// Whether the particles are split over several ranks.
-    pub(crate) fn several(&self) -> bool {
-        self.slab.is_some()
-    }
-
-    pub(crate) fn box_length(&self) -> f64 {
+    fn box_length(&self) -> f64 {
         self.periodic.box_length
     }
 
     /// The moments of `p` over every rank's part of it. Collective.
-    pub(crate) fn moments_of(&self, p: &DeviceParticles) -> Result<Moments> {
+    fn moments_of(&self, p: &DeviceParticles) -> Result<Moments> {
+        let (comm, k, s) = (self.ctx.comm, &self.ctx.k, &self.ctx.s);
         let m = p
-            .moments(&self.k, &self.s, self.box_length())
+            .moments(k, s, self.box_length())
             .map_err(gpu_err("moments"));
-        Ok(reduce_moments(self.comm, agree(self.comm, m)?))
-    }
-
-    /// The f32 rows of `p` that the uniform grid reads (`8 n` floats, positions wrapped).
-    pub(crate) fn pack(&self, p: &DeviceParticles) -> Result<CudaSlice<f32>> {
-        let (n, s, l) = (p.n, &self.s, self.box_length());
-        let mut input = s
-            .alloc_zeros::<f32>((8 * n).max(1))
-            .map_err(|e| gpu_err("alloc")(e.into()))?;
-        let n_i = n as i32;
-        let mut b = s.launch_builder(&self.k.pack);
-        b.arg(&p.pos)
-            .arg(&p.alpha)
-            .arg(&p.sigma)
-            .arg(&n_i)
-            .arg(&l)
-            .arg(&mut input);
-        // SAFETY: r_pack(const double* pos, const double* a, const double* sigma, int n, double
-        // box_length, float* out): the arguments in this order and of these types; pos and alpha
-        // hold 3 n doubles, sigma n, input 8 n floats (two float4 rows per particle); one thread
-        // per particle, threads i >= n return.
-        unsafe { b.launch(per_element(n)) }.map_err(|e| gpu_err("pack")(e.into()))?;
-        Ok(input)
+        Ok(reduce_moments(comm, agree(comm, m)?))
     }
 
     /// Velocity and stretching of `p` at itself: the FMM on the device buffers.
@@ -220,10 +174,9 @@ impl<'c> ResidentSimulation<'c> {
         let sums = m.periodic_sums();
         sums.check(&self.periodic)
             .map_err(|e| Error::Other(format!("step {}: {e}", self.step)))?;
-        let u0 = sums.surface_correction(l);
-        let n = p.n;
-        let s = &self.s;
-        let input = self.pack(p)?;
+        let [u0x, u0y, u0z] = sums.surface_correction(l);
+        let (n, k, s) = (p.n, &self.ctx.k, &self.ctx.s);
+        let input = p.pack(k, s, l).map_err(gpu_err("pack"))?;
         let src = DeviceSources {
             packed: &input,
             n,
@@ -246,35 +199,28 @@ impl<'c> ResidentSimulation<'c> {
             tm.bytes() as f64 * 1e-6,
             tm.device.kernel_report()
         );
-        if let Some(slab) = self.slab.as_mut() {
-            slab.bytes += tm.bytes() as u64;
-        }
-        let n_i = n as i32;
+        self.place.bytes += tm.bytes() as u64;
         drop(input);
         let mut f = DeviceFields::zeros(s, n).map_err(gpu_err("alloc"))?;
-        let mut b = s.launch_builder(&self.k.fields);
-        b.arg(&out6)
-            .arg(&n_i)
-            .arg(&INV_4PI)
-            .arg(&u0[0])
-            .arg(&u0[1])
-            .arg(&u0[2]);
-        b.arg(&mut f.vel).arg(&mut f.str);
-        // SAFETY: r_fields(const float* out6, int n, double inv4pi, double u0x, u0y, u0z, double*
-        // vel, double* str): the arguments in this order and of these types; out6 holds 6 n floats
-        // (evaluate_device), vel and str 3 n doubles (DeviceFields::zeros(n)); one thread per
-        // particle, threads i >= n return.
-        unsafe { b.launch(per_element(n)) }.map_err(|e| gpu_err("fields")(e.into()))?;
+        // out6 holds 6 n floats (the evaluation's), vel and str 3 n doubles
+        let (n_i, cfg) = (n as i32, per_element(n));
+        k.fields(
+            s, cfg, &out6, n_i, INV_4PI, u0x, u0y, u0z, &mut f.vel, &mut f.str,
+        )
+        .map_err(gpu_err("fields"))?;
         s.synchronize().map_err(|e| gpu_err("fields")(e.into()))?;
         self.phases.fmm += t0.elapsed().as_secs_f64();
         Ok(f)
     }
 
+    /// The rates of the state, `f_n`: the particles settled on their owners, then evaluated.
     fn current(&mut self) -> Result<&DeviceFields> {
         if self.current.is_none() {
-            if self.several() {
-                self.settle_state()?;
-            }
+            let (ctx, fmm, l) = (&self.ctx, &*self.fmm, self.periodic.box_length);
+            let prev = self.previous.as_mut();
+            let (p, ids) = (&mut self.p, &mut self.ids);
+            self.place
+                .settle_state(ctx, fmm, self.n_global, l, p, prev, ids)?;
             self.current = Some(self.evaluate(Which::State)?);
         }
         Ok(self.current.as_ref().expect("evaluated above"))
@@ -287,89 +233,143 @@ impl<'c> ResidentSimulation<'c> {
         a: f64,
         x: &cudarc::driver::CudaSlice<f64>,
     ) -> Result<()> {
-        let m = y.len() as i32;
-        let mut b = self.s.launch_builder(&self.k.axpy);
-        b.arg(y).arg(&a).arg(x).arg(&m);
-        // SAFETY: r_axpy(double* y, double a, const double* x, int m): the arguments in this order
-        // and of these types; m = y.len(), and x has the length of y (both 3 n doubles of the
-        // state); threads i >= m do nothing.
-        unsafe { b.launch(per_element(m as usize)) }.map_err(|e| gpu_err("axpy")(e.into()))?;
-        Ok(())
+        let m = y.len();
+        // x has the length of y (both 3 n doubles of the state)
+        let (k, s) = (&self.ctx.k, &self.ctx.s);
+        k.axpy(s, per_element(m), y, a, x, m as i32)
+            .map_err(gpu_err("axpy"))
     }
 
+    /// `y += dt (3/2 f - 1/2 g)` over `3 n` doubles (`f`, `g` the rates of this and the
+    /// previous step).
     fn ab2(
         &self,
         y: &mut cudarc::driver::CudaSlice<f64>,
         f: &cudarc::driver::CudaSlice<f64>,
         g: &cudarc::driver::CudaSlice<f64>,
     ) -> Result<()> {
-        let m = y.len() as i32;
-        let dt = self.stepper.dt;
-        let mut b = self.s.launch_builder(&self.k.ab2);
-        b.arg(y).arg(f).arg(g).arg(&m).arg(&dt);
-        // SAFETY: r_ab2(double* y, const double* f, const double* g, int m, double dt): the
-        // arguments in this order and of these types; m = y.len(), and f, g (the rates of this and
-        // the previous step) have the length of y; threads i >= m do nothing.
-        unsafe { b.launch(per_element(m as usize)) }.map_err(|e| gpu_err("ab2")(e.into()))?;
-        Ok(())
+        let m = y.len();
+        // f and g have the length of y
+        let (k, s, dt) = (&self.ctx.k, &self.ctx.s, self.stepper.dt);
+        k.ab2(s, per_element(m), y, f, g, m as i32, dt)
+            .map_err(gpu_err("ab2"))
     }
 
     /// Core spreading to `elapsed`, wrapping and mean-strength removal (the host's `tidy`).
     fn spread_and_tidy(&self, p: &mut DeviceParticles, elapsed: f64) -> Result<()> {
-        let (k, s, l) = (&self.k, &self.s, self.box_length());
+        let (k, s, l) = (&self.ctx.k, &self.ctx.s, self.box_length());
         p.spread(k, s, self.stepper.nu, elapsed)
             .map_err(gpu_err("spread"))?;
         let m = self.moments_of(p)?;
         p.tidy(k, s, l, m.mean_strength()).map_err(gpu_err("tidy"))
     }
 
+    /// The state, taken out for an update in place (put back by the caller).
+    fn take_state(&mut self) -> Result<DeviceParticles> {
+        let empty = DeviceParticles::zeros(&self.ctx.s, 0).map_err(gpu_err("alloc"))?;
+        Ok(std::mem::replace(&mut self.p, empty))
+    }
+
+    /// The Heun step from `f_n`: the predictor on a copy of the state, settled on the owners
+    /// of its positions (the state and `f_n` with it), its rates, the corrector.
+    fn heun(&mut self, f_n: &mut DeviceFields, elapsed: f64) -> Result<()> {
+        let dt = self.stepper.dt;
+        let mut star = self.p.duplicate(&self.ctx.s).map_err(gpu_err("copy"))?;
+        self.axpy(&mut star.pos, dt, &f_n.vel)?;
+        self.axpy(&mut star.alpha, dt, &f_n.str)?;
+        self.spread_and_tidy(&mut star, elapsed)?;
+        let (ctx, fmm, l) = (&self.ctx, &*self.fmm, self.periodic.box_length);
+        let moving = (&mut star, &mut self.p, &mut *f_n);
+        self.place
+            .settle_predictor(ctx, fmm, self.n_global, l, moving, &mut self.ids)?;
+        let f_star = self.evaluate(Which::Other(&star))?;
+        drop(star);
+        let mut p = self.take_state()?;
+        self.axpy(&mut p.pos, 0.5 * dt, &f_n.vel)?;
+        self.axpy(&mut p.pos, 0.5 * dt, &f_star.vel)?;
+        self.axpy(&mut p.alpha, 0.5 * dt, &f_n.str)?;
+        self.axpy(&mut p.alpha, 0.5 * dt, &f_star.str)?;
+        self.p = p;
+        Ok(())
+    }
+
     /// The update of one step (`vortex_method::stepping::Stepper::update` on the device).
     fn update(&mut self, mut f_n: DeviceFields) -> Result<Scheme> {
-        let dt = self.stepper.dt;
         let elapsed = self.stepper.time(self.step + 1) - self.stepper.time(self.step_reset);
         let scheme = match self.previous.take() {
             Some(prev) if prev.vel.len() == f_n.vel.len() => {
-                let mut p = std::mem::replace(
-                    &mut self.p,
-                    DeviceParticles::zeros(&self.s, 0).map_err(gpu_err("alloc"))?,
-                );
+                let mut p = self.take_state()?;
                 self.ab2(&mut p.pos, &f_n.vel, &prev.vel)?;
                 self.ab2(&mut p.alpha, &f_n.str, &prev.str)?;
                 self.p = p;
                 Scheme::AdamsBashforth2
             }
             _ => {
-                let mut star = self.p.duplicate(&self.s).map_err(gpu_err("copy"))?;
-                self.axpy(&mut star.pos, dt, &f_n.vel)?;
-                self.axpy(&mut star.alpha, dt, &f_n.str)?;
-                self.spread_and_tidy(&mut star, elapsed)?;
-                if self.several() {
-                    self.settle_predictor(&mut star, &mut f_n)?;
-                }
-                let f_star = self.evaluate(Which::Other(&star))?;
-                drop(star);
-                let mut p = std::mem::replace(
-                    &mut self.p,
-                    DeviceParticles::zeros(&self.s, 0).map_err(gpu_err("alloc"))?,
-                );
-                self.axpy(&mut p.pos, 0.5 * dt, &f_n.vel)?;
-                self.axpy(&mut p.pos, 0.5 * dt, &f_star.vel)?;
-                self.axpy(&mut p.alpha, 0.5 * dt, &f_n.str)?;
-                self.axpy(&mut p.alpha, 0.5 * dt, &f_star.str)?;
-                self.p = p;
+                self.heun(&mut f_n, elapsed)?;
                 Scheme::Heun
             }
         };
-        let mut p = std::mem::replace(
-            &mut self.p,
-            DeviceParticles::zeros(&self.s, 0).map_err(gpu_err("alloc"))?,
-        );
+        let mut p = self.take_state()?;
         let r = self.spread_and_tidy(&mut p, elapsed);
         self.p = p;
         r?;
         self.previous = Some(f_n);
         self.step += 1;
         Ok(scheme)
+    }
+
+    /// The re-interpolation of the state onto fresh particles on each rank's lattice planes
+    /// (`sigma_max` the largest core), the AB2 history carried through it when asked for.
+    fn reinterpolate(&mut self, sigma_max: f64) -> Result<RbfReport> {
+        let t1 = Instant::now();
+        let n = self.config.lattice_n().expect("checked by unsupported()");
+        let (l, cutoff) = (self.box_length(), self.config.reinterpolation.cutoff);
+        let (ctx, fmm) = (&self.ctx, &*self.fmm);
+        let lat = self
+            .place
+            .lattice(ctx, fmm, self.n_global, n, l, cutoff, sigma_max)?;
+        let step = self.step;
+        let rbf_err = |e| Error::Rbf(format!("step {step}: {e}"));
+        let prev = self.previous.take();
+        let carry = history_to_carry(
+            &self.stepper,
+            prev.as_ref(),
+            self.p.n,
+            self.step,
+            self.step_reset,
+        );
+        let carried = match (carry, &prev) {
+            (Some(elapsed), Some(prev)) => {
+                let nu = self.stepper.nu;
+                let h = self
+                    .rbf
+                    .carry_history(ctx, &self.p, prev, nu, elapsed, &lat, sigma_max);
+                Some(h.map_err(|e| Error::Rbf(format!("step {step}: the AB2 history: {e}")))?)
+            }
+            _ => None,
+        };
+        drop(prev);
+        let (fresh, ids, mut report) = self
+            .rbf
+            .reinterpolate(ctx, &self.p, &lat, sigma_max)
+            .map_err(rbf_err)?;
+        self.n_global = report.lattice_points;
+        self.ids = ids;
+        self.p = fresh;
+        let mm = self.moments_of(&self.p)?;
+        let mut p = self.take_state()?;
+        let (k, s) = (&self.ctx.k, &self.ctx.s);
+        let r = p.tidy(k, s, l, mm.mean_strength());
+        self.p = p;
+        r.map_err(gpu_err("tidy"))?;
+        s.synchronize().map_err(|e| gpu_err("rbf")(e.into()))?;
+        self.step_reset = self.step;
+        self.previous = carried;
+        self.current = None;
+        self.reinterpolations += 1;
+        report.seconds = t1.elapsed().as_secs_f64();
+        self.phases.rbf += report.seconds;
+        Ok(report)
     }
 }
 
@@ -427,6 +427,19 @@ fn device_engine<'c>(
         .map_err(|e| Error::Other(e.to_string()))
 }
 
+/// What runs, for the logs and run.json: the engine, the state, the sums' route and the
+/// transport between the ranks.
+fn describe(fmm: &dyn DeviceEvaluator, rbf: &mut Reinterpolator) -> String {
+    let mut name = format!("{}, state resident on the device", fmm.describe());
+    if rbf.spreading().is_some() {
+        name.push_str(", Gaussian sums by spreading");
+    }
+    if rbf.transport() != Transport::Local {
+        name.push_str(&format!(", device exchange {}", rbf.transport()));
+    }
+    name
+}
+
 /// The most particles a rank holds at once: its even share, 25 % more on several ranks for
 /// the imbalance of the slabs and the halo of the lattice sums.
 fn per_rank(n: usize, ranks: usize) -> usize {
@@ -473,7 +486,7 @@ fn start_state(
 
 impl Simulator for ResidentSimulation<'_> {
     fn comm(&self) -> &dyn Comm {
-        self.comm
+        self.ctx.comm
     }
     fn config(&self) -> &Config {
         &self.config
@@ -499,11 +512,10 @@ impl Simulator for ResidentSimulation<'_> {
 
     fn step_measures(&mut self) -> Result<[f64; 2]> {
         self.current()?; // may hand particles to other ranks first: n after it
+        let (comm, k, s) = (self.ctx.comm, &self.ctx.k, &self.ctx.s);
         let n = self.p.n;
-        let (k, s) = (&self.k, &self.s);
         let f = self.current.as_ref().expect("evaluated");
-        let bad = f.first_non_finite(k, s, n).map_err(gpu_err("check"));
-        let bad = agree(self.comm, bad)?;
+        let bad = agree(comm, f.first_non_finite(k, s, n).map_err(gpu_err("check")))?;
         let local = match bad {
             Some(i) => {
                 let x = s
@@ -513,7 +525,7 @@ impl Simulator for ResidentSimulation<'_> {
             }
             None => None,
         };
-        if let Some((rank, id, x)) = first_bad_over_ranks(self.comm, local) {
+        if let Some((rank, id, x)) = first_bad_over_ranks(comm, local) {
             return Err(Error::NonFiniteField {
                 step: self.step,
                 what: "velocity or stretching".into(),
@@ -526,24 +538,23 @@ impl Simulator for ResidentSimulation<'_> {
         let mut partial = s
             .alloc_zeros::<f64>(2 * nb)
             .map_err(|e| gpu_err("alloc")(e.into()))?;
-        let n_i = n as i32;
-        let mut b = s.launch_builder(&k.rates);
-        b.arg(&f.vel)
-            .arg(&f.str)
-            .arg(&self.p.alpha)
-            .arg(&n_i)
-            .arg(&mut partial);
         let cfg = LaunchConfig {
             grid_dim: (nb as u32, 1, 1),
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: r_rates(const double* vel, const double* str, const double* a, int n, double*
-        // partial): the arguments in this order and of these types; vel, str and alpha hold 3 n
-        // doubles, partial 2 nb doubles for the nb = ceil(n / THREADS) blocks of THREADS (=
-        // RTHREADS, the size of the kernel's shared arrays) threads; threads i >= n contribute
-        // zeros.
-        unsafe { b.launch(cfg) }.map_err(|e| gpu_err("rates")(e.into()))?;
+        // vel, str and alpha hold 3 n doubles, partial 2 nb doubles for the nb blocks of
+        // THREADS (= RTHREADS, the size of the kernel's shared arrays) threads
+        k.rates(
+            s,
+            cfg,
+            &f.vel,
+            &f.str,
+            &self.p.alpha,
+            n as i32,
+            &mut partial,
+        )
+        .map_err(gpu_err("rates"))?;
         let v = s
             .clone_dtoh(&partial)
             .map_err(|e| gpu_err("rates")(e.into()))?;
@@ -552,7 +563,7 @@ impl Simulator for ResidentSimulation<'_> {
             m[0] = m[0].max(c[0]);
             m[1] = m[1].max(c[1]);
         }
-        self.comm.allreduce_f64(&mut m, ReduceOp::Max);
+        comm.allreduce_f64(&mut m, ReduceOp::Max);
         Ok(m)
     }
 
@@ -580,24 +591,15 @@ impl Simulator for ResidentSimulation<'_> {
         };
         if let Some(n) = grid {
             let n = vortex_method::diagnostics::vorticity_grid(&self.config, n);
-            let cutoff = self.config.reinterpolation.cutoff;
-            let l = self.box_length();
-            let (spec, u) = if self.several() {
-                self.grid_velocity_slab(n, m.sigma_max, with_field)?
-            } else {
-                self.rbf
-                    .grid_velocity(
-                        &self.k,
-                        &self.s,
-                        &self.p,
-                        n,
-                        l,
-                        cutoff,
-                        m.sigma_max,
-                        with_field,
-                    )
-                    .map_err(gpu_err("grid velocity"))?
-            };
+            let (l, cutoff) = (self.box_length(), self.config.reinterpolation.cutoff);
+            let (ctx, fmm) = (&self.ctx, &*self.fmm);
+            let lat = self
+                .place
+                .lattice(ctx, fmm, self.n_global, n, l, cutoff, m.sigma_max)?;
+            let (spec, u) = self
+                .rbf
+                .grid_velocity(ctx, &self.p, &lat, m.sigma_max, with_field)
+                .map_err(gpu_err("grid velocity"))?;
             spectrum_diagnostics(&mut d, &spec, n, l, self.config.nu);
             d.grid_velocity = u.map(|u| velocity_field(&u, n));
         }
@@ -607,21 +609,20 @@ impl Simulator for ResidentSimulation<'_> {
 
     fn snapshot(&mut self) -> Result<Option<(Particles, Vec<[f64; 3]>)>> {
         self.current()?;
-        let p = self.p.download(&self.s).map_err(gpu_err("download"))?;
-        let f = self
-            .current
-            .as_ref()
-            .expect("evaluated")
-            .download(&self.s)
-            .map_err(gpu_err("download"))?;
-        let g = gather_particles(self.comm, &self.ids, self.n_global, &p, &[&f.velocity]);
+        let s = &self.ctx.s;
+        let p = self.p.download(s).map_err(gpu_err("download"))?;
+        let f = self.current.as_ref().expect("evaluated");
+        let f = f.download(s).map_err(gpu_err("download"))?;
+        let (comm, n) = (self.ctx.comm, self.n_global);
+        let g = gather_particles(comm, &self.ids, n, &p, &[&f.velocity]);
         Ok(g.map(|(p, mut ex)| (p, ex.pop().expect("one field"))))
     }
 
     fn local_state(&mut self) -> Result<LocalState> {
-        let particles = self.p.download(&self.s).map_err(gpu_err("download"))?;
+        let s = &self.ctx.s;
+        let particles = self.p.download(s).map_err(gpu_err("download"))?;
         let previous = match &self.previous {
-            Some(f) => Some(f.download(&self.s).map_err(gpu_err("download"))?),
+            Some(f) => Some(f.download(s).map_err(gpu_err("download"))?),
             None => None,
         };
         let local = State {
@@ -645,9 +646,8 @@ impl Simulator for ResidentSimulation<'_> {
         let f_n = self.current.take().expect("evaluated");
         let scheme = self.update(f_n)?;
         let m = self.moments_of(&self.p)?;
-        self.s
-            .synchronize()
-            .map_err(|e| gpu_err("update")(e.into()))?;
+        let s = &self.ctx.s;
+        s.synchronize().map_err(|e| gpu_err("update")(e.into()))?;
         let fmm = self.phases.fmm - fmm0;
         self.phases.update += (t0.elapsed().as_secs_f64() - fmm).max(0.0);
         self.phases.steps += 1;
@@ -655,61 +655,14 @@ impl Simulator for ResidentSimulation<'_> {
         let strain = self.stepper.strain(since, m.alpha_max);
         let mut reinterpolation = None;
         if self.stepper.reinterpolation_due(since, m.ratio_max, strain) {
-            let t1 = Instant::now();
-            let (fresh, carried, mut report) = if self.several() {
-                let history = match (self.stepper.history, self.previous.take()) {
-                    (History::Carry, Some(prev)) => {
-                        let elapsed =
-                            self.stepper.time(self.step - 1) - self.stepper.time(self.step_reset);
-                        Some((prev, elapsed))
-                    }
-                    _ => None,
-                };
-                let (fresh, ids, report, carried) =
-                    self.reinterpolate_slab(m.sigma_max, history.as_ref().map(|(p, e)| (p, *e)))?;
-                self.ids = ids;
-                (fresh, carried, report)
-            } else {
-                let carried = crate::reinterpolation::carried_history(
-                    &mut self.rbf,
-                    &self.k,
-                    &self.s,
-                    &self.stepper,
-                    &self.p,
-                    self.previous.as_ref(),
-                    self.step,
-                    self.step_reset,
-                    m.sigma_max,
-                )
-                .map_err(|e| Error::Rbf(format!("step {}: the AB2 history: {e}", self.step)))?;
-                let (fresh, report) = self
-                    .rbf
-                    .reinterpolate(&self.k, &self.s, &self.p, m.sigma_max)
-                    .map_err(|e| Error::Rbf(format!("step {}: {e}", self.step)))?;
-                (fresh, carried, report)
-            };
-            self.n_global = report.lattice_points;
-            if !self.several() {
-                self.ids = (0..fresh.n as u64).collect();
-            }
-            self.p = fresh;
-            let mm = self.moments_of(&self.p)?;
-            let mut p = std::mem::replace(
-                &mut self.p,
-                DeviceParticles::zeros(&self.s, 0).map_err(gpu_err("alloc"))?,
-            );
-            let r = p.tidy(&self.k, &self.s, self.box_length(), mm.mean_strength());
-            self.p = p;
-            r.map_err(gpu_err("tidy"))?;
-            self.s.synchronize().map_err(|e| gpu_err("rbf")(e.into()))?;
-            self.step_reset = self.step;
-            self.previous = carried;
-            self.current = None;
-            self.reinterpolations += 1;
-            report.seconds = t1.elapsed().as_secs_f64();
-            self.phases.rbf += report.seconds;
-            reinterpolation = Some(report);
+            reinterpolation = Some(self.reinterpolate(m.sigma_max)?);
         }
+        log::debug!(
+            "step {}: {} particles sent by migrations so far, {:.1} MB sent by this rank",
+            self.step,
+            self.place.migrated,
+            (self.place.bytes + self.rbf.bytes) as f64 * 1e-6
+        );
         Ok(StepReport {
             scheme,
             extra_evaluations: (scheme == Scheme::Heun) as u32,
@@ -718,10 +671,11 @@ impl Simulator for ResidentSimulation<'_> {
     }
 
     fn check_finite(&mut self, last_checkpoint: &str) -> Result<()> {
-        let bad = first_non_finite(&self.k, &self.s, &self.p.pos, &self.p.alpha, self.p.n)
-            .map_err(gpu_err("check"));
-        let bad = agree(self.comm, bad)?.map(|i| (self.ids[i], [f64::NAN; 3]));
-        match first_bad_over_ranks(self.comm, bad) {
+        let (comm, k, s) = (self.ctx.comm, &self.ctx.k, &self.ctx.s);
+        let bad =
+            first_non_finite(k, s, &self.p.pos, &self.p.alpha, self.p.n).map_err(gpu_err("check"));
+        let bad = agree(comm, bad)?.map(|i| (self.ids[i], [f64::NAN; 3]));
+        match first_bad_over_ranks(comm, bad) {
             Some((_, id, _)) => Err(Error::BlowUp {
                 step: self.step,
                 t: self.t(),

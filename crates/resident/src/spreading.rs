@@ -9,8 +9,9 @@
 //! 2. per component, the strengths spread tile by tile in shared memory, the tiles added to the
 //!    grid (`s_spread_f` / `s_spread_d`), cuFFT R2C (or D2Z);
 //! 3. the fine modes divided by the kernel's transform, multiplied by the core's Gaussian and
-//!    folded onto the lattice half spectrum (`s_fold_*`), straight into the spectrum buffer of
-//!    [`crate::fourier::Fourier`], whose solve then gives the strengths.
+//!    folded onto the lattice spectrum (`s_fold_*`), straight into the pencil spectrum of the
+//!    one-rank slab transforms ([`crate::slab_fourier::SlabFourier`]), whose solve then gives
+//!    the strengths.
 //!
 //! The grid is `f32` where the tolerance allows ([`Precision::for_tolerance`]), `f64` below.
 //! One core per call: after a re-interpolation every particle has `sigma0` and core spreading
@@ -21,8 +22,8 @@ use crate::kernels::{per_element, Kernels};
 use crate::laps::Laps;
 use crate::lattice::{sort_into_cells, Binned, Rows};
 use cudarc::cufft::{result as cufft_result, sys as cufft_sys, CudaFft};
-use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
+use num_complex::Complex64;
 use std::sync::Arc;
 use vortex_cuda::launch::Spread;
 use vortex_cuda::{GpuDevice, GpuError, GpuResult};
@@ -137,10 +138,7 @@ impl DeviceSpread {
             Precision::F32 => &f.spread_f,
             Precision::F64 => &f.spread_d,
         };
-        spread.set_attribute(
-            CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            shared as i32,
-        )?;
+        spread.allow_dynamic_shared(shared)?;
         let s = dev.stream();
         let mi = m as i32;
         let (kind, buf) = match precision {
@@ -297,9 +295,10 @@ impl DeviceSpread {
         Ok(self.factors.len() - 1)
     }
 
-    /// Component `comp` of the lattice half spectrum `out` (`3 clen` complex as f64 pairs,
-    /// [`crate::fourier::Fourier::spectrum_mut`]) `=` the fine spectrum deconvolved, times the
-    /// Gaussian of `core`, folded.
+    /// Component `comp` of the lattice's pencil spectrum on one rank `out` (`3 clen` complex
+    /// as f64 pairs, components interleaved, planes of constant z:
+    /// [`crate::slab_fourier::SlabFourier::pencil_mut`]) `=` the fine spectrum deconvolved,
+    /// times the Gaussian of `core`, folded.
     pub fn fold(
         &mut self,
         s: &Arc<CudaStream>,
@@ -317,10 +316,11 @@ impl DeviceSpread {
         }
         let i = self.factors(s, core)?;
         let d = &self.factors[i].1;
-        let mut view = out.slice_mut(2 * comp * clen..2 * (comp + 1) * clen);
+        let mut view = out.slice_mut(2 * comp..6 * clen);
         let (m_i, n_i) = (m as i32, n as i32);
-        // spec holds m^2 (m/2 + 1) complex values (the R2C output), d m doubles, the view clen =
-        // n^2 (n/2 + 1) complex (the component's part of the buffer, checked above)
+        // spec holds m^2 (m/2 + 1) complex values (the R2C output), d m doubles; the view starts
+        // at the component and the kernel writes every third complex value of it, clen in all
+        // (the buffer's 3 clen complex values, checked above)
         let cfg = per_element(clen);
         match &self.buf {
             Buffers::F32 { spec, .. } => self.f.fold_f(s, cfg, spec, m_i, d, n_i, &mut view),
@@ -356,10 +356,40 @@ impl DeviceSpread {
     }
 }
 
+/// The one-rank pencil spectrum of the slab transforms (planes of constant z: element `(kz n +
+/// ky) (n/2 + 1) + kx` holds the three components, complex numbers as pairs) in the layout of
+/// `vortex_method::reinterpolation::spreading` (the host twin's): each component's half spectrum `(kx n + ky) (n/2 + 1) + kz` after the
+/// other (a mode with `kx > n/2` the conjugate of `-k`).
+pub fn half_spectra(pencil: &[f64], n: usize) -> Vec<Complex64> {
+    let nh = n / 2 + 1;
+    let clen = n * n * nh;
+    let at = |kx: usize, ky: usize, kz: usize, c: usize| {
+        let (kx, ky, kz, conj) = if kx < nh {
+            (kx, ky, kz, false)
+        } else {
+            (n - kx, (n - ky) % n, (n - kz) % n, true)
+        };
+        let e = 2 * (3 * ((kz * n + ky) * nh + kx) + c);
+        let v = Complex64::new(pencil[e], pencil[e + 1]);
+        if conj {
+            v.conj()
+        } else {
+            v
+        }
+    };
+    let mut out = Vec::with_capacity(3 * clen);
+    for c in 0..3 {
+        for t in 0..clen {
+            let (kx, ky, kz) = (t / (n * nh), (t / nh) % n, t % nh);
+            out.push(at(kx, ky, kz, c));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use num_complex::Complex64;
     use rand::{Rng, SeedableRng};
     use vortex_method::reinterpolation::spreading::{fold, grid};
 
@@ -433,14 +463,15 @@ mod tests {
         out
     }
 
-    /// `fold_modes` of `kernels/spread.cu` on the host: the alias ranges by floor division and
-    /// the conjugate of `-q` for `qz < 0`.
+    /// `fold_modes` of `kernels/spread.cu` on the host: the modes of the one-rank pencil
+    /// spectrum (`t = (kz n + ky) nh + kx`), the alias ranges by floor division and the
+    /// conjugate of `-q` for `qz < 0`.
     fn emulate_fold(spec: &[Complex64], m: usize, d: &[f64], n: usize) -> Vec<Complex64> {
         let (nh, mh, half) = (n / 2 + 1, m / 2 + 1, (m / 2) as i64);
         let fdiv = |a: i64, b: i64| a.div_euclid(b);
         let mut out = vec![Complex64::new(0.0, 0.0); n * n * nh];
         for (t, o) in out.iter_mut().enumerate() {
-            let k = [t / (n * nh), (t / nh) % n, t % nh].map(|v| v as i64);
+            let k = [t % nh, (t / nh) % n, t / (n * nh)].map(|v| v as i64);
             let nn = n as i64;
             let lo = k.map(|kc| fdiv(-half - kc, nn) + 1);
             let hi = k.map(|kc| fdiv(half - kc, nn));
@@ -508,14 +539,60 @@ mod tests {
         let d = plan.axis_factors(0.9 * h);
         let mut host = vec![Complex64::new(0.0, 0.0); n * n * (n / 2 + 1)];
         fold::fold(&spec, m, &d, n, &mut host);
+        // the emulated pencil against the host's half spectrum (half axis z): a mode with kz
+        // <= n/2 is the host's own value (the same sums, to round-off); one with kz > n/2 the
+        // conjugate of the host's -k, which the Hermitian pairs of the fine spectrum's qz = 0
+        // and m/2 planes give only to their FFT round-off, amplified by the deconvolution
         let dev = emulate_fold(&spec, m, &d, n);
-        let e: f64 = dev
-            .iter()
-            .zip(&host)
-            .map(|(a, b)| (a - b).norm())
-            .fold(0.0, f64::max);
         let scale = host.iter().map(|b| b.norm()).fold(0.0, f64::max);
-        assert!(e <= 1e-13 * scale, "{e:e} of {scale:e}");
+        let nh = n / 2 + 1;
+        let (mut own, mut conj) = (0.0f64, 0.0f64);
+        for (t, v) in dev.iter().enumerate() {
+            let (kx, ky, kz) = (t % nh, (t / nh) % n, t / (n * nh));
+            if kz < nh {
+                own = own.max((v - host[(kx * n + ky) * nh + kz]).norm());
+            } else {
+                let w = host[(((n - kx) % n) * n + (n - ky) % n) * nh + n - kz].conj();
+                conj = conj.max((v - w).norm());
+            }
+        }
+        assert!(own <= 1e-13 * scale, "{own:e} of {scale:e}");
+        assert!(conj <= 1e-9 * scale, "{conj:e} of {scale:e}");
+    }
+
+    /// [`half_spectra`] reads back, in the host's layout, a pencil written from it.
+    #[test]
+    fn half_spectra_inverts_the_pencil_layout() {
+        let n = 6usize;
+        let nh = n / 2 + 1;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        let host: Vec<Complex64> = (0..3 * n * n * nh)
+            .map(|_| Complex64::new(rng.gen_range(-1.0..1.0), rng.gen_range(-1.0..1.0)))
+            .collect();
+        let mut pencil = vec![0.0; 6 * n * n * nh];
+        for c in 0..3 {
+            for kx in 0..nh {
+                for ky in 0..n {
+                    for kz in 0..nh {
+                        let v = host[c * n * n * nh + (kx * n + ky) * nh + kz];
+                        let e = 2 * (3 * ((kz * n + ky) * nh + kx) + c);
+                        pencil[e] = v.re;
+                        pencil[e + 1] = v.im;
+                    }
+                }
+            }
+        }
+        let got = half_spectra(&pencil, n);
+        for c in 0..3 {
+            for kx in 0..nh {
+                for ky in 0..n {
+                    for kz in 0..nh {
+                        let t = c * n * n * nh + (kx * n + ky) * nh + kz;
+                        assert_eq!(got[t], host[t], "component {c}, mode ({kx}, {ky}, {kz})");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -2,9 +2,10 @@
 //! copies of it that checkpoints and snapshots need.
 
 use crate::kernels::{per_element, Kernels, NSLOT, RED_PER_THREAD, RED_THREADS};
-use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig};
 use std::sync::Arc;
 use vortex_cuda::GpuResult;
+use vortex_domain::{Comm, ReduceOp};
 use vortex_method::rhs::Derivatives;
 use vortex_method::Particles;
 
@@ -84,39 +85,41 @@ impl DeviceParticles {
         let mut partial = s.alloc_zeros::<f64>(nb * NSLOT)?;
         let mut out = s.alloc_zeros::<f64>(NSLOT)?;
         let n_i = self.n as i32;
-        let mut b = s.launch_builder(&k.moments);
-        b.arg(&self.pos)
-            .arg(&self.alpha)
-            .arg(&self.sigma)
-            .arg(&self.sigma0)
-            .arg(&n_i)
-            .arg(&box_length)
-            .arg(&mut partial);
         let cfg = LaunchConfig {
             grid_dim: (nb as u32, 1, 1),
             block_dim: (RED_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: r_moments(const double* pos, a, sigma, sigma0, int n, double box_length, double*
-        // partial): the arguments in this order and of these types; pos and alpha hold 3 n doubles,
-        // sigma and sigma0 n, partial NSLOT doubles for each of the nb blocks of RED_THREADS
-        // threads (the kernel's shared array size), each block covering RED_THREADS RED_PER_THREAD
-        // particles, indices >= n skipped.
-        unsafe { b.launch(cfg) }?;
-        let nb_i = nb as i32;
-        let mut b = s.launch_builder(&k.moments_finish);
-        b.arg(&partial).arg(&nb_i).arg(&mut out);
+        // pos and alpha hold 3 n doubles, sigma and sigma0 n, partial NSLOT doubles for each of
+        // the nb blocks of RED_THREADS threads (the kernel's shared array size), each block
+        // covering RED_THREADS RED_PER_THREAD particles
+        let (p, a, g, g0) = (&self.pos, &self.alpha, &self.sigma, &self.sigma0);
+        k.moments(s, cfg, p, a, g, g0, n_i, box_length, &mut partial)?;
         let one = LaunchConfig {
             grid_dim: (1, 1, 1),
             block_dim: (RED_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: r_moments_finish(const double* partial, int nblocks, double* out): the arguments
-        // in this order and of these types; partial holds nb NSLOT doubles (written above), out
-        // NSLOT; one block of RED_THREADS threads, the size of its shared arrays.
-        unsafe { b.launch(one) }?;
+        // one block of RED_THREADS threads, the size of its shared arrays
+        k.moments_finish(s, one, &partial, nb as i32, &mut out)?;
         let v = s.clone_dtoh(&out)?;
         Ok(Moments::from_slots(&v, self.n))
+    }
+
+    /// The f32 rows the uniform grid reads (`8 n` floats: two float4 rows per particle,
+    /// positions wrapped into the box of length `box_length`).
+    pub fn pack(
+        &self,
+        k: &Kernels,
+        s: &Arc<CudaStream>,
+        box_length: f64,
+    ) -> GpuResult<CudaSlice<f32>> {
+        let n = self.n;
+        let mut out = s.alloc_zeros::<f32>((8 * n).max(1))?;
+        // pos and alpha hold 3 n doubles, sigma n, out 8 n floats
+        let (p, a, g) = (&self.pos, &self.alpha, &self.sigma);
+        k.pack(s, per_element(n), p, a, g, n as i32, box_length, &mut out)?;
+        Ok(out)
     }
 
     /// Wraps the positions into the periodic box and subtracts `mean` from every strength.
@@ -128,18 +131,20 @@ impl DeviceParticles {
         mean: [f64; 3],
     ) -> GpuResult<()> {
         let n_i = self.n as i32;
-        let mut b = s.launch_builder(&k.tidy);
-        b.arg(&mut self.pos)
-            .arg(&mut self.alpha)
-            .arg(&n_i)
-            .arg(&box_length)
-            .arg(&mean[0])
-            .arg(&mean[1])
-            .arg(&mean[2]);
-        // SAFETY: r_tidy(double* pos, double* a, int n, double box_length, double m0, m1, m2): the
-        // arguments in this order and of these types; pos and alpha hold 3 n doubles; threads i >=
-        // n return.
-        unsafe { b.launch(per_element(self.n)) }?;
+        let [m0, m1, m2] = mean;
+        // pos and alpha hold 3 n doubles
+        let cfg = per_element(self.n);
+        k.tidy(
+            s,
+            cfg,
+            &mut self.pos,
+            &mut self.alpha,
+            n_i,
+            box_length,
+            m0,
+            m1,
+            m2,
+        )?;
         Ok(())
     }
 
@@ -152,16 +157,16 @@ impl DeviceParticles {
         elapsed: f64,
     ) -> GpuResult<()> {
         let n_i = self.n as i32;
-        let mut b = s.launch_builder(&k.spread);
-        b.arg(&mut self.sigma)
-            .arg(&self.sigma0)
-            .arg(&n_i)
-            .arg(&nu)
-            .arg(&elapsed);
-        // SAFETY: r_spread(double* sigma, const double* sigma0, int n, double nu, double elapsed):
-        // the arguments in this order and of these types; sigma and sigma0 hold n doubles; threads
-        // i >= n do nothing.
-        unsafe { b.launch(per_element(self.n)) }?;
+        // sigma and sigma0 hold n doubles
+        k.spread(
+            s,
+            per_element(self.n),
+            &mut self.sigma,
+            &self.sigma0,
+            n_i,
+            nu,
+            elapsed,
+        )?;
         Ok(())
     }
 }
@@ -209,12 +214,8 @@ pub fn first_non_finite(
 ) -> GpuResult<Option<usize>> {
     let mut first = s.clone_htod(&[i32::MAX])?;
     let n_i = n as i32;
-    let mut b = s.launch_builder(&k.first_nonfinite);
-    b.arg(a).arg(b_).arg(&n_i).arg(&mut first);
-    // SAFETY: r_first_nonfinite(const double* vel, const double* str, int n, int* first): the
-    // arguments in this order and of these types; the caller passes a and b_ of 3 n doubles at
-    // least, first is one int; threads i >= n return.
-    unsafe { b.launch(per_element(n)) }?;
+    // the caller passes a and b_ of 3 n doubles at least; first is one int
+    k.first_nonfinite(s, per_element(n), a, b_, n_i, &mut first)?;
     let f = s.clone_dtoh(&first)?[0];
     Ok((f != i32::MAX).then_some(f as usize))
 }
@@ -278,5 +279,39 @@ impl Moments {
             outside: 0,
             far: 0,
         }
+    }
+}
+
+/// The moments of every rank's particles (sums added, extremes reduced; on one rank `m`
+/// itself). Collective.
+pub fn reduce_moments(comm: &dyn Comm, m: Moments) -> Moments {
+    if comm.size() == 1 {
+        return m;
+    }
+    let mut sums = vec![m.n as f64, m.abs_strength, m.weight, m.non_finite as f64];
+    sums.extend(m.total_strength);
+    sums.extend(m.dipole.iter().flatten());
+    sums.extend(m.cross);
+    sums.extend(m.weighted);
+    comm.allreduce_f64(&mut sums, ReduceOp::Sum);
+    let mut max = vec![m.sigma_max, m.alpha_max, m.ratio_max];
+    max.extend(m.hi);
+    max.extend(m.lo.map(|v| -v));
+    comm.allreduce_f64(&mut max, ReduceOp::Max);
+    let v3 = |s: &[f64]| [s[0], s[1], s[2]];
+    Moments {
+        n: sums[0] as usize,
+        abs_strength: sums[1],
+        weight: sums[2],
+        non_finite: sums[3] as usize,
+        total_strength: v3(&sums[4..7]),
+        dipole: std::array::from_fn(|c| v3(&sums[7 + 3 * c..10 + 3 * c])),
+        cross: v3(&sums[16..19]),
+        weighted: v3(&sums[19..22]),
+        sigma_max: max[0],
+        alpha_max: max[1],
+        ratio_max: max[2],
+        hi: v3(&max[3..6]),
+        lo: v3(&max[6..9]).map(|v| -v),
     }
 }

@@ -14,9 +14,9 @@ use vortex_method::parallel::DistSimulation;
 use vortex_method::reinterpolation::spreading::{jittered_lattice, SpreadPlan};
 use vortex_method::reinterpolation::Lattice;
 use vortex_method::{Config, Particles, Simulator};
-use vortex_resident::fourier::Fourier;
 use vortex_resident::kernels::Kernels;
-use vortex_resident::spreading::{DeviceSpread, Precision};
+use vortex_resident::slab_fourier::{SlabAxis, SlabFourier, SlabLayout};
+use vortex_resident::spreading::{half_spectra, DeviceSpread, Precision};
 use vortex_resident::state::DeviceParticles;
 use vortex_spectral::fft::Fft3;
 
@@ -40,15 +40,13 @@ fn device_spectra(plan: &SpreadPlan, p: &Particles, core: f64) -> (Vec<Complex64
     let k = Kernels::load(&dev).unwrap();
     let mut sp = DeviceSpread::new(&dev, plan.clone()).unwrap();
     let dp = DeviceParticles::upload(&s, p).unwrap();
-    let mut f = Fourier::new(&s, plan.n).unwrap();
-    sp.lattice_spectra(&k, &s, (&dp).into(), core, f.spectrum_mut())
+    let n = plan.n;
+    let layout = SlabLayout::new(n, &[0, n], 0, SlabAxis::Z).unwrap();
+    let mut f = SlabFourier::new(&dev, s.clone(), layout).unwrap();
+    sp.lattice_spectra(&k, &s, (&dp).into(), core, f.pencil_mut())
         .unwrap();
-    let v = s.clone_dtoh(f.spectrum_mut()).unwrap();
-    let spec = v
-        .chunks_exact(2)
-        .map(|c| Complex64::new(c[0], c[1]))
-        .collect();
-    (spec, sp.precision)
+    let v = s.clone_dtoh(f.pencil_mut()).unwrap();
+    (half_spectra(&v, n), sp.precision)
 }
 
 /// Lattice values (lattice order) of the three half spectra `spec` (`3 clen`).

@@ -494,10 +494,10 @@ impl Config {
             (
                 "spectrum_times",
                 &self.spectrum_times,
-                crate::io::spectrum_file_name as fn(f64) -> String,
+                crate::file_names::spectrum_file_name as fn(f64) -> String,
             ),
             ("field_times", &self.field_times, |t| {
-                format!("velocity_{}.npy", crate::io::field_time_tag(t))
+                format!("velocity_{}.npy", crate::file_names::field_time_tag(t))
             }),
         ] {
             if let Some((a, b, f)) = colliding_names(times, name) {

@@ -27,6 +27,7 @@ pub mod estimate;
 pub mod fft;
 pub mod field;
 mod file_error;
+mod file_names;
 pub mod gpu;
 pub mod initial;
 pub mod inputs;

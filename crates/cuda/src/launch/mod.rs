@@ -171,9 +171,8 @@ pub mod ctype {
     }
 }
 
-/// A kernel's function handle in a loaded module. It dereferences to cudarc's
-/// [`CudaFunction`] for the launches not yet written through a table (the slab transform of
-/// `crates/resident`); every other launch goes through its set's typed method.
+/// A kernel's function handle in a loaded module, launched only through its set's typed
+/// methods (no raw handle leaves this crate).
 #[derive(Clone, Debug)]
 pub struct Kernel(CudaFunction);
 
@@ -186,15 +185,17 @@ impl Kernel {
     }
 
     /// The cudarc handle (for the set's methods).
-    pub fn function(&self) -> &CudaFunction {
+    pub(crate) fn function(&self) -> &CudaFunction {
         &self.0
     }
-}
 
-impl std::ops::Deref for Kernel {
-    type Target = CudaFunction;
-    fn deref(&self) -> &CudaFunction {
-        &self.0
+    /// Lets a launch of this kernel use up to `bytes` of dynamic shared memory (above the
+    /// default 48 KiB; the device's limit applies).
+    pub fn allow_dynamic_shared(&self, bytes: usize) -> GpuResult<()> {
+        let attr = cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        self.0
+            .set_attribute(attr, bytes as i32)
+            .map_err(|e| GpuError::Driver(format!("kernel attribute: {e:?}")))
     }
 }
 

@@ -111,34 +111,15 @@ crate::kernel_set! {
         xfast: int, omega: *mut double,
     );
 
-    /// The Poisson solve in Fourier space in place: `spec` `3 clen` complex, `clen = n^2
-    /// (n/2 + 1)`, `inv_eig` `n` doubles.
-    fn solve_fourier = r_solve_fourier(
-        spec: *mut double2, n: int, clen: long_long, inv_eig: *const double, scale: double,
-    );
-
-    /// Biot-Savart in Fourier space in place (`spec` as above).
-    fn biot_savart_fourier = r_biot_savart_fourier(
-        spec: *mut double2, n: int, clen: long_long, inv_kscale: double, scale: double,
-    );
+    /// The slab layout `slab` (`3 m` doubles, `m = n^2 z_count`, i fastest) into the lattice
+    /// order `out` (`3 m` doubles, k fastest) of the same planes.
+    fn lattice_order = r_lattice_order(slab: *const double, n: int, z_count: int, out: *mut double);
 
     /// Fresh particles at the lattice points of planes `z_first ..` (`pos` `3 m`, `sigma` and
     /// `s0` `m` doubles, `m = n^2 z_count`).
     fn lattice_particles = r_lattice_particles(
         n: int, o: double, h: double, sigma0: double, z_first: int, z_count: int, xfast: int,
         pos: *mut double, sigma: *mut double, s0: *mut double,
-    );
-
-    /// Per-block shell sums of the spectrum (`partial`: `nshell + 2` doubles per block;
-    /// blocks of a power-of-two `threads`, `nshell + 2 threads` doubles of dynamic shared
-    /// memory).
-    fn spectrum_partial = r_spectrum_partial(
-        spec: *const double2, n: int, clen: long_long, nshell: int, partial: *mut double,
-    );
-
-    /// The `nblocks` rows of `width` partials summed into `out` (`width`).
-    fn sum_partials = r_sum_partials(
-        partial: *const double, nblocks: int, width: int, out: *mut double,
     );
 
     /// The rank owning each particle's plane (`packed`: at least `n` `float4` positions,

@@ -31,10 +31,11 @@ crate::kernel_set! {
         beta: double, origin: double, hf: double, comp: int, grid: *mut double,
     );
 
-    /// `out` (`n^2 (n/2 + 1)` complex, the lattice half spectrum) `=` the fine half spectrum
-    /// `spec` (`m^2 (m/2 + 1)` complex, cuFFT's R2C output) times the per-axis factors `d`
-    /// (`m` doubles, indexed by the fine mode mod `m`), folded onto the lattice modes. One
-    /// thread per lattice mode.
+    /// `out[3 t]` (`t < n^2 (n/2 + 1)`: one component of the lattice's pencil spectrum on one
+    /// rank, planes of constant z, `t = (kz n + ky) (n/2 + 1) + kx`, the caller's view offset
+    /// to the component) `=` the fine half spectrum `spec` (`m^2 (m/2 + 1)` complex, cuFFT's
+    /// R2C output) times the per-axis factors `d` (`m` doubles, indexed by the fine mode mod
+    /// `m`), folded onto the lattice modes. One thread per lattice mode.
     fn fold_f = s_fold_f(
         spec: *const float2, m: int, d: *const double, n: int, out: *mut double2,
     );

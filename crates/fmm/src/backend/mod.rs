@@ -128,8 +128,11 @@ pub trait Backend: Send + Sync {
     }
 }
 
-/// A borrowed backend is a backend (an evaluator can drive a backend that its owner keeps).
-impl<B: Backend> Backend for &B {
+/// A backend behind a pointer is a backend: a borrowed one (an evaluator drives a backend that
+/// its owner keeps) or a shared one (`Arc`: several evaluators held at once drive one backend).
+macro_rules! pointer_backend {
+    ($($ptr:ty),*) => {$(
+impl<B: Backend> Backend for $ptr {
     type State = B::State;
 
     fn name(&self) -> String {
@@ -182,3 +185,7 @@ impl<B: Backend> Backend for &B {
         (**self).set_multipoles(plan, st, cells, data)
     }
 }
+    )*};
+}
+
+pointer_backend!(&B, std::sync::Arc<B>);

@@ -74,6 +74,9 @@ pub struct EvalParams {
     pub core: CoreOrder,
     /// Periodic box and image levels (`None`: free space).
     pub periodic: Option<Periodic>,
+    /// The M2L translation of the GPU uniform grid below its top level (the adaptive plan
+    /// ignores it).
+    pub m2l: crate::far::M2lKernel,
 }
 
 impl Default for EvalParams {
@@ -86,6 +89,7 @@ impl Default for EvalParams {
             core_cutoff: 4.0,
             core: CoreOrder::Second,
             periodic: None,
+            m2l: crate::far::M2lKernel::Auto,
         }
     }
 }

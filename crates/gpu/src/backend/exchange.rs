@@ -8,7 +8,7 @@
 use super::{CudaBackend, CudaState};
 use crate::device::GpuError;
 use cudarc::driver::{CudaSlice, DeviceRepr};
-use vortex_fmm::backend::{FarField, Plan};
+use vortex_fmm::backend::Plan;
 use vortex_fmm::expansions::ncoef;
 use vortex_fmm::{Expansions, FmmError};
 
@@ -94,7 +94,7 @@ impl CudaBackend {
             return Ok(());
         }
         if st.locals.is_none() {
-            if plan.far_field == FarField::Treecode {
+            if !plan.far_field.has_locals() {
                 return Err(GpuError::Unsupported(
                     "add_locals with the treecode (no L2L/L2P pass) is not supported on the GPU"
                         .into(),

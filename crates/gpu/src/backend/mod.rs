@@ -54,7 +54,7 @@ pub const EVAL_BLOCK: usize = 64;
 pub const MAX_GPU_ORDER: usize = 16;
 const _: () = assert!(MAX_GPU_ORDER <= vortex_fmm::MAX_ORDER);
 
-/// Which M2L kernel the downward pass uses.
+/// Which M2L kernel the FMM's downward pass uses (the PPM has its own, `ppm_m2l`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum M2lKind {
     /// Rotation-based O(p^3) (default).
@@ -62,10 +62,6 @@ pub enum M2lKind {
     Rotation,
     /// Plain O(p^4) (reference).
     Plain,
-    /// Not an FMM M2L: the pseudo-particle M2L (`kernels/ppm.cu`) runs whenever the plan's far
-    /// field is `FarField::Ppm`, whatever this field says; selecting it for an FMM plan is an
-    /// error.
-    Ppm,
 }
 
 /// Kernel-only times (seconds, CUDA events) and work counts of the last evaluation.
@@ -272,7 +268,7 @@ impl CudaBackend {
                 "too many particles for i32 indices".into(),
             ));
         }
-        let is_ppm = plan.far_field == FarField::Ppm;
+        let is_ppm = plan.far_field.pseudo_particles();
         let s = self.dev.stream();
         let (sp, sa) = pack_sources(src);
         let (tp, ta) = pack_targets(tgt);
@@ -294,9 +290,11 @@ impl CudaBackend {
             } else {
                 Some(s.alloc_zeros::<f32>(plan.source_tree.cells.len() * len)?)
             },
-            locals: match plan.far_field {
-                FarField::Treecode | FarField::Ppm => None,
-                _ => Some(s.alloc_zeros::<f32>(plan.target_tree.cells.len() * len)?),
+            // the PPM's locals are potentials at its sphere points (`ppm`, `ppm_dev`)
+            locals: if plan.far_field.has_locals() && !is_ppm {
+                Some(s.alloc_zeros::<f32>(plan.target_tree.cells.len() * len)?)
+            } else {
+                None
             },
             rots: None,
             ppm: is_ppm.then(|| Box::new(PpmHost::new(plan, src, tgt))),

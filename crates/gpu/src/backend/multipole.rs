@@ -189,13 +189,6 @@ impl CudaBackend {
                     )
                 })?;
             }
-            M2lKind::Ppm => {
-                return Err(GpuError::Unsupported(
-                    "M2lKind::Ppm is not an FMM M2L: the PPM runs when the plan's far field \
-                     is FarField::Ppm (Method::Ppm)"
-                        .into(),
-                ))
-            }
         }
         Ok(())
     }

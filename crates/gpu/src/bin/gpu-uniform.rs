@@ -87,7 +87,7 @@ struct Cli {
     #[arg(long, requires = "periodic", default_value_t = Periodic::default().image_levels)]
     image_levels: usize,
     /// M2L kernel below the top level (`UniformParams::m2l`).
-    #[arg(long, value_enum, default_value = "auto")]
+    #[arg(long, default_value = "auto")]
     m2l: M2lKernel,
 }
 

@@ -49,11 +49,11 @@ impl UniformTimes {
     }
 }
 
-/// The grid parameters of `params`: its order, its core, and its core cutoff but at least the
-/// grid's default (`UniformParams::default().core_cutoff`, in source core radii) and the
-/// core's least gap ([`vortex_fmm::kernel::CoreOrder::min_cutoff`]), so that the adaptive
-/// octree's smaller default never shrinks the grid's leaves; one rule for every caller
-/// (`vortex eval`, `vortex bench`, `vortex run`).
+/// The grid parameters of `params`: its order, its M2L kernel, its core, and its core cutoff
+/// but at least the grid's default (`UniformParams::default().core_cutoff`, in source core
+/// radii) and the core's least gap ([`vortex_fmm::kernel::CoreOrder::min_cutoff`]), so that
+/// the adaptive octree's smaller default never shrinks the grid's leaves; one rule for every
+/// caller (`vortex eval`, `vortex bench`, `vortex run`).
 pub fn grid_params(params: &EvalParams) -> UniformParams {
     let d = UniformParams::default();
     UniformParams {
@@ -63,6 +63,7 @@ pub fn grid_params(params: &EvalParams) -> UniformParams {
             .max(d.core_cutoff)
             .max(params.core.min_cutoff()),
         core: params.core,
+        m2l: params.m2l,
         ..d
     }
 }
@@ -237,6 +238,28 @@ mod tests {
     use crate::uniform::reference::{evaluate_reference, evaluate_reference_periodic};
     use vortex_fmm::periodic::Periodic;
     use vortex_fmm::relative_l2_error;
+
+    /// The grid takes the order and the M2L kernel of the evaluation parameters, and never a
+    /// core cutoff below its own default (no GPU needed: the parameters only).
+    #[test]
+    fn the_grid_parameters_come_from_the_evaluation_parameters() {
+        use vortex_fmm::M2lKernel;
+        let grid_default = UniformParams::default().core_cutoff;
+        for m2l in [M2lKernel::Auto, M2lKernel::Rotation, M2lKernel::Dense] {
+            for cutoff in [grid_default - 1.0, grid_default + 1.0] {
+                let params = EvalParams {
+                    order: 11,
+                    core_cutoff: cutoff,
+                    m2l,
+                    ..Default::default()
+                };
+                let g = grid_params(&params);
+                assert_eq!((g.order, g.m2l), (11, m2l));
+                assert_eq!(g.core_cutoff, cutoff.max(grid_default));
+            }
+        }
+        assert_eq!(UniformParams::default().m2l, M2lKernel::Auto);
+    }
 
     /// The evaluator gives the uniform grid's result (against its f64 twin with the same grid
     /// parameters, free space and periodic) and refuses separate targets.

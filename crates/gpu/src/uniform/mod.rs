@@ -60,6 +60,9 @@ pub use grid::{Extent, UniformGrid};
 pub use pipeline::{evaluate_uniform, UniformFmm};
 pub use reference::{evaluate_reference, evaluate_reference_periodic};
 pub use slab::SlabPlan;
+/// The M2L kernel below the top level, a parameter of the grid ([`UniformParams::m2l`], from
+/// `vortex_fmm::EvalParams::m2l`).
+pub use vortex_fmm::far::{M2lKernel, DENSE_MAX_ORDER};
 
 use crate::device::GpuResult;
 use vortex_fmm::kernel::CoreOrder;
@@ -88,65 +91,6 @@ pub struct UniformParams {
     pub core: CoreOrder,
 }
 
-/// The M2L kernel of the levels below the top (the top level always uses the rotations: its
-/// offsets reach beyond the dense stencil).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum M2lKernel {
-    /// [`M2lKernel::resolve`]'s rule.
-    #[default]
-    Auto,
-    /// Rotation-based `O(p^3)` translations, one block per target cell (`u_m2l`).
-    Rotation,
-    /// Dense per-offset matrices applied to 32 targets of one parity class per block
-    /// (`u_m2l_dense`, [`dense_m2l`]).
-    Dense,
-}
-
-/// Largest order for which `Auto` takes the dense matrices (the range their tests cover;
-/// 343 matrices of `padded_dofs(p)^2` floats: 22 MB at p = 10, 90 MB at p = 14).
-pub const DENSE_MAX_ORDER: usize = 14;
-
-impl M2lKernel {
-    /// The kernel that runs at order `p` and why: an explicit choice is kept; `Auto` takes
-    /// the dense matrices for `4 <= p <= DENSE_MAX_ORDER` (a matrix product of `2 D^2` flops
-    /// per component and translation, `D = (p+1)^2` padded to 64, runs near the peak f32 rate
-    /// while the rotations' three dependent stages with block barriers do not: expected about
-    /// 2.5x faster at p = 10 on an H100, error at the f32 level), the rotations otherwise
-    /// (below p = 4 the padding to 64 wastes most of the product; above 14 the matrices grow
-    /// past 90 MB).
-    pub fn resolve(self, p: usize) -> (M2lKernel, &'static str) {
-        match self {
-            M2lKernel::Rotation => (self, "asked for"),
-            M2lKernel::Dense => (self, "asked for"),
-            M2lKernel::Auto if (4..=DENSE_MAX_ORDER).contains(&p) => (
-                M2lKernel::Dense,
-                "auto: 4 <= p <= 14, dense per-offset matrix products",
-            ),
-            M2lKernel::Auto => (
-                M2lKernel::Rotation,
-                "auto: p outside 4..=14, rotation-based translations",
-            ),
-        }
-    }
-}
-
-/// The M2L kernel of `UniformParams::default()` in this process (`Auto` unless set): how
-/// `vortex bench fmm --m2l` reaches the evaluators that the planner builds.
-static DEFAULT_M2L: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
-
-/// Sets the M2L kernel of `UniformParams::default()` for this process.
-pub fn set_default_m2l(k: M2lKernel) {
-    DEFAULT_M2L.store(k as u8, std::sync::atomic::Ordering::Relaxed);
-}
-
-fn default_m2l() -> M2lKernel {
-    match DEFAULT_M2L.load(std::sync::atomic::Ordering::Relaxed) {
-        1 => M2lKernel::Rotation,
-        2 => M2lKernel::Dense,
-        _ => M2lKernel::Auto,
-    }
-}
-
 impl Default for UniformParams {
     fn default() -> Self {
         Self {
@@ -154,7 +98,7 @@ impl Default for UniformParams {
             core_cutoff: 4.4,
             leaf_target: 100.0,
             grid: None,
-            m2l: default_m2l(),
+            m2l: M2lKernel::Auto,
             core: CoreOrder::Second,
         }
     }

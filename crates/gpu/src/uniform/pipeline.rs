@@ -207,8 +207,14 @@ fn pinned<'a>(
 ) -> GpuResult<&'a mut [f32]> {
     if slot.as_ref().map(|b| b.len() < len).unwrap_or(true) {
         *slot = None;
+        // at least one float: the driver answers a pinned allocation of zero bytes with a null
+        // pointer, which cudarc refuses by panicking (a rank with no particles asks for none)
         // SAFETY: the contents are written before they are read (packing / download).
-        *slot = Some(unsafe { dev.context().alloc_pinned_with_flags::<f32>(len, flags) }?);
+        let alloc = unsafe {
+            dev.context()
+                .alloc_pinned_with_flags::<f32>(len.max(1), flags)
+        };
+        *slot = Some(alloc?);
     }
     Ok(&mut slot.as_mut().expect("allocated above").as_mut_slice()?[..len])
 }

@@ -180,17 +180,9 @@ pub struct EvaluationConfig {
     pub exchange: TransportChoice,
 }
 
-/// Where the particle state of a run lives (`evaluation.state`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum StatePlace {
-    #[default]
-    Auto,
-    /// The ranks' memory (`vortex_method::parallel::DistSimulation`).
-    Host,
-    /// One GPU for the whole run (the `vortex-resident` crate).
-    Device,
-}
+/// Where the particle state of a run lives (`evaluation.state`): the planner's enum, beside
+/// the backend and the grid.
+pub use vortex_fmm::planner::StatePlace;
 
 /// How the diagnostics obtain the velocity on the periodic grid (`output.grid_velocity`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -527,6 +519,7 @@ impl Config {
                 .default_cutoff(self.evaluation.core_cutoff),
             core: self.evaluation.core,
             periodic: self.periodic(),
+            m2l: vortex_fmm::M2lKernel::Auto,
         }
     }
 

@@ -4,6 +4,7 @@
 use crate::error::{Error, Result};
 use crate::particles::Particles;
 use crate::rhs::{add_times, Derivatives, RightHandSide};
+use std::sync::Arc;
 use std::time::Instant;
 use vortex_domain::partition::Partition;
 use vortex_domain::{Comm, DistributedEvaluator, DomainParams, OwnedEvaluator};
@@ -13,11 +14,14 @@ use vortex_fmm::{
 };
 
 /// The right-hand side over ranks: `vortex_fmm::evaluate` on one rank, the `vortex-domain` crate's
-/// distributed evaluation on several.
-pub struct DistRhs<'c, B: Backend> {
+/// distributed evaluation on several. The engines are chosen once, at construction, from the
+/// number of ranks: every evaluation goes straight to the one that serves it.
+pub struct DistRhs<'c, B: Backend + 'c> {
     pub comm: &'c dyn Comm,
-    pub backend: B,
-    pub params: EvalParams,
+    /// The backend every engine of this right-hand side drives.
+    pub backend: Arc<B>,
+    /// The parameters the engines were built with.
+    params: EvalParams,
     pub dparams: DomainParams,
     /// FMM phase times summed over all evaluations.
     pub times: PhaseTimes,
@@ -27,9 +31,24 @@ pub struct DistRhs<'c, B: Backend> {
     pub evaluations: u64,
     /// Step number, for error messages.
     pub step: u64,
-    /// The engine of the evaluations of the particles at themselves on one rank (the
-    /// planner's choice, e.g. the GPU uniform grid); `None`: the adaptive plan on `backend`.
-    pub at_sources: Option<Box<dyn Evaluator + 'c>>,
+    /// The engine of separate targets (the diagnostics grid, the Heun stage on several ranks):
+    /// the adaptive plan on `backend` on one rank, [`DistributedEvaluator`] on several.
+    at_points: Box<dyn Evaluator + 'c>,
+    /// The engine of the particles at themselves.
+    at_self: SelfEngine<'c>,
+}
+
+/// How the particles at themselves are evaluated (chosen at construction).
+enum SelfEngine<'c> {
+    /// One rank: the adaptive plan on the backend, or the planner's engine of the particles at
+    /// themselves ([`DistRhs::use_at_sources`]: e.g. the GPU uniform grid); `planned` says which.
+    OneRank {
+        engine: Box<dyn Evaluator + 'c>,
+        planned: bool,
+    },
+    /// Several ranks: as separate targets through `at_points`, or at their owners without
+    /// a redistribution ([`OwnedEvaluator`], [`DistRhs::evaluate_owned`]).
+    Ranks,
 }
 
 fn targets_of(p: &Particles) -> Targets {
@@ -39,9 +58,27 @@ fn targets_of(p: &Particles) -> Targets {
     }
 }
 
-impl<'c, B: Backend> DistRhs<'c, B> {
-    pub fn new(comm: &'c dyn Comm, backend: B, params: EvalParams) -> Self {
-        Self {
+impl<'c, B: Backend + 'c> DistRhs<'c, B> {
+    /// The right-hand side of `params` on `backend` over the ranks of `comm` (checks the
+    /// parameters: the error names the bad one).
+    pub fn new(comm: &'c dyn Comm, backend: B, params: EvalParams) -> Result<Self> {
+        let backend = Arc::new(backend);
+        let fmm = |source| Error::Fmm { step: 0, source };
+        let (at_points, at_self): (Box<dyn Evaluator + 'c>, _) = if comm.size() == 1 {
+            let plan = |b: &Arc<B>| PlanEvaluator::new(b.clone(), params.clone()).map_err(fmm);
+            let engine = Box::new(plan(&backend)?);
+            (
+                Box::new(plan(&backend)?),
+                SelfEngine::OneRank {
+                    engine,
+                    planned: false,
+                },
+            )
+        } else {
+            let dist = DistributedEvaluator::new(comm, backend.clone(), params.clone());
+            (Box::new(dist.map_err(fmm)?), SelfEngine::Ranks)
+        };
+        Ok(Self {
             comm,
             backend,
             params,
@@ -51,7 +88,45 @@ impl<'c, B: Backend> DistRhs<'c, B> {
             comm_seconds: 0.0,
             evaluations: 0,
             step: 0,
-            at_sources: None,
+            at_points,
+            at_self,
+        })
+    }
+
+    /// The parameters of the evaluations.
+    pub fn params(&self) -> &EvalParams {
+        &self.params
+    }
+
+    /// Evaluates the particles at themselves with `engine` (the planner's choice, e.g. the GPU
+    /// uniform grid) instead of the adaptive plan; only one rank evaluates them at themselves:
+    /// on several ranks `engine` is refused.
+    pub fn use_at_sources(&mut self, engine: Box<dyn Evaluator + 'c>) -> Result<()> {
+        match self.at_self {
+            SelfEngine::OneRank { .. } => {
+                self.at_self = SelfEngine::OneRank {
+                    engine,
+                    planned: true,
+                };
+                Ok(())
+            }
+            SelfEngine::Ranks => Err(Error::Other(format!(
+                "{} for the particles at themselves: an engine of one rank, and this run has {}",
+                engine.describe(),
+                self.comm.size()
+            ))),
+        }
+    }
+
+    /// The planner's engine of the particles at themselves, when one was given
+    /// ([`DistRhs::use_at_sources`]).
+    pub fn at_sources(&self) -> Option<&dyn Evaluator> {
+        match &self.at_self {
+            SelfEngine::OneRank {
+                engine,
+                planned: true,
+            } => Some(engine.as_ref()),
+            _ => None,
         }
     }
 
@@ -76,31 +151,21 @@ impl<'c, B: Backend> DistRhs<'c, B> {
     /// Collective.
     pub fn evaluate_at(&mut self, sources: &Sources, targets: &Targets) -> Result<Fields> {
         let t0 = Instant::now();
-        let at = TargetSpec::Points(targets);
-        let ev = if self.comm.size() == 1 {
-            PlanEvaluator::new(&self.backend, self.params.clone())
-                .and_then(|mut e| e.evaluate(sources, at))
-        } else {
-            DistributedEvaluator::new(self.comm, &self.backend, self.params.clone())
-                .and_then(|mut e| e.evaluate(sources, at))
-        };
+        let ev = self
+            .at_points
+            .evaluate(sources, TargetSpec::Points(targets));
         self.record(t0, ev)
     }
 
-    /// Fields at the particles `p` at themselves, on one rank: [`DistRhs::at_sources`] when
-    /// set (the GPU uniform grid), else the adaptive plan on the backend; with several ranks
-    /// the distributed evaluation of [`DistRhs::evaluate_at`].
+    /// Fields at the particles `p` at themselves: on one rank the engine of
+    /// [`DistRhs::use_at_sources`] when given (the GPU uniform grid), else the adaptive plan on
+    /// the backend; with several ranks the distributed evaluation of [`DistRhs::evaluate_at`].
     pub fn evaluate_self(&mut self, p: &Particles) -> Result<Fields> {
-        if self.comm.size() > 1 {
+        let SelfEngine::OneRank { engine, .. } = &mut self.at_self else {
             return self.evaluate_at(&p.to_sources(), &targets_of(p));
-        }
-        let t0 = Instant::now();
-        let sources = p.to_sources();
-        let ev = match &mut self.at_sources {
-            Some(e) => e.evaluate(&sources, TargetSpec::Sources),
-            None => PlanEvaluator::new(&self.backend, self.params.clone())
-                .and_then(|mut e| e.evaluate(&sources, TargetSpec::Sources)),
         };
+        let t0 = Instant::now();
+        let ev = engine.evaluate(&p.to_sources(), TargetSpec::Sources);
         self.record(t0, ev)
     }
 
@@ -113,7 +178,7 @@ impl<'c, B: Backend> DistRhs<'c, B> {
         keys: &[u64],
         p: &Particles,
     ) -> Result<Fields> {
-        if self.comm.size() == 1 {
+        if matches!(self.at_self, SelfEngine::OneRank { .. }) {
             return self.evaluate_self(p);
         }
         if self.params.method == Method::Direct {
@@ -121,13 +186,13 @@ impl<'c, B: Backend> DistRhs<'c, B> {
         }
         let t0 = Instant::now();
         let (comm, params) = (self.comm, self.params.clone());
-        let ev = OwnedEvaluator::new(comm, &self.backend, params, part, gid, keys)
+        let ev = OwnedEvaluator::new(comm, &*self.backend, params, part, gid, keys)
             .and_then(|mut e| e.evaluate(&p.to_sources(), TargetSpec::Sources));
         self.record(t0, ev)
     }
 }
 
-impl<B: Backend> RightHandSide for DistRhs<'_, B> {
+impl<'c, B: Backend + 'c> RightHandSide for DistRhs<'c, B> {
     fn eval(&mut self, p: &Particles) -> Result<Derivatives> {
         let f = self.evaluate_self(p)?;
         Ok(Derivatives {

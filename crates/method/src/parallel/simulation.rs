@@ -20,7 +20,7 @@ use vortex_fmm::Backend;
 
 /// A vortex-method simulation over the ranks of `comm` (one rank included): this rank's
 /// particles with their global ids, the stepper and the distributed right-hand side.
-pub struct DistSimulation<'c, B: Backend> {
+pub struct DistSimulation<'c, B: Backend + 'c> {
     pub comm: &'c dyn Comm,
     pub config: Config,
     pub stepper: Stepper,
@@ -39,7 +39,7 @@ pub struct DistSimulation<'c, B: Backend> {
     pub initial_report: Option<RbfReport>,
 }
 
-impl<'c, B: Backend> DistSimulation<'c, B> {
+impl<'c, B: Backend + 'c> DistSimulation<'c, B> {
     fn assemble(
         comm: &'c dyn Comm,
         config: Config,
@@ -47,10 +47,10 @@ impl<'c, B: Backend> DistSimulation<'c, B> {
         state: State,
         gid: Vec<u64>,
         n: usize,
-    ) -> Self {
+    ) -> Result<Self> {
         let stepper = Stepper::from_config(&config);
-        let rhs = DistRhs::new(comm, backend, config.eval_params());
-        Self {
+        let rhs = DistRhs::new(comm, backend, config.eval_params())?;
+        Ok(Self {
             comm,
             config,
             stepper,
@@ -62,7 +62,7 @@ impl<'c, B: Backend> DistSimulation<'c, B> {
             current: None,
             phases: Phases::default(),
             initial_report: None,
-        }
+        })
     }
 
     /// A fresh start: rank 0 builds the initial particles (the RBF solve) and scatters them.
@@ -90,7 +90,7 @@ impl<'c, B: Backend> DistSimulation<'c, B> {
             previous: None,
             reinterpolations: 0,
         };
-        let mut s = Self::assemble(comm, config, backend, state, gid, n);
+        let mut s = Self::assemble(comm, config, backend, state, gid, n)?;
         s.initial_report = report;
         Ok(s)
     }
@@ -112,7 +112,7 @@ impl<'c, B: Backend> DistSimulation<'c, B> {
             ids,
             n_global,
         } = local;
-        Ok(Self::assemble(comm, config, backend, state, ids, n_global))
+        Self::assemble(comm, config, backend, state, ids, n_global)
     }
 
     pub fn t(&self) -> f64 {
@@ -126,7 +126,7 @@ impl<'c, B: Backend> DistSimulation<'c, B> {
     fn redistribute(&mut self) {
         let t0 = Instant::now();
         let comm = self.comm;
-        let params = &self.rhs.params;
+        let params = self.rhs.params();
         let st = &mut self.state;
         if let Some(per) = &params.periodic {
             st.particles
@@ -283,7 +283,7 @@ impl<'c, B: Backend> DistSimulation<'c, B> {
                     .iter()
                     .flat_map(|x| x.iter())
                     .fold(0.0f64, |m, c| m.max(c.abs()));
-                let params = &self.rhs.params;
+                let params = self.rhs.params();
                 Err(Error::NonFiniteField {
                     step: self.state.step,
                     what: what.to_string(),
@@ -459,7 +459,7 @@ impl<'c, B: Backend> DistSimulation<'c, B> {
     }
 }
 
-impl<B: Backend> crate::simulator::Simulator for DistSimulation<'_, B> {
+impl<'c, B: Backend + 'c> crate::simulator::Simulator for DistSimulation<'c, B> {
     fn comm(&self) -> &dyn Comm {
         self.comm
     }
@@ -528,7 +528,7 @@ impl<B: Backend> crate::simulator::Simulator for DistSimulation<'_, B> {
         self.phases
     }
     fn describe(&self) -> String {
-        match &self.rhs.at_sources {
+        match self.rhs.at_sources() {
             Some(e) => format!(
                 "{} ({} for the particles at themselves)",
                 self.rhs.backend.name(),

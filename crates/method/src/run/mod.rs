@@ -285,7 +285,9 @@ pub fn host_build<'c, B: Backend + 'c>(
             Some(state) => DistSimulation::resume(comm, config, backend, state)?,
             None => DistSimulation::new(comm, config, backend)?,
         };
-        sim.rhs.at_sources = at_sources;
+        if let Some(engine) = at_sources {
+            sim.rhs.use_at_sources(engine)?;
+        }
         Ok(Simulation::Pieces(Box::new(sim)))
     })
 }
@@ -310,7 +312,7 @@ pub trait LocalParticles: Simulator {
     fn local_particles(&mut self) -> Result<(&crate::Particles, Vec<[f64; 3]>)>;
 }
 
-impl<B: Backend> LocalParticles for DistSimulation<'_, B> {
+impl<'c, B: Backend + 'c> LocalParticles for DistSimulation<'c, B> {
     fn local_particles(&mut self) -> Result<(&crate::Particles, Vec<[f64; 3]>)> {
         let v = self.derivatives()?.velocity.clone();
         Ok((&self.state.particles, v))

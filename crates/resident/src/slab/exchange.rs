@@ -12,7 +12,7 @@ use super::owners::migration_lists;
 use super::owners::Owners;
 use crate::kernels::{per_element, Kernels};
 use crate::lattice::scan;
-use cudarc::driver::{CudaSlice, CudaStream, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream};
 use std::sync::Arc;
 use vortex_cuda::{GpuError, GpuResult};
 use vortex_domain::Comm;
@@ -62,37 +62,30 @@ pub fn owners_of(
     let table = s.clone_htod(&owners.plane_owner)?;
     let mut owner = s.alloc_zeros::<i32>(n)?;
     let (n_i, nleaf) = (n as i32, owners.plane_owner.len() as i32);
-    let mut b = s.launch_builder(&k.slab_owner);
-    b.arg(packed)
-        .arg(&n_i)
-        .arg(&owners.lo)
-        .arg(&owners.inv_w)
-        .arg(&nleaf)
-        .arg(&table)
-        .arg(&mut owner);
-    // SAFETY: r_slab_owner(const float4* packed, int n, float lo, float inv_w, int nleaf, const
-    // int* plane_owner, int* owner): the arguments in this order and of these types; packed holds
-    // at least n float4 positions (8 n floats), plane_owner nleaf ints, owner n ints; threads i >=
-    // n return.
-    unsafe { b.launch(per_element(n)) }?;
+    // packed holds at least n float4 positions (8 n floats), plane_owner nleaf ints, owner n
+    let (lo, inv_w) = (owners.lo, owners.inv_w);
+    k.slab_owner(
+        s,
+        per_element(n),
+        packed,
+        n_i,
+        lo,
+        inv_w,
+        nleaf,
+        &table,
+        &mut owner,
+    )?;
     let mut flag = s.alloc_zeros::<i32>(n)?;
     let mut starts = s.alloc_zeros::<i32>(n + 1)?;
     for q in 0..ranks {
         let q_i = q as i32;
-        let mut b = s.launch_builder(&k.flag_owner);
-        b.arg(&owner).arg(&n_i).arg(&q_i).arg(&mut flag);
-        // SAFETY: r_flag_owner(const int* owner, int n, int q, int* flag): the arguments in
-        // this order and of these types; owner and flag hold n ints; threads i >= n return.
-        unsafe { b.launch(per_element(n)) }?;
+        // owner and flag hold n ints
+        k.flag_owner(s, per_element(n), &owner, n_i, q_i, &mut flag)?;
         scan(k, s, &flag, n, &mut starts)?;
         let count = s.clone_dtoh(&starts.slice(n..n + 1))?[0] as usize;
         let mut idx = s.alloc_zeros::<i32>(count.max(1))?;
-        let mut b = s.launch_builder(&k.compact_index);
-        b.arg(&flag).arg(&starts).arg(&n_i).arg(&mut idx);
-        // SAFETY: r_compact_index(const int* flag, const int* starts, int n, int* idx): the
-        // arguments in this order and of these types; flag n ints, starts n + 1 (its exclusive
-        // scan: starts[i] < count for flagged i), idx count ints; threads i >= n return.
-        unsafe { b.launch(per_element(n)) }?;
+        // flag n ints, starts n + 1 (its exclusive scan: starts[i] < count for flagged i)
+        k.compact_index(s, per_element(n), &flag, &starts, n_i, &mut idx)?;
         own.counts[q] = count;
         own.lists.push(idx);
     }
@@ -115,13 +108,9 @@ fn gather(
         return Ok(dst);
     }
     let (w_i, m_i) = (width as i32, m as i32);
-    let mut b = s.launch_builder(&k.gather_rows);
-    b.arg(src).arg(&w_i).arg(idx).arg(&m_i).arg(&mut dst);
-    // SAFETY: r_gather_rows(const double* src, int width, const int* idx, int m, double* dst): the
-    // arguments in this order and of these types; idx holds m indices of rows of src (each below
-    // src.len() / width: the caller's lists index its particles), dst at least m width doubles;
-    // threads t >= m width return.
-    unsafe { b.launch(per_element(m * width)) }?;
+    // idx holds m indices of rows of src (each below src.len() / width: the caller's lists
+    // index its particles), dst at least m width doubles
+    k.gather_rows(s, per_element(m * width), src, w_i, idx, m_i, &mut dst)?;
     Ok(dst)
 }
 

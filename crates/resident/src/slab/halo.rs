@@ -10,7 +10,7 @@
 
 use crate::kernels::{per_element, Kernels};
 use crate::lattice::scan;
-use cudarc::driver::{CudaSlice, CudaStream, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream};
 use std::sync::Arc;
 use vortex_cuda::{GpuError, GpuResult};
 use vortex_domain::Comm;
@@ -56,20 +56,11 @@ fn rows_to(
     let h = box_length / n as f64;
     let (np_i, nz, half) = (p.np as i32, n as i32, 0.5 * box_length);
     let (lo_i, hi_i) = (lo as i32, hi as i32);
-    let mut b = s.launch_builder(&k.halo_flag);
-    b.arg(p.pos)
-        .arg(&np_i)
-        .arg(&half)
-        .arg(&h)
-        .arg(&nz)
-        .arg(&shift)
-        .arg(&lo_i)
-        .arg(&hi_i)
-        .arg(&mut *flag);
-    // SAFETY: r_halo_flag(const double* pos, int n, double half, double h, int nz, int shift,
-    // int lo, int hi, int* flag): the arguments in this order and of these types; pos holds
-    // 3 np doubles, flag np ints; threads i >= np return.
-    unsafe { b.launch(per_element(p.np)) }?;
+    // pos holds 3 np doubles, flag np ints
+    let cfg = per_element(p.np);
+    k.halo_flag(
+        s, cfg, p.pos, np_i, half, h, nz, shift, lo_i, hi_i, &mut *flag,
+    )?;
     scan(k, s, flag, p.np, starts)?;
     let total = s.clone_dtoh(&starts.slice(p.np..p.np + 1))?[0] as usize;
     if total == 0 {
@@ -77,21 +68,11 @@ fn rows_to(
     }
     let mut out = s.alloc_zeros::<f64>(ROW * total)?;
     let dz = shift as f64 * box_length;
-    let mut b = s.launch_builder(&k.halo_rows);
-    b.arg(p.pos)
-        .arg(p.alpha)
-        .arg(p.sigma)
-        .arg(&np_i)
-        .arg(&*flag)
-        .arg(&*starts)
-        .arg(&dz)
-        .arg(&mut out);
-    // SAFETY: r_halo_rows(const double* pos, const double* a, const double* sigma, int n, const
-    // int* flag, const int* starts, double dz, double* out): the arguments in this order and of
-    // these types; pos and a hold 3 np doubles, sigma np, flag np ints, starts np + 1 (the
-    // exclusive scan of flag: starts[i] < total for every flagged i), out ROW total doubles;
-    // threads i >= np return.
-    unsafe { b.launch(per_element(p.np)) }?;
+    // pos and a hold 3 np doubles, sigma np, flag np ints, starts np + 1 (the exclusive scan
+    // of flag: starts[i] < total for every flagged i), out ROW total doubles
+    let (f, st) = (&*flag, &*starts);
+    let cfg = per_element(p.np);
+    k.halo_rows(s, cfg, p.pos, p.alpha, p.sigma, np_i, f, st, dz, &mut out)?;
     Ok(Some((out, total)))
 }
 
@@ -197,15 +178,15 @@ pub fn split_rows(
         alpha.slice_mut(3 * at..),
         sigma.slice_mut(at..),
     );
-    let mut b = s.launch_builder(&k.halo_split);
-    b.arg(&halo.rows)
-        .arg(&m_i)
-        .arg(&mut pv)
-        .arg(&mut av)
-        .arg(&mut sv);
-    // SAFETY: r_halo_split(const double* rows, int m, double* pos, double* a, double* sigma):
-    // the arguments in this order and of these types; rows holds ROW m doubles, the views 3 m,
-    // 3 m and m from particle `at` (checked above); threads i >= m return.
-    unsafe { b.launch(per_element(m)) }?;
+    // rows holds ROW m doubles, the views 3 m, 3 m and m from particle `at` (checked above)
+    k.halo_split(
+        s,
+        per_element(m),
+        &halo.rows,
+        m_i,
+        &mut pv,
+        &mut av,
+        &mut sv,
+    )?;
     Ok(())
 }

@@ -8,7 +8,7 @@
 //! Eq. 3-4), in the slab layout `((z - z0) n + y) n + x` of the transforms.
 
 use super::halo::{halo_on_device, split_rows, HaloSource};
-use crate::kernels::Kernels;
+use crate::kernels::{per_element, Kernels};
 use crate::lattice::{bin_rows, gaussian_sums_at, reach, Planes, Rows};
 use crate::state::DeviceParticles;
 use cudarc::driver::{CudaSlice, CudaStream};
@@ -98,23 +98,56 @@ impl SlabLattice {
         }
     }
 
-    /// The global id (the one-rank lattice order `(i n + j) n + k`, x slowest) of the own
-    /// points in the slab layout, filled row by row on the host's threads (8.4 M ids per rank
-    /// at 256^3 on 2 ranks).
+    /// The global ids of the own points in the lattice order over the own planes (`(i n + j)
+    /// n + k`, x slowest, `k` from the own planes fastest): the ids of the fresh particles of
+    /// [`to_lattice_order`]'s rows, on one rank `0..n^3`; filled row by row on the host's
+    /// threads.
     pub fn point_ids(&self) -> Vec<u64> {
         use rayon::prelude::*;
-        let (a, n) = (self.own().0 as u64, self.n);
+        let (a, b) = self.own();
+        let (n, zc) = (self.n as u64, b - a);
         let mut ids = vec![0u64; self.points()];
-        ids.par_chunks_mut(n).enumerate().for_each(|(row, out)| {
-            // row = (k - a) n + j of the slab layout
-            let (k, j) = (a + (row / n) as u64, (row % n) as u64);
-            let n = n as u64;
-            for (i, id) in out.iter_mut().enumerate() {
-                *id = (i as u64 * n + j) * n + k;
+        if zc == 0 {
+            return ids;
+        }
+        ids.par_chunks_mut(zc).enumerate().for_each(|(row, out)| {
+            // row = i n + j
+            let first = row as u64 * n + a as u64;
+            for (k, id) in out.iter_mut().enumerate() {
+                *id = first + k as u64;
             }
         });
         ids
     }
+}
+
+/// The rows of `field` (three doubles per own point of `lat` in the slab layout of the
+/// transforms, `((k - z0) n + j) n + i`) in the lattice order of [`SlabLattice::point_ids`].
+pub fn to_lattice_order(
+    k: &Kernels,
+    s: &Arc<CudaStream>,
+    field: &CudaSlice<f64>,
+    lat: &SlabLattice,
+) -> GpuResult<CudaSlice<f64>> {
+    let m = lat.points();
+    if field.len() < 3 * m {
+        return Err(GpuError::Unsupported(format!(
+            "a slab field of {} doubles for {m} lattice points",
+            field.len()
+        )));
+    }
+    let mut out = s.alloc_zeros::<f64>((3 * m).max(1))?;
+    let (a, b) = lat.own();
+    // field holds 3 m doubles (checked), out 3 m
+    k.lattice_order(
+        s,
+        per_element(m),
+        field,
+        lat.n as i32,
+        (b - a) as i32,
+        &mut out,
+    )?;
+    Ok(out)
 }
 
 /// Collective: the Gaussian sums of every rank's particles at this rank's lattice planes
@@ -262,10 +295,15 @@ mod tests {
                     lat.planes(),
                     cutoff,
                 );
-                let ids = lat.point_ids();
-                assert_eq!(got.len(), ids.len());
-                for (t, &id) in ids.iter().enumerate() {
-                    let want = whole[id as usize];
+                // the slab layout ((k - z0) n + j) n + i against the one-rank lattice order
+                let z0 = bounds[me];
+                let ids = (0..lat.points()).map(|t| {
+                    let (i, j, k) = (t % n, (t / n) % n, z0 + t / (n * n));
+                    (i * n + j) * n + k
+                });
+                assert_eq!(got.len(), lat.points());
+                for (t, id) in ids.enumerate() {
+                    let want = whole[id];
                     let scale = want.iter().map(|v| v.abs()).fold(1e-3, f64::max);
                     for c in 0..3 {
                         let d = (got[t][c] - want[c]).abs() / scale;

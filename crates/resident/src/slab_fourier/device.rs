@@ -8,13 +8,11 @@
 //! the same kernel back; the pointwise factors by the kernels of `kernels/slab_fourier.cu`.
 //! No host pass over the spectrum.
 
+use super::GridSpectrum;
 use super::{reduce_spectrum, Rows, SlabAxis, SlabError, SlabLayout};
-use crate::fourier::{gpu_cufft_present, GridSpectrum};
 use crate::kernels::per_element;
 use cudarc::cufft::{result as cufft_result, sys as cufft_sys, CudaFft, FftDirection};
-use cudarc::driver::{
-    CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use std::sync::Arc;
 use std::time::Instant;
 use vortex_cuda::{GpuDevice, GpuError, GpuResult};
@@ -229,7 +227,8 @@ impl SlabFourier {
 
     /// `beta = A^-1 omega` in place of this rank's planes `field` (collective; `inv_eig` =
     /// `1 / S(k)`, `k = 0..n`, on the device; `c` the Gaussian's normalisation `(2 pi
-    /// sigma^2)^(-3/2)`): the factor of [`crate::fourier::Fourier::solve_rbf`].
+    /// sigma^2)^(-3/2)`): the periodic RBF lattice solve, the three axis solves of the host's
+    /// `vortex_method::reinterpolation::separable` in one pass.
     pub fn solve_rbf(
         &mut self,
         ranks: Ranks<'_>,
@@ -237,23 +236,44 @@ impl SlabFourier {
         inv_eig: &CudaSlice<f64>,
         c: f64,
     ) -> GpuResult<()> {
-        self.layout.check_eig(inv_eig.len())?;
         self.forward(ranks.comm, ranks.exchange, field)?;
+        self.solve_rbf_pencil(ranks, field, inv_eig, c)
+    }
+
+    /// The pencil spectrum (`2 pencil_len` doubles: complex numbers as pairs, three components
+    /// interleaved, unnormalised as cuFFT's forward transforms), for a caller that computes
+    /// this rank's spectrum itself (the Gaussian sums by spreading, `crate::spreading`).
+    pub fn pencil_mut(&mut self) -> &mut CudaSlice<f64> {
+        &mut self.pencil
+    }
+
+    /// [`Self::solve_rbf`] of the field whose spectrum is in the pencil buffer
+    /// ([`Self::pencil_mut`]): `beta` into this rank's planes `field` (collective).
+    pub fn solve_rbf_pencil(
+        &mut self,
+        ranks: Ranks<'_>,
+        field: &mut CudaSlice<f64>,
+        inv_eig: &CudaSlice<f64>,
+        c: f64,
+    ) -> GpuResult<()> {
+        self.layout.check_eig(inv_eig.len())?;
+        self.layout.check_field(field.len())?;
         let (n, nq, m0, count) = self.pencil_dims();
         let scale = 1.0 / (c * self.layout.n().pow(3) as f64);
-        let mut b = self.stream.launch_builder(&self.kernels.solve);
-        b.arg(&mut self.pencil)
-            .arg(&n)
-            .arg(&nq)
-            .arg(&m0)
-            .arg(&count)
-            .arg(inv_eig)
-            .arg(&scale);
-        // SAFETY: sf_solve(double2* spec, int n, int nq, int m0, long long count, const double*
-        // inv_eig, double scale): the arguments in this order and of these types; spec holds 3
-        // count complex numbers (the pencil spectrum), inv_eig n doubles (indices < n); one
-        // thread per element, threads t >= count return.
-        unsafe { b.launch(per_element(count as usize)) }?;
+        let cfg = per_element(count as usize);
+        // the pencil holds 3 count complex numbers, inv_eig n doubles (checked)
+        let k = &self.kernels;
+        k.solve(
+            &self.stream,
+            cfg,
+            &mut self.pencil,
+            n,
+            nq,
+            m0,
+            count,
+            inv_eig,
+            scale,
+        )?;
         self.inverse(ranks.comm, ranks.exchange, field)
     }
 
@@ -272,40 +292,32 @@ impl SlabFourier {
         let slab_z = (self.layout.axis() == SlabAxis::Z) as i32;
         let scale = 1.0 / self.layout.n().pow(3) as f64;
         let inv_kscale = l / (2.0 * std::f64::consts::PI);
-        let mut b = self.stream.launch_builder(&self.kernels.biot_savart);
-        b.arg(&mut self.pencil)
-            .arg(&n)
-            .arg(&nq)
-            .arg(&m0)
-            .arg(&count)
-            .arg(&slab_z)
-            .arg(&inv_kscale)
-            .arg(&scale);
-        // SAFETY: sf_biot_savart(double2* spec, int n, int nq, int m0, long long count, int
-        // slab_z, double inv_kscale, double scale): the arguments in this order and of these
-        // types; spec holds 3 count complex numbers; threads t >= count return.
-        unsafe { b.launch(per_element(count as usize)) }?;
+        let (k, st) = (&self.kernels, &self.stream);
+        let cfg = per_element(count as usize);
+        // the pencil holds 3 count complex numbers
+        k.biot_savart(
+            st,
+            cfg,
+            &mut self.pencil,
+            n,
+            nq,
+            m0,
+            count,
+            slab_z,
+            inv_kscale,
+            scale,
+        )?;
         let nshell = self.layout.shells() as i32;
-        let mut b = self.stream.launch_builder(&self.kernels.spectrum_partial);
-        b.arg(&self.pencil)
-            .arg(&n)
-            .arg(&nq)
-            .arg(&m0)
-            .arg(&count)
-            .arg(&slab_z)
-            .arg(&nshell)
-            .arg(&mut self.partial);
         let cfg = LaunchConfig {
             grid_dim: (SPECTRUM_BLOCKS as u32, 1, 1),
             block_dim: (SPECTRUM_THREADS, 1, 1),
             shared_mem_bytes: (nshell as u32) * 8,
         };
-        // SAFETY: sf_spectrum_partial(const double2* spec, int n, int nq, int m0, long long
-        // count, int slab_z, int nshell, double* partial): the arguments in this order and of
-        // these types; partial holds SPECTRUM_BLOCKS (nshell + 2) doubles; blockDim.x is the
-        // kernel's SF_THREADS = 256; the dynamic shared memory is its nshell shell sums; a
-        // grid-stride loop covers every t < count.
-        unsafe { b.launch(cfg) }?;
+        // partial holds SPECTRUM_BLOCKS (nshell + 2) doubles; blockDim.x is the kernel's
+        // SF_THREADS = 256; the dynamic shared memory its nshell shell sums; a grid-stride loop
+        // covers every element
+        let (pencil, partial) = (&self.pencil, &mut self.partial);
+        k.spectrum_partial(st, cfg, pencil, n, nq, m0, count, slab_z, nshell, partial)?;
         self.has_spectrum = true;
         if physical {
             self.inverse(ranks.comm, ranks.exchange, field)?;
@@ -443,7 +455,7 @@ impl SlabFourier {
             } else {
                 (&mut *wire, l.wire_block(d).start, rows.width)
             };
-            copy_rows(stream, &kernels.copy_rows, dst, (slab, rows.first), rows)?;
+            copy_rows(stream, kernels, dst, (slab, rows.first), rows)?;
         }
         Ok(())
     }
@@ -474,7 +486,7 @@ impl SlabFourier {
                 ..rows
             };
             let dst = (&mut *slab, rows.first, rows.stride);
-            copy_rows(stream, &kernels.copy_rows, dst, src, packed)?;
+            copy_rows(stream, kernels, dst, src, packed)?;
         }
         Ok(())
     }
@@ -516,7 +528,7 @@ impl SlabFourier {
 /// from `dst.1`, row stride `dst.2` there: the kernel `sf_copy_rows`.
 fn copy_rows(
     s: &Arc<CudaStream>,
-    kernel: &CudaFunction,
+    kernels: &SlabKernels,
     dst: (&mut CudaSlice<f64>, usize, usize),
     src: (&CudaSlice<f64>, usize),
     rows: Rows,
@@ -537,11 +549,22 @@ fn copy_rows(
     let mut d = dst.slice_mut(2 * dst_at..);
     let sv = src.0.slice(2 * src.1..);
     let (ds, ss, w) = (dst_stride as i64, rows.stride as i64, rows.width as i64);
-    let mut b = s.launch_builder(kernel);
-    b.arg(&mut d).arg(&ds).arg(&sv).arg(&ss).arg(&w).arg(&count);
-    // SAFETY: sf_copy_rows(double2* dst, long long dst_stride, const double2* src, long long
-    // src_stride, long long width, long long count): the arguments in this order and of these
-    // types; every row lies within both buffers (checked above); threads t >= count return.
-    unsafe { b.launch(per_element(count as usize)) }?;
+    // every row lies within both buffers (checked above)
+    kernels.copy_rows(
+        s,
+        per_element(count as usize),
+        &mut d,
+        ds,
+        &sv,
+        ss,
+        w,
+        count,
+    )?;
     Ok(())
+}
+
+/// Whether libcufft can be loaded.
+pub fn gpu_cufft_present() -> bool {
+    // SAFETY: probes the dynamic library only.
+    unsafe { cufft_sys::is_culib_present() }
 }

@@ -2,11 +2,11 @@
 //! same pointwise factors, the transforms by realfft (2-D real-to-complex per plane: rows
 //! along `f`, then columns along `m`) and rustfft (1-D along `s`), unnormalised as cuFFT's.
 
+use super::GridSpectrum;
 use super::{
     pencils_to_slabs, reduce_spectrum, slabs_to_pencils, wavenumber_solve, wavenumber_spectrum,
     SlabError, SlabLayout,
 };
-use crate::fourier::GridSpectrum;
 use num_complex::Complex64;
 use rayon::prelude::*;
 use realfft::{ComplexToReal, RealFftPlanner, RealToComplex};
@@ -55,7 +55,7 @@ impl HostSlabFourier {
 
     /// `beta = A^-1 omega` in place of this rank's planes `field` (collective; `inv_eig` =
     /// `1 / S(k)`, `k = 0..n`, `c` the Gaussian's normalisation `(2 pi sigma^2)^(-3/2)`): the
-    /// factor of [`crate::fourier::Fourier::solve_rbf`].
+    /// factor of [`super::SlabFourier::solve_rbf`].
     pub fn solve_rbf(
         &mut self,
         comm: &dyn Comm,

@@ -1,5 +1,6 @@
-//! The Fourier-space steps of [`crate::fourier`] on a lattice split over the ranks of a
-//! [`Comm`] in slabs of planes (a slab-decomposed 3-D FFT): the periodic RBF lattice solve
+//! The Fourier-space steps of the resident step on a lattice split over the ranks of a
+//! [`Comm`] in slabs of planes (a slab-decomposed 3-D FFT; one rank holds every plane and its
+//! transposes are local copies): the periodic RBF lattice solve
 //! (core paper Sec. 2, `beta_hat = omega_hat / (c S(kx) S(ky) S(kz))`), the Biot-Savart law in
 //! Fourier space (`u_hat = i k x omega_hat / |k|^2`, the mean and the Nyquist planes dropped)
 //! and the shell spectrum, energy and enstrophy with the conventions of
@@ -10,7 +11,7 @@
 //! fastest. Rank `r` holds the planes `s in bounds[r]..bounds[r+1]` (bounds chosen by the
 //! caller, possibly uneven, possibly empty) as `[((s - s0) n + m) n + f][3]`. [`SlabAxis`] says
 //! which physical axis `s` is: [`SlabAxis::X`] (index `(x n + y) n + z`, the layout of
-//! [`crate::fourier::Fourier`] and of `vortex_method::reinterpolation::Lattice`) or
+//! `vortex_method::reinterpolation::Lattice`) or
 //! [`SlabAxis::Z`] (index `(z n + y) n + x`, planes of constant `z`, the slabs of the uniform
 //! grid's decomposition).
 //!
@@ -34,14 +35,25 @@
 mod device;
 mod host;
 
-pub use device::{Ranks, SlabFourier, SlabKernels, SlabTimes};
+pub use device::{gpu_cufft_present, Ranks, SlabFourier, SlabKernels, SlabTimes};
 pub use host::HostSlabFourier;
 
-use crate::fourier::GridSpectrum;
 use std::ops::Range;
 use vortex_domain::{Comm, ReduceOp};
 use vortex_exchange::host::alltoallv_host;
 use vortex_exchange::{ExchangeError, Parts};
+
+/// Energy statistics of a periodic velocity from its Fourier coefficients, in integer
+/// wavenumbers (`k = 0, 1, ...`; multiply by `2 pi / L`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct GridSpectrum {
+    /// `E(k)` of the shells `round(|k|) = 0, 1, ...`.
+    pub shells: Vec<f64>,
+    /// `(1/2) <|u|^2>`.
+    pub energy: f64,
+    /// `(1/2) sum |k x u_hat|^2` (integer `k`).
+    pub enstrophy: f64,
+}
 
 /// The physical axis of the slowest lattice index (the axis the slabs split).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -18,7 +18,7 @@
 //! (the far-field passes over the tree levels and lists), `near` (the mutual near field); this
 //! module holds the backend's state and its phases.
 
-use super::{timed, Backend, FarField, PhaseTimes, Plan};
+use super::{timed, Backend, PhaseTimes, Plan};
 use crate::expansions::{expansion_len, Complex64};
 use crate::far::{Expansions, FarOps};
 use crate::kernel::{KernelTable, INV_4PI};
@@ -78,12 +78,13 @@ impl Backend for CpuBackend {
         sources: &Sources,
         targets: &Targets,
     ) -> Result<CpuState, FmmError> {
-        let far = match plan.far_field {
-            FarField::Fmm | FarField::Treecode => Far::Fmm(FmmOps::new(plan.order)),
-            FarField::Ppm => Far::Ppm(PseudoParticles::new(plan.order)),
+        let far = if plan.far_field.pseudo_particles() {
+            Far::Ppm(PseudoParticles::new(plan.order))
+        } else {
+            Far::Fmm(FmmOps::new(plan.order))
         };
         let len = far_len(&far);
-        let needs_locals = !(plan.far_field == FarField::Treecode && plan.periodic.is_none());
+        let needs_locals = plan.far_field.has_locals() || plan.periodic.is_some();
         Ok(CpuState {
             far,
             table: KernelTable::new(plan.core),
@@ -122,7 +123,7 @@ impl Backend for CpuBackend {
         st: &mut CpuState,
         times: &mut PhaseTimes,
     ) -> Result<(), FmmError> {
-        if plan.far_field == FarField::Treecode {
+        if !plan.far_field.has_locals() {
             let Far::Fmm(f) = &st.far else {
                 unreachable!("the treecode uses FMM multipoles")
             };

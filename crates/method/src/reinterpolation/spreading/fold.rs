@@ -15,7 +15,7 @@
 //!
 //! `beta = IDFT[ W(k) F(k) / (c S(kx) S(ky) S(kz)) ]`,
 //!
-//! the host solve's three axis passes in one (the device's `Fourier::solve_rbf`), with no
+//! the host solve's three axis passes in one (the device's `SlabFourier::solve_rbf`), with no
 //! lattice value in between. The half spectra are those of `vortex_spectral::fft::Fft3`
 //! (`(kx n + ky)(n/2 + 1) + kz`); a fine mode with `qz < 0` is the conjugate of `-q`.
 
