@@ -152,15 +152,15 @@ pub fn apply_core(lat: &Lattice, core: CoreOrder, sigma: f64, cutoff: f64, x: &[
     let z: Vec<Vec<f64>> = (0..m).map(|d| convolve_axis(lat, 2, &w[d], x)).collect();
     let mut out = vec![0.0; x.len()];
     for b in 0..m {
-        for d in 0..m - b {
-            let yz = convolve_axis(lat, 1, &w[b], &z[d]);
-            for a in 0..m - b - d {
+        for (d, zd) in z.iter().enumerate().take(m - b) {
+            let yz = convolve_axis(lat, 1, &w[b], zd);
+            for (a, wa) in w.iter().enumerate().take(m - b - d) {
                 let c = ts
                     .iter()
                     .find(|t| t.powers == [a, b, d])
                     .map(|t| t.coefficient)
                     .unwrap_or(0.0);
-                let xyz = convolve_axis(lat, 0, &w[a], &yz);
+                let xyz = convolve_axis(lat, 0, wa, &yz);
                 out.par_iter_mut()
                     .zip(xyz.par_iter())
                     .for_each(|(o, v)| *o += norm * c * v);
