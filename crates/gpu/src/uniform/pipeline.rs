@@ -114,8 +114,11 @@ pub struct UniformFmm {
     core: Mutex<CoreOrder>,
     /// The kernels of the last order and core evaluated (the module is cached per device; this
     /// keeps its function handles).
-    kernels: Mutex<Option<((usize, CoreOrder), Arc<UniformModule>)>>,
+    kernels: Mutex<Option<ModuleKey>>,
 }
+
+/// The kernels of one (order, core) and that key.
+type ModuleKey = ((usize, CoreOrder), Arc<UniformModule>);
 
 type FarKey = ((usize, usize, usize, u64, usize), Arc<FarImages>);
 
