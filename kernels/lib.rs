@@ -37,12 +37,12 @@ pub const COMMON_H: Header = Header {
     source: include_str!("common.cuh"),
 };
 
-/// Near-field and all-pairs P2P kernels.
+/// Near-field and all-pairs P2P kernels (compiled with `-DCORE_M=m`: the core of order `2 m`).
 pub const P2P: KernelSource = KernelSource {
     name: "p2p",
     source: include_str!("p2p.cu"),
     headers: &[],
-    required: &[],
+    required: &["CORE_M"],
 };
 
 /// Expansion kernels (P2M, M2M, M2L, L2L, L2P, M2P; compiled with `-DORDER=p` and
@@ -63,7 +63,7 @@ pub const PPM: KernelSource = KernelSource {
 };
 
 /// Uniform-grid FMM built on the device (`kernels/uniform.cu`, compiled with `-DORDER=p
-/// -DEVAL_BLOCK=32`): it includes `p2p.cu` and `fmm.cu` and so reuses their device functions
+/// -DEVAL_BLOCK=32 -DCORE_M=m`): it includes `p2p.cu` and `fmm.cu` and so reuses their device functions
 /// and their `p2p_near`, `p2m` and `l2p` kernels (one module).
 pub const UNIFORM: KernelSource = KernelSource {
     name: "uniform",
@@ -78,7 +78,7 @@ pub const UNIFORM: KernelSource = KernelSource {
             source: FMM.source,
         },
     ],
-    required: FMM.required,
+    required: &["ORDER", "EVAL_BLOCK", "CORE_M"],
 };
 
 /// Element-wise steps of the pseudo-spectral solver (`crates/spectral`, cuFFT path).

@@ -1,6 +1,10 @@
-// Near-field P2P and all-pairs kernels: Gaussian-cored Biot-Savart velocity and classical
-// stretching (CONVENTIONS.md, core paper Eq. 3-9), fp32, compiled by NVRTC with
+// Near-field P2P and all-pairs kernels: Biot-Savart velocity and classical stretching of the
+// Gaussian-based cores of order 2 CORE_M (CONVENTIONS.md, core paper Eq. 3-9; the family of
+// Beale & Majda, J. Comput. Phys. 58 (1985) 188, and Winckelmans & Leonard, J. Comput. Phys.
+// 109 (1993) 247: crates/fmm/src/kernel/cores.rs), fp32, compiled by NVRTC with
 // --use_fast_math. No libc headers (NVRTC has none): only CUDA built-ins are used.
+//
+// CORE_M (required): 1 the Gaussian (order 2), 2 the fourth-order core, 3 the sixth-order core.
 //
 // Data layout (see crates/gpu/src/layout.rs):
 //   target position  float4 (x, y, z, 0)          target strength float4 (ax, ay, az, 0)
@@ -19,22 +23,58 @@
 #define SQRT_2_OVER_PI 0.7978845608028654f
 #define INV_SQRT2 0.7071067811865476f
 
-// Beyond rho^2 = FAR_RHO2 the core is invisible in fp32: there 1 - q(rho) < 2e-9 and the
-// dq/dr term of K' is 2e-8 of the singular term (q(rho) = erf(rho / sqrt 2) - sqrt(2 / pi)
-// rho exp(-rho^2 / 2), rho = 6.63), so K = 1 / r^3 and K'/r = -3 / r^5 to fp32 rounding. A
-// core of another order that converges to the singular kernel as fast may keep it; one that
-// does not defines its own before including this file.
+#if !defined(CORE_M) || CORE_M < 1 || CORE_M > 3
+#error "CORE_M must be 1, 2 or 3 (cores of order 2, 4, 6)"
+#endif
+
+// The polynomials of the core of order 2 CORE_M at x = rho^2 (cores.rs): zeta = (2 pi)^(-3/2)
+// e^(-x/2) P(x), q = erf(rho / sqrt 2) - sqrt(2/pi) rho e^(-x/2) Q(x), dq/drho = sqrt(2/pi) x
+// e^(-x/2) P(x).
+__device__ __forceinline__ float core_p(float x)
+{
+#if CORE_M == 1
+    return 1.0f;
+#elif CORE_M == 2
+    return 2.5f - 0.5f * x;
+#else
+    return 4.375f + x * (-1.75f + 0.125f * x);
+#endif
+}
+
+__device__ __forceinline__ float core_q(float x)
+{
+#if CORE_M == 1
+    return 1.0f;
+#elif CORE_M == 2
+    return 1.0f - 0.5f * x;
+#else
+    return 1.0f + x * (-1.125f + 0.125f * x);
+#endif
+}
+
+// Beyond rho^2 = FAR_RHO2 the core is invisible in fp32: the Gaussian (CORE_M = 1) has there
+// 1 - q(rho) < 2e-9 and a dq/dr term of K' 2e-8 of the singular one (rho = 6.63), so K = 1 / r^3
+// and K'/r = -3 / r^5 to fp32 rounding; the cores of order 4 and 6 carry the polynomials Q and P
+// that grow as x and x^2, so their threshold is rho^2 = 60 (there rho e^(-x/2) Q < 1e-9 and the
+// dq/dr term < 5e-9 of the singular one for both). A core that needs another threshold defines
+// its own before including this file.
 #ifndef FAR_RHO2
+#if CORE_M == 1
 #define FAR_RHO2 44.0f
+#else
+#define FAR_RHO2 60.0f
+#endif
 #endif
 
 // K and K'/r of one pair from r^2 and 1/sigma, on three branches by rho^2 (each lane takes its
 // own: a warp whose lanes agree runs one branch; where they differ, the warp runs each branch
 // taken, as many instructions as one evaluation of all three):
 // * rho^2 >= FAR_RHO2: the singular kernel (above);
-// * 1 <= rho^2 < FAR_RHO2: the closed form;
+// * 1 <= rho^2 < FAR_RHO2: the closed form with the core's polynomials;
 // * rho^2 < 1: the Taylor series in rho^2 (the closed form cancels there; the series is exact
-//   to fp32 for rho^2 < 1 and gives the analytic limit at r = 0).
+//   to fp32 for rho^2 < 1 and gives the analytic limit at r = 0): K = c/s^3 sum a_k x^k,
+//   K'/r = c/s^5 sum b_k x^k, x = rho^2, with e^(-x/2) P(x) = sum c_k x^k, a_k = c_k / (2k+3),
+//   b_k = 2 (k+1) a_{k+1}.
 __device__ __forceinline__ void kernel_factors(float r2, float is, float& k, float& kp_over_r)
 {
     const float is2 = is * is;
@@ -48,19 +88,34 @@ __device__ __forceinline__ void kernel_factors(float r2, float is, float& k, flo
         const float rinv = rsqrtf(r2);
         const float rho = r2 * rinv * is;
         const float g = __expf(-0.5f * rho2);
-        const float q = erff(rho * INV_SQRT2) - SQRT_2_OVER_PI * rho * g;
+        const float q = erff(rho * INV_SQRT2) - SQRT_2_OVER_PI * rho * g * core_q(rho2);
         const float rinv2 = rinv * rinv;
         k = q * rinv2 * rinv;
-        // K'/r = (dq/dr - 3 q / r) / r^4, dq/dr = sqrt(2/pi) rho^2 g / sigma
-        kp_over_r = (SQRT_2_OVER_PI * rho2 * g * is - 3.0f * q * rinv) * rinv2 * rinv2;
+        // K'/r = (dq/dr - 3 q / r) / r^4, dq/dr = sqrt(2/pi) rho^2 g P / sigma
+        kp_over_r =
+            (SQRT_2_OVER_PI * rho2 * g * core_p(rho2) * is - 3.0f * q * rinv) * rinv2 * rinv2;
     } else {
-        // K = c/s^3 sum a_k x^k, K'/r = c/s^5 sum b_k x^k, x = rho^2,
-        // a_k = (-1)^k / (2^k k! (2k+3)), b_k = 2 (k+1) a_{k+1}
         const float x = rho2;
+#if CORE_M == 1
         const float fa = 1.0f / 3.0f + x * (-1.0f / 10.0f + x * (1.0f / 56.0f + x * (-1.0f / 432.0f
                  + x * (1.0f / 4224.0f + x * (-1.0f / 49920.0f + x * (1.0f / 691200.0f))))));
         const float fb = -1.0f / 5.0f + x * (1.0f / 14.0f + x * (-1.0f / 72.0f + x * (1.0f / 528.0f
                  + x * (-1.0f / 4992.0f + x * (1.0f / 57600.0f + x * (-1.0f / 783360.0f))))));
+#elif CORE_M == 2
+        const float fa = 8.333333333e-01f + x * (-3.500000000e-01f + x * (8.035714286e-02f
+                 + x * (-1.273148148e-02f + x * (1.538825758e-03f + x * (-1.502403846e-04f
+                 + x * (1.229745370e-05f + x * (-8.662319094e-07f + x * 5.353961075e-08f)))))));
+        const float fb = -7.000000000e-01f + x * (3.214285714e-01f + x * (-7.638888889e-02f
+                 + x * (1.231060606e-02f + x * (-1.502403846e-03f + x * (1.475694444e-04f
+                 + x * (-1.212724673e-05f + x * (8.566337719e-07f + x * -5.305399069e-08f)))))));
+#else
+        const float fa = 1.458333333e+00f + x * (-7.875000000e-01f + x * (2.209821429e-01f
+                 + x * (-4.137731481e-02f + x * (5.770596591e-03f + x * (-6.385216346e-04f
+                 + x * (5.841290509e-05f + x * (-4.547717525e-06f + x * 3.078527618e-07f)))))));
+        const float fb = -1.575000000e+00f + x * (8.839285714e-01f + x * (-2.482638889e-01f
+                 + x * (4.616477273e-02f + x * (-6.385216346e-03f + x * (7.009548611e-04f
+                 + x * (-6.366804534e-05f + x * (4.925644189e-06f + x * -3.315874418e-07f)))))));
+#endif
         const float c3 = SQRT_2_OVER_PI * is2 * is;
         k = c3 * fa;
         kp_over_r = c3 * is2 * fb;

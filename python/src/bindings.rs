@@ -106,6 +106,8 @@ fn evaluate<'py>(
         order,
         theta,
         leaf_size,
+        // pyvortex.evaluate takes the Gaussian core (`vortex eval --core` the others)
+        vortex_fmm::kernel::CoreOrder::Second,
         core_cutoff,
         grid,
         periodic.then_some((box_length, image_levels)),

@@ -180,11 +180,15 @@ pub fn run(args: &CompareArgs) -> Result<Option<usize>> {
     let t_spectral = t_spectral.elapsed().as_secs_f64();
     let c = Comparison::load(&vdir, &sdir, cfg.nu)?;
     let title = format!(
-        "{name}: {:?}, {}^3, nu = {}",
-        cfg.initial.kind, twin.n, cfg.nu
+        "{name}: {:?}, {}^3, nu = {}, core of order {}",
+        cfg.initial.kind, twin.n, cfg.nu, cfg.evaluation.core
     );
     let files = c.write(&out, &title, &vdir, &sdir)?;
-    log::info!("{}", c.summary());
+    log::info!(
+        "vortex method with the core of order {}: {}",
+        cfg.evaluation.core,
+        c.summary()
+    );
     log::info!(
         "vortex compare: done in {:.0} s (vortex method {t_vortex:.0} s, spectral {t_spectral:.0} \
          s). Outputs in {o}: look at {o}/{png} (an image viewer; energy, enstrophy and E(k) of \

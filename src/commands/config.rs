@@ -40,7 +40,9 @@ method = "fmm"         # direct | treecode | fmm | ppm
 order = 8              # expansion order p
 theta = 0.55           # opening angle of the acceptance criterion
 leaf_size = 64         # largest number of particles in a leaf
-core_cutoff = 4.0      # far interactions only beyond this many core radii
+core_cutoff = 4.0      # far interactions only beyond this many core radii (core 4: at least 4.54, core 6: 4.9)
+core = 2               # order of the vortex core: 2 (Gaussian) | 4 | 6 (smoothing error O(sigma^core); above 2: no core
+                       # spreading, the viscous term by the lattice's heat kernel at each re-interpolation; host state only)
 backend = "auto"       # auto | cpu | cuda (may change at a restart)
 device = 0             # GPU index for cuda
 grid = "adaptive"      # adaptive | uniform (GPU uniform grid) | auto (uniform where it runs)

@@ -255,6 +255,13 @@ fn run_host_cuda(
 /// Why this configuration cannot keep its particles on the GPUs (`None`: it can): what the
 /// device-resident step does not cover, or a grid velocity it does not compute.
 fn device_state_refused(config: &vortex_method::Config) -> Option<String> {
+    let core = config.evaluation.core;
+    if core != vortex_fmm::kernel::CoreOrder::Second {
+        return Some(format!(
+            "evaluation.core = {core}: the resident step's lattice sums and solve are the \
+             Gaussian's (the host state evaluates every core)"
+        ));
+    }
     #[cfg(feature = "cuda")]
     if let Some(why) = vortex_resident::unsupported(config) {
         return Some(why);

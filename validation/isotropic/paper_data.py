@@ -7,7 +7,10 @@ gradient. Standard library and numpy only (numpy imported where a function needs
 Formulas:
 - The Gaussian core of the core paper (Eq. 2-3, `zeta(rho) = (2 pi)^(-3/2) exp(-rho^2 / 2)`,
   `rho = r / sigma`) has the Fourier transform `G(k) = exp(-k^2 sigma^2 / 2)`; a velocity
-  smoothed by it has the energy spectrum `E(k) exp(-k^2 sigma^2)` (the blob filter).
+  smoothed by it has the energy spectrum `E(k) exp(-k^2 sigma^2)` (the blob filter). The
+  Gaussian-based cores of order 4 and 6 (`evaluation.core`, crates/fmm/src/kernel/cores.rs)
+  have `G(k) = exp(-x) sum_{j<m} x^j / j!`, `x = k^2 sigma^2 / 2`, `m = order / 2`, and the
+  blob filter `G(k)^2`.
 - The second invariant of the velocity gradient, `II = u_{i,j} u_{j,i}` (`Q = -II / 2`, the
   `Q` written by `vortex run` into `grid_STEP.vtk`), from spectral derivatives on the periodic
   grid; the Nyquist planes are left out, as the vortex run's grid velocity leaves them out.
@@ -279,9 +282,23 @@ def velocity_files(run_dir):
 # arithmetic
 
 
-def blob_filter(k, sigma):
-    """The energy-spectrum filter of the Gaussian core of radius `sigma`: `exp(-k^2 sigma^2)`."""
-    return [math.exp(-(x * sigma) ** 2) for x in k]
+def core_transform(x, order=2):
+    """The Fourier transform of the core of order `order` (2, 4, 6) at `x = k^2 sigma^2 / 2`:
+    `exp(-x) sum_{j < order/2} x^j / j!`."""
+    return math.exp(-x) * sum(x ** j / math.factorial(j) for j in range(order // 2))
+
+
+def blob_filter(k, sigma, order=2):
+    """The energy-spectrum filter of the core of order `order` and radius `sigma`: the square of
+    its transform (`exp(-k^2 sigma^2)` for the Gaussian)."""
+    if order == 2:
+        return [math.exp(-(x * sigma) ** 2) for x in k]
+    return [core_transform(0.5 * (x * sigma) ** 2, order) ** 2 for x in k]
+
+
+def core_order(vortex_config):
+    """`evaluation.core` of a parsed vortex configuration (2 when absent: the Gaussian)."""
+    return int(vortex_config.get("evaluation", {}).get("core", 2))
 
 
 def gap_share(k, e_vortex, e_spectral, sigma, k_lo, k_hi):

@@ -14,6 +14,7 @@ pub mod planner;
 pub mod run_plan;
 
 use vortex_domain::Comm;
+use vortex_fmm::kernel::CoreOrder;
 use vortex_fmm::periodic::Periodic;
 use vortex_fmm::planner::{Choice, Layout, Request};
 use vortex_fmm::{BackendChoice, EvalParams, Evaluation, GridChoice, Method, Sources, TargetKind};
@@ -61,13 +62,16 @@ pub fn default_theta() -> f64 {
 }
 
 /// The evaluation parameters of `vortex eval` from its options: `core_cutoff` (in source core
-/// radii) defaults to the adaptive octree's or the uniform grid's value; `periodic` is the box
-/// length L and the image levels.
+/// radii) defaults to the adaptive octree's or the uniform grid's value, raised to the least
+/// gap of `core` ([`CoreOrder::default_cutoff`]; a smaller value given is refused by
+/// `EvalParams::validate`); `periodic` is the box length L and the image levels.
+#[allow(clippy::too_many_arguments)]
 pub fn eval_params(
     method: Method,
     order: usize,
     theta: f64,
     leaf_size: usize,
+    core: CoreOrder,
     core_cutoff: Option<f64>,
     grid: GridChoice,
     periodic: Option<(f64, usize)>,
@@ -79,11 +83,13 @@ pub fn eval_params(
         leaf_size,
         // (grid auto: the octree's; the uniform grid never takes less than its own,
         // `vortex_gpu::uniform::evaluator::grid_params`)
-        core_cutoff: core_cutoff.unwrap_or(match grid {
-            GridChoice::Adaptive | GridChoice::Auto => EvalParams::default().core_cutoff,
-            GridChoice::Uniform => planner::uniform_core_cutoff(),
+        core_cutoff: core_cutoff.unwrap_or_else(|| {
+            core.default_cutoff(match grid {
+                GridChoice::Adaptive | GridChoice::Auto => EvalParams::default().core_cutoff,
+                GridChoice::Uniform => planner::uniform_core_cutoff(),
+            })
         }),
-        core: vortex_fmm::kernel::CoreOrder::Second,
+        core,
         periodic: periodic.map(|(box_length, image_levels)| Periodic {
             box_length,
             image_levels,

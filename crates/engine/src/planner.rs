@@ -184,7 +184,7 @@ pub fn build_device<'c>(
     let backend = |e: vortex_gpu::GpuError| EngineError::Backend(format!("uniform grid: {e}"));
     let fmm = vortex_gpu::UniformFmm::on_device(device).map_err(backend)?;
     let params = grid_params(params);
-    fmm.warm_up(params.order).map_err(backend)?;
+    fmm.warm_up(params.order, params.core).map_err(backend)?;
     Ok(match engine {
         Engine::UniformGrid => Box::new(UniformDevice {
             fmm,

@@ -68,7 +68,9 @@ mod tests {
              LD_LIBRARY_PATH (.ci/run installs it from PyPI: nvidia-cuda-nvrtc==13.0.*)"
         );
         for cc in [(9, 0), (8, 0)] {
-            device::compile(&P2p::SOURCE, cc, &P2p::defines()).unwrap();
+            for m in 1..=3 {
+                device::compile(&P2p::SOURCE, cc, &P2p::defines(m)).unwrap();
+            }
             for p in [4, 10, backend::MAX_GPU_ORDER] {
                 device::compile(&Fmm::SOURCE, cc, &Fmm::defines(p, backend::EVAL_BLOCK)).unwrap();
             }
@@ -77,7 +79,11 @@ mod tests {
                 device::compile(&Ppm::SOURCE, cc, &Ppm::defines(k, p)).unwrap();
             }
             for p in [1, 4, 6, 8, 10, 14, backend::MAX_GPU_ORDER] {
-                let defines = Uniform::defines(p, uniform::pipeline::UNIFORM_EVAL_BLOCK);
+                let defines = Uniform::defines(p, uniform::pipeline::UNIFORM_EVAL_BLOCK, 1);
+                device::compile(&Uniform::SOURCE, cc, &defines).unwrap();
+            }
+            for m in 2..=3 {
+                let defines = Uniform::defines(8, uniform::pipeline::UNIFORM_EVAL_BLOCK, m);
                 device::compile(&Uniform::SOURCE, cc, &defines).unwrap();
             }
             device::compile(&vortex_cuda::SPECTRAL, cc, &[]).unwrap();

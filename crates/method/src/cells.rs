@@ -7,6 +7,7 @@
 
 use crate::core_spreading::zeta;
 use rayon::prelude::*;
+use vortex_fmm::kernel::CoreOrder;
 
 pub struct CellList {
     lo: [f64; 3],
@@ -166,8 +167,31 @@ impl CellList {
 }
 
 /// `omega(y_i) = sum_j alpha_j zeta_{sigma_j}(y_i - x_j)` at every target, the Gaussian truncated
-/// at `cutoff * sigma_j` (rayon over targets, deterministic).
+/// at `cutoff * sigma_j` (rayon over targets, deterministic): [`core_sum`] of the Gaussian.
 pub fn gaussian_sum(
+    position: &[[f64; 3]],
+    strength: &[[f64; 3]],
+    sigma: &[f64],
+    targets: &[[f64; 3]],
+    cutoff: f64,
+    period: Option<f64>,
+) -> Vec<[f64; 3]> {
+    core_sum(
+        CoreOrder::Second,
+        position,
+        strength,
+        sigma,
+        targets,
+        cutoff,
+        period,
+    )
+}
+
+/// `omega(y_i) = sum_j alpha_j zeta_{sigma_j}(y_i - x_j)` at every target with the core of order
+/// `core` (`vortex_fmm::kernel::CoreOrder::zeta`), truncated at `cutoff * sigma_j` (rayon over
+/// targets, deterministic).
+pub fn core_sum(
+    core: CoreOrder,
     position: &[[f64; 3]],
     strength: &[[f64; 3]],
     sigma: &[f64],
@@ -188,7 +212,10 @@ pub fn gaussian_sum(
                 let r2 = d[0] * d[0] + d[1] * d[1] + d[2] * d[2];
                 let s = sigma[j];
                 if r2 < cutoff * cutoff * s * s {
-                    let z = zeta(r2, s);
+                    let z = match core {
+                        CoreOrder::Second => zeta(r2, s),
+                        _ => core.zeta(r2 / (s * s)) / (s * s * s),
+                    };
                     for c in 0..3 {
                         w[c] += strength[j][c] * z;
                     }

@@ -14,12 +14,13 @@
 //! `particles_STEP.vtk` (legacy VTK POLYDATA: alpha, |alpha|, sigma, velocity), grid fields
 //! `grid_STEP.vtk` (STRUCTURED_POINTS: velocity, vorticity, |omega|, Q).
 
-use crate::cells::gaussian_sum;
+use crate::cells::core_sum;
 use crate::error::{Error, Result};
 use crate::particles::{chunked_sum, norm, Particles};
 use std::io::Write;
 use std::path::Path;
 use vortex_domain::{Comm, ReduceOp};
+use vortex_fmm::kernel::CoreOrder;
 use vortex_fmm::kernel::{cross, dot};
 use vortex_spectral::field::{wavevector, SpectralField};
 use vortex_spectral::VelocityField;
@@ -136,9 +137,11 @@ pub fn free_space_energy(p: &Particles, velocity: &[[f64; 3]]) -> f64 {
     })
 }
 
-/// Free-space enstrophy `(1/2) sum_i alpha_i . omega(x_i)` (Gaussian sums truncated at `cutoff`).
-pub fn free_space_enstrophy(p: &Particles, cutoff: f64) -> f64 {
-    let w = gaussian_sum(
+/// Free-space enstrophy `(1/2) sum_i alpha_i . omega(x_i)` (sums of the core `core` truncated at
+/// `cutoff`).
+pub fn free_space_enstrophy(p: &Particles, cutoff: f64, core: CoreOrder) -> f64 {
+    let w = core_sum(
+        core,
         &p.position,
         &p.strength,
         &p.sigma,
@@ -158,12 +161,19 @@ pub fn vorticity_grid(config: &crate::Config, grid: usize) -> usize {
 }
 
 /// The velocity of the blobs on the `n^3` grid of [`grid_points`] (box length `l`) from their
-/// vorticity there: `omega` at the grid points by the Gaussian sums truncated at `cutoff` core
-/// radii ([`gaussian_sum`]), then the periodic Biot-Savart law in Fourier space,
+/// vorticity there: `omega` at the grid points by the sums of the core `core` truncated at
+/// `cutoff` core radii ([`core_sum`]), then the periodic Biot-Savart law in Fourier space,
 /// `u_hat = i k x omega_hat / |k|^2` (zero mean, the Nyquist planes dropped). The host twin of
 /// the device-resident diagnostics (`output.grid_velocity = "vorticity"`).
-pub fn vorticity_grid_velocity(p: &Particles, n: usize, l: f64, cutoff: f64) -> Vec<[f64; 3]> {
-    let omega = gaussian_sum(
+pub fn vorticity_grid_velocity(
+    p: &Particles,
+    n: usize,
+    l: f64,
+    cutoff: f64,
+    core: CoreOrder,
+) -> Vec<[f64; 3]> {
+    let omega = core_sum(
+        core,
         &p.position,
         &p.strength,
         &p.sigma,
@@ -198,6 +208,32 @@ pub fn vorticity_grid_velocity(p: &Particles, n: usize, l: f64, cutoff: f64) -> 
     (0..n * n * n)
         .map(|i| [v.u[0][i], v.u[1][i], v.u[2][i]])
         .collect()
+}
+
+/// The heat kernel over `diffusion = nu tau` applied to a velocity on the `n^3` grid of
+/// [`grid_points`] (box length `l`): each mode times `exp(-nu |k|^2 tau)`. The diagnostics of
+/// a core of order above 2 report the field of the viscous splitting at `t`, the particles'
+/// field followed by the diffusion substep still pending since the last re-interpolation
+/// ([`crate::reinterpolation::cores`]), so that they do not lag the viscous decay by up to a
+/// re-interpolation interval.
+pub fn apply_heat(velocity: &mut [[f64; 3]], n: usize, l: f64, diffusion: f64) {
+    if diffusion == 0.0 {
+        return;
+    }
+    let mut s = SpectralField::from_physical(&velocity_field(velocity, n));
+    let ks = 2.0 * std::f64::consts::PI / l;
+    for idx in 0..s.c[0].len() {
+        let k = wavevector(idx, n);
+        let k2 = (k.0 * k.0 + k.1 * k.1 + k.2 * k.2) * ks * ks;
+        let g = (-diffusion * k2).exp();
+        for c in s.c.iter_mut() {
+            c[idx] *= g;
+        }
+    }
+    let v = s.to_physical();
+    for (i, u) in velocity.iter_mut().enumerate() {
+        *u = [v.u[0][i], v.u[1][i], v.u[2][i]];
+    }
 }
 
 /// Energy, enstrophy, spectrum and `Re_lambda` from the velocity on the `n^3` grid of

@@ -23,6 +23,7 @@ use crate::reinterpolation::history::{reinterpolate_with_history, History, Previ
 use crate::reinterpolation::{reinterpolate, LatticeSpec, RbfReport, RbfSettings};
 use crate::rhs::{Derivatives, RightHandSide};
 use serde::{Deserialize, Serialize};
+use vortex_fmm::kernel::CoreOrder;
 
 /// Everything that evolves (what a checkpoint holds).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -74,6 +75,10 @@ pub struct Stepper {
     pub cell_volume: f64,
     /// The AB2 history through a re-interpolation: carried or restarted.
     pub history: History,
+    /// The core of the particles (`evaluation.core`): the Gaussian spreads its cores; the
+    /// cores of order above 2 keep `sigma0` and diffuse by the lattice's heat kernel at each
+    /// re-interpolation ([`crate::reinterpolation::cores`]).
+    pub core: CoreOrder,
 }
 
 fn axpy(y: &mut [[f64; 3]], a: f64, x: &[[f64; 3]]) {
@@ -186,7 +191,28 @@ impl Stepper {
             strain_limit: c.reinterpolation.strain,
             cell_volume: c.lattice_h().powi(3),
             history: c.reinterpolation.history,
+            core: c.evaluation.core,
         }
+    }
+
+    /// The viscosity of the core spreading: `nu` for the Gaussian, 0 for the cores of higher
+    /// order (their viscous term is the heat kernel of the re-interpolation).
+    pub fn spreading_nu(&self) -> f64 {
+        if self.core == CoreOrder::Second {
+            self.nu
+        } else {
+            0.0
+        }
+    }
+
+    /// The settings of a re-interpolation `since_reset` steps after the last reset: the run's,
+    /// with the heat kernel of that time for the cores of order above 2.
+    pub fn rbf_at(&self, since_reset: u64) -> RbfSettings {
+        let mut s = self.rbf.clone();
+        if self.core != CoreOrder::Second {
+            s.diffusion = self.nu * self.dt * since_reset as f64;
+        }
+        s
     }
 
     /// The Lagrangian strain accumulated since the last reset, bounded by
@@ -299,7 +325,7 @@ impl Stepper {
     ) -> Result<(Scheme, u32, O::Rates)> {
         let dt = self.dt;
         let elapsed = self.time(step + 1) - self.time(step_reset);
-        let nu = self.nu;
+        let nu = self.spreading_nu();
         let (scheme, extra) = match previous {
             Some(prev) if ops.is_history(&prev) => {
                 ops.ab2(dt, &f_n, &prev)?;
@@ -324,6 +350,7 @@ impl Stepper {
     /// restart) and the report; `st` is not changed.
     pub fn reinterpolate(&self, st: &State) -> Result<(Particles, Option<Derivatives>, RbfReport)> {
         let p = &st.particles;
+        let rbf = self.rbf_at(st.step - st.step_reset);
         match (&st.previous, self.history) {
             (Some(rates), History::Carry) if rates.velocity.len() == p.len() => {
                 let prev = PreviousRates {
@@ -332,11 +359,11 @@ impl Stepper {
                     elapsed: self.time(st.step - 1) - self.time(st.step_reset),
                 };
                 let (fresh, h, report) =
-                    reinterpolate_with_history(p, prev, &self.lattice, self.sigma0, &self.rbf)?;
+                    reinterpolate_with_history(p, prev, &self.lattice, self.sigma0, &rbf)?;
                 Ok((fresh, Some(h), report))
             }
             _ => {
-                let (fresh, report) = reinterpolate(p, &self.lattice, self.sigma0, &self.rbf)?;
+                let (fresh, report) = reinterpolate(p, &self.lattice, self.sigma0, &rbf)?;
                 Ok((fresh, None, report))
             }
         }
@@ -344,8 +371,16 @@ impl Stepper {
 
     /// Whether the cores are reset now, `since_reset` steps after the last reset, with the
     /// largest `sigma / sigma0` over all particles `max_ratio` and the strain `strain`
-    /// ([`Stepper::strain`]).
+    /// ([`Stepper::strain`]). For the cores of order above 2, which do not spread, the ratio is
+    /// that a Gaussian would have reached, `sqrt(1 + 2 nu (t - t_reset)) / sigma0^2)`: the
+    /// heat kernel of the re-interpolation acts as often as core spreading would be reset.
     pub fn reinterpolation_due(&self, since_reset: u64, max_ratio: f64, strain: f64) -> bool {
+        let max_ratio = if self.core == CoreOrder::Second {
+            max_ratio
+        } else {
+            core_spreading::sigma_at(self.sigma0, self.nu, self.dt * since_reset as f64)
+                / self.sigma0
+        };
         let due_ratio = self.ratio > 0.0 && max_ratio > self.ratio;
         let due_count = self.every > 0 && since_reset >= self.every;
         let due_strain = self.strain_limit > 0.0 && strain > self.strain_limit;

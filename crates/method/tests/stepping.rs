@@ -35,6 +35,7 @@ fn stepper(dt: f64) -> Stepper {
         strain_limit: 0.0,
         cell_volume: 1.0,
         history: Default::default(),
+        core: Default::default(),
     }
 }
 

@@ -1,12 +1,13 @@
 //! The kernels of `kernels/p2p.cu`: the near-field P2P over task lists and the all-pairs
-//! direct sum (Gaussian-cored Biot-Savart velocity and classical stretching, core paper
+//! direct sum (Biot-Savart velocity of the Gaussian-based cores of order 2, 4, 6 and classical stretching, core paper
 //! Eq. 3-9), fp32. Positions are `float4 (x, y, z, 1/sigma)` for sources and `(x, y, z, 0)`
 //! for targets, strengths `float4 (ax, ay, az, 0)`; the fields are `3 nt` velocity and
 //! `3 nt` stretching floats, added to (`+=`), without `1/(4 pi)`.
 
 crate::kernel_set! {
-    /// The kernels of `kernels/p2p.cu` (no defines).
-    pub struct P2p(crate::kernels::P2P) { defines() }
+    /// The kernels of `kernels/p2p.cu`, compiled with `-DCORE_M=m` (the core of order `2 m`,
+    /// `vortex_fmm::kernel::CoreOrder::m`).
+    pub struct P2p(crate::kernels::P2P) { defines(core_m = "CORE_M") }
 
     /// Near field. One block of `NEAR_THREADS` (128) per task; `tasks[b]` = (first target,
     /// target count <= 32, first run, end run), `task_nsrc[b]` the sources of its runs,

@@ -12,9 +12,9 @@ use crate::{GpuDevice, GpuResult};
 
 crate::kernel_set! {
     /// The own kernels of `kernels/uniform.cu`, compiled with `-DORDER` and `-DEVAL_BLOCK`
-    /// (those of `fmm.cu`, which it includes).
+    /// (those of `fmm.cu`, which it includes) and `-DCORE_M` (that of `p2p.cu`).
     pub struct Uniform(crate::kernels::UNIFORM) {
-        defines(order = "ORDER", eval_block = "EVAL_BLOCK")
+        defines(order = "ORDER", eval_block = "EVAL_BLOCK", core_m = "CORE_M")
     }
 
     /// The leaf of each of `np` particles (`pos`: `np` `float4`) on the `n^3` grid of
@@ -145,9 +145,14 @@ pub struct UniformModule {
 
 impl UniformModule {
     /// Compiles (once per device and defines) and loads the module of order `order` with
-    /// `eval_block` targets per L2P block.
-    pub fn load(dev: &GpuDevice, order: usize, eval_block: usize) -> GpuResult<Self> {
-        let m = Uniform::module(dev, order, eval_block)?;
+    /// `eval_block` targets per L2P block and the core of order `2 core_m`.
+    pub fn load(
+        dev: &GpuDevice,
+        order: usize,
+        eval_block: usize,
+        core_m: usize,
+    ) -> GpuResult<Self> {
+        let m = Uniform::module(dev, order, eval_block, core_m)?;
         Ok(Self {
             uniform: Uniform::from_module(&m)?,
             p2p: P2p::from_module(&m)?,

@@ -7,6 +7,7 @@ use crate::device::GpuResult;
 use crate::layout::{pack_sources, pack_targets, NearLayout};
 use vortex_cuda::launch::P2p;
 use vortex_fmm::backend::{timed, PhaseTimes, Plan};
+use vortex_fmm::kernel::CoreOrder;
 use vortex_fmm::{Fields, Sources, Targets};
 
 impl CudaBackend {
@@ -17,7 +18,7 @@ impl CudaBackend {
         times: &mut PhaseTimes,
     ) -> GpuResult<()> {
         let s = self.dev.stream().clone();
-        let p2p = P2p::load(&self.dev)?;
+        let p2p = P2p::load(&self.dev, plan.core.m())?;
         let mut wall = 0.0;
         let r: GpuResult<()> = timed(&mut wall, || {
             let lay = NearLayout::build(
@@ -56,11 +57,16 @@ impl CudaBackend {
         r
     }
 
-    /// Direct all-pairs sum on the device (free space): fields (with `1/(4 pi)`, in the given
-    /// order) and the kernel time in seconds.
-    pub fn all_pairs(&self, sources: &Sources, targets: &Targets) -> GpuResult<(Fields, f64)> {
+    /// Direct all-pairs sum on the device (free space) with the core `core`: fields (with
+    /// `1/(4 pi)`, in the given order) and the kernel time in seconds.
+    pub fn all_pairs(
+        &self,
+        core: CoreOrder,
+        sources: &Sources,
+        targets: &Targets,
+    ) -> GpuResult<(Fields, f64)> {
         let s = self.dev.stream().clone();
-        let p2p = P2p::load(&self.dev)?;
+        let p2p = P2p::load(&self.dev, core.m())?;
         let (sp, sa) = pack_sources(sources);
         let (tp, ta) = pack_targets(targets);
         let (d_sp, d_sa) = (s.clone_htod(&sp)?, s.clone_htod(&sa)?);

@@ -238,9 +238,10 @@ impl CudaBackend {
         self.last.lock().unwrap().clone()
     }
 
-    /// Compiles every module for order `p` now (otherwise done at first use).
-    pub fn warm_up(&self, p: usize) -> GpuResult<()> {
-        P2p::module(&self.dev)?;
+    /// Compiles every module for order `p` and the core `core` now (otherwise done at first
+    /// use).
+    pub fn warm_up(&self, p: usize, core: vortex_fmm::kernel::CoreOrder) -> GpuResult<()> {
+        P2p::module(&self.dev, core.m())?;
         Fmm::module(&self.dev, p, EVAL_BLOCK)?;
         if p <= vortex_fmm::MAX_ORDER {
             Ppm::module(&self.dev, ppm_count(p), p)?;

@@ -20,6 +20,7 @@
 
 mod common;
 use common::Check;
+use vortex_fmm::kernel::CoreOrder;
 
 use rayon::prelude::*;
 use std::time::Instant;
@@ -114,13 +115,17 @@ fn crossover(be: &CudaBackend, args: &Args, chk: &mut Check) {
     for &n in &args.crossover {
         let src = vortex_fmm::testsets::standard(n, 5);
         let tgt = src.as_targets();
-        let _ = be.all_pairs(&src, &tgt).expect("all pairs"); // warm
+        let _ = be
+            .all_pairs(CoreOrder::Second, &src, &tgt)
+            .expect("all pairs"); // warm
         let _ = vortex_fmm::evaluate(be, &params, &src, &tgt).expect("gpu fmm"); // warm
         let (mut t_direct, mut t_fmm) = (f64::INFINITY, f64::INFINITY);
         let (mut f_direct, mut f_fmm) = (None, None);
         for _ in 0..args.reps {
             let t0 = Instant::now();
-            let (f, _) = be.all_pairs(&src, &tgt).expect("all pairs");
+            let (f, _) = be
+                .all_pairs(CoreOrder::Second, &src, &tgt)
+                .expect("all pairs");
             t_direct = t_direct.min(t0.elapsed().as_secs_f64());
             f_direct = Some(f);
             let t0 = Instant::now();
@@ -357,7 +362,8 @@ fn open_backend(args: &Args) -> CudaBackend {
         rayon::current_num_threads()
     );
     let t0 = Instant::now();
-    be.warm_up(args.order).expect("NVRTC compile");
+    be.warm_up(args.order, CoreOrder::Second)
+        .expect("NVRTC compile");
     println!(
         "NVRTC compile + module load (p = {}): {:.3} s",
         args.order,
@@ -371,11 +377,11 @@ fn open_backend(args: &Args) -> CudaBackend {
 fn all_pairs_check(be: &CudaBackend, n: usize, chk: &mut Check) {
     let s = vortex_fmm::testsets::standard(n, 11);
     let t = s.as_targets();
-    let _ = be.all_pairs(&s, &t).expect("all pairs"); // warm
+    let _ = be.all_pairs(CoreOrder::Second, &s, &t).expect("all pairs"); // warm
     let mut best = f64::INFINITY;
     let mut fields = None;
     for _ in 0..3 {
-        let (f, secs) = be.all_pairs(&s, &t).expect("all pairs");
+        let (f, secs) = be.all_pairs(CoreOrder::Second, &s, &t).expect("all pairs");
         best = best.min(secs);
         fields = Some(f);
     }

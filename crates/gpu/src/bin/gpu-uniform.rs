@@ -320,6 +320,7 @@ fn order_check(
         leaf_target: args.leaf_target,
         grid: args.grid,
         m2l: args.m2l,
+        ..Default::default()
     };
     println!("\n--- N = {n}, p = {p}, M2L {:?} ---", args.m2l.resolve(p));
     let wt = warm_up(ufmm, args, set, &params, chk)?;

@@ -100,6 +100,7 @@ fn run_slabs(
     set.sigma.extend_from_slice(&halo.sigma);
 
     let mut f = RefFmm::new(plan.grid, params.order, &set);
+    f.core = params.core;
     let (bytes_leaf, coarse) = upward_and_exchanges(comm, plan, &mut f);
     let g = plan.grid;
     if let Some((q, _)) = per {

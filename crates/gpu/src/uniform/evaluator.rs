@@ -49,15 +49,20 @@ impl UniformTimes {
     }
 }
 
-/// The grid parameters of `params`: its order, its M2L kernel, and its core cutoff but at
-/// least the grid's default (`UniformParams::default().core_cutoff`, in source core radii),
-/// so that the adaptive octree's smaller default never shrinks the grid's leaves; one rule
-/// for every caller (`vortex eval`, `vortex bench`, `vortex run`).
+/// The grid parameters of `params`: its order, its M2L kernel, its core, and its core cutoff
+/// but at least the grid's default (`UniformParams::default().core_cutoff`, in source core
+/// radii) and the core's least gap ([`vortex_fmm::kernel::CoreOrder::min_cutoff`]), so that
+/// the adaptive octree's smaller default never shrinks the grid's leaves; one rule for every
+/// caller (`vortex eval`, `vortex bench`, `vortex run`).
 pub fn grid_params(params: &EvalParams) -> UniformParams {
     let d = UniformParams::default();
     UniformParams {
         order: params.order,
-        core_cutoff: params.core_cutoff.max(d.core_cutoff),
+        core_cutoff: params
+            .core_cutoff
+            .max(d.core_cutoff)
+            .max(params.core.min_cutoff()),
+        core: params.core,
         m2l: params.m2l,
         ..d
     }
@@ -97,7 +102,7 @@ impl UniformEvaluator {
     /// never a panic, without a GPU).
     pub fn new(index: usize, params: EvalParams) -> GpuResult<Self> {
         let fmm = UniformFmm::on_device(index)?;
-        fmm.warm_up(params.order)?;
+        fmm.warm_up(params.order, params.core)?;
         Ok(Self {
             fmm,
             params,
@@ -162,7 +167,7 @@ impl<'c> UniformSlabEvaluator<'c> {
     /// Opens visible device `index` on this rank and compiles the kernels.
     pub fn new(comm: &'c dyn Comm, index: usize, params: EvalParams) -> GpuResult<Self> {
         let fmm = UniformFmm::on_device(index)?;
-        fmm.warm_up(params.order)?;
+        fmm.warm_up(params.order, params.core)?;
         Ok(Self {
             comm,
             fmm,

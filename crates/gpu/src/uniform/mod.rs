@@ -68,6 +68,7 @@ pub use slab::SlabPlan;
 pub use vortex_fmm::far::{M2lKernel, DENSE_MAX_ORDER};
 
 use crate::device::GpuResult;
+use vortex_fmm::kernel::CoreOrder;
 
 /// Parameters of a uniform-grid evaluation.
 #[derive(Clone, Debug, PartialEq)]
@@ -88,6 +89,9 @@ pub struct UniformParams {
     pub grid: Option<(usize, usize)>,
     /// The M2L kernel below the top level ([`M2lKernel::resolve`] states the rule of `Auto`).
     pub m2l: M2lKernel,
+    /// The core of the near field (`kernels/p2p.cu` compiled with its `CORE_M`); the gap
+    /// `core_cutoff` must be at least its [`CoreOrder::min_cutoff`].
+    pub core: CoreOrder,
 }
 
 impl Default for UniformParams {
@@ -98,6 +102,7 @@ impl Default for UniformParams {
             leaf_target: 100.0,
             grid: None,
             m2l: M2lKernel::Auto,
+            core: CoreOrder::Second,
         }
     }
 }
@@ -120,6 +125,15 @@ impl UniformParams {
         }
         if !(self.core_cutoff >= 0.0 && self.core_cutoff.is_finite() && self.leaf_target > 0.0) {
             return bad("core_cutoff must be >= 0 and leaf_target > 0".into());
+        }
+        if self.core_cutoff < self.core.min_cutoff() {
+            return bad(format!(
+                "core_cutoff {} is below {} core radii, the least gap of the core of order {} \
+                 (its tail 1 - q there must not exceed the Gaussian's at 4)",
+                self.core_cutoff,
+                self.core.min_cutoff(),
+                self.core
+            ));
         }
         Ok(())
     }

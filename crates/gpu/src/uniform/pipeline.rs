@@ -61,6 +61,7 @@ use std::time::Instant;
 use vortex_cuda::launch::uniform::UniformModule;
 use vortex_fmm::expansions::ncoef;
 use vortex_fmm::expansions::{expansion_len, Complex64};
+use vortex_fmm::kernel::CoreOrder;
 use vortex_fmm::kernel::INV_4PI;
 use vortex_fmm::periodic::{FarImages, Periodic};
 use vortex_fmm::{Fields, Sources};
@@ -109,10 +110,16 @@ pub struct UniformFmm {
     /// points) and the dense matrices of the last order that used them (`m2l`).
     m2l: Mutex<M2lKernel>,
     dense: Mutex<Option<m2l::DenseTables>>,
-    /// The kernels of the last order evaluated (the module is cached per device; this keeps
-    /// its function handles).
-    kernels: Mutex<Option<(usize, Arc<UniformModule>)>>,
+    /// The core of the evaluation under way (`UniformParams::core`, set by the entry points
+    /// with the M2L kernel).
+    core: Mutex<CoreOrder>,
+    /// The kernels of the last order and core evaluated (the module is cached per device; this
+    /// keeps its function handles).
+    kernels: Mutex<Option<ModuleKey>>,
 }
+
+/// The kernels of one (order, core) and that key.
+type ModuleKey = ((usize, CoreOrder), Arc<UniformModule>);
 
 type FarKey = ((usize, usize, usize, u64, usize), Arc<FarImages>);
 
@@ -480,6 +487,7 @@ impl UniformFmm {
             copy: OnceLock::new(),
             m2l: Mutex::new(M2lKernel::Auto),
             dense: Mutex::new(None),
+            core: Mutex::new(CoreOrder::Second),
             kernels: Mutex::new(None),
         }
     }
@@ -493,21 +501,33 @@ impl UniformFmm {
         &self.dev
     }
 
-    /// Compiles the module of order `p` now (otherwise at the first evaluation).
-    pub fn warm_up(&self, p: usize) -> GpuResult<()> {
-        self.kernels(p)?;
+    /// Compiles the module of order `p` and the core `core` now (otherwise at the first
+    /// evaluation).
+    pub fn warm_up(&self, p: usize, core: CoreOrder) -> GpuResult<()> {
+        self.module(p, core)?;
         Ok(())
     }
 
-    /// The kernels of the module of order `p` (`uniform.cu` with the `p2p.cu` and `fmm.cu` it
-    /// includes), compiled at the first use on the device.
+    /// The kernels of the module of order `p` with the core of the evaluation under way.
     fn kernels(&self, p: usize) -> GpuResult<Arc<UniformModule>> {
+        let core = *self.core.lock().expect("uniform core poisoned");
+        self.module(p, core)
+    }
+
+    /// The kernels of the module of order `p` and core `core` (`uniform.cu` with the `p2p.cu`
+    /// and `fmm.cu` it includes), compiled at the first use on the device.
+    fn module(&self, p: usize, core: CoreOrder) -> GpuResult<Arc<UniformModule>> {
         let mut k = self.kernels.lock().expect("uniform kernels poisoned");
         match &*k {
-            Some((order, m)) if *order == p => Ok(m.clone()),
+            Some((key, m)) if *key == (p, core) => Ok(m.clone()),
             _ => {
-                let m = Arc::new(UniformModule::load(&self.dev, p, UNIFORM_EVAL_BLOCK)?);
-                *k = Some((p, m.clone()));
+                let m = Arc::new(UniformModule::load(
+                    &self.dev,
+                    p,
+                    UNIFORM_EVAL_BLOCK,
+                    core.m(),
+                )?);
+                *k = Some(((p, core), m.clone()));
                 Ok(m)
             }
         }

@@ -19,7 +19,7 @@ use crate::layout::pack_sources;
 use rayon::prelude::*;
 use std::collections::HashMap;
 use vortex_fmm::expansions::{ncoef, Complex64};
-use vortex_fmm::kernel::{pair_interaction, INV_4PI};
+use vortex_fmm::kernel::{pair_interaction_core, CoreOrder, INV_4PI};
 use vortex_fmm::operators::{Operators, Rotation, Scratch};
 use vortex_fmm::periodic::{FarImages, Periodic};
 use vortex_fmm::{Fields, Sources};
@@ -32,6 +32,7 @@ pub fn evaluate_reference(sources: &Sources, params: &UniformParams) -> GpuResul
         .ok_or_else(|| GpuError::Unsupported("empty or invalid sources".into()))?;
     let g = params.grid_for(&ext, np);
     let mut f = RefFmm::new(g, params.order, sources);
+    f.core = params.core;
     let all = (0, g.n());
     f.p2m(all);
     for l in (0..g.k).rev() {
@@ -64,6 +65,7 @@ pub fn evaluate_reference_periodic(
     let mut f = RefFmm::from_packed(g, params.order, sources, &pos4, |i| {
         periodic.wrap(sources.position[i])
     });
+    f.core = params.core;
     let all = (0, g.n());
     f.p2m(all);
     for l in (0..g.k).rev() {
@@ -105,6 +107,8 @@ pub(crate) struct RefFmm {
     pub mult: Vec<Complex64>,
     loc: Vec<Complex64>,
     rots: HashMap<[i64; 3], Rotation>,
+    /// The core of the near field (the Gaussian unless set).
+    pub core: CoreOrder,
 }
 
 impl RefFmm {
@@ -159,6 +163,7 @@ impl RefFmm {
             mult: vec![zero; g.total_cells() * len],
             loc: vec![zero; g.total_cells() * len],
             rots,
+            core: CoreOrder::Second,
         }
     }
 
@@ -352,7 +357,8 @@ impl RefFmm {
                             } else {
                                 x[j]
                             };
-                            let (du, ds) = pair_interaction(x[i], a[i], xj, a[j], sg[j]);
+                            let (du, ds) =
+                                pair_interaction_core(self.core, x[i], a[i], xj, a[j], sg[j]);
                             for d in 0..3 {
                                 u[q][d] += du[d];
                                 s[q][d] += ds[d];

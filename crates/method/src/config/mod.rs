@@ -17,6 +17,8 @@
 //! theta = 0.5
 //! leaf_size = 64
 //! core_cutoff = 6.0
+//! core = 2             # order of the vortex core: 2 (Gaussian), 4 or 6 (Gaussian-based
+//!                      # cores of higher order; viscosity by the lattice's heat kernel)
 //! backend = "auto"     # auto | cpu | cuda: which vortex_fmm::Backend the binary builds for the run
 //! device = 0           # GPU index for cuda (auto: the GPU when one is usable)
 //! grid = "adaptive"    # adaptive | uniform | auto: uniform = the particles' FMM on a grid
@@ -72,6 +74,7 @@ use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
 use std::path::Path;
 use vortex_domain::TransportChoice;
+use vortex_fmm::kernel::CoreOrder;
 use vortex_fmm::periodic::Periodic;
 use vortex_fmm::{BackendChoice, EvalParams, GridChoice, Method};
 
@@ -138,7 +141,18 @@ pub struct EvaluationConfig {
     pub order: usize,
     pub theta: f64,
     pub leaf_size: usize,
+    /// Far-field gap in source core radii; a core of order 4 or 6 takes at least its least gap
+    /// ([`CoreOrder::min_cutoff`]: 4.54 and 4.9, where its tail `|1 - q|` is the Gaussian's at
+    /// 4).
     pub core_cutoff: f64,
+    /// The order of the vortex core (`2 | 4 | 6`, [`CoreOrder`]): the Gaussian (the core
+    /// paper's) or the Gaussian-based cores of Beale & Majda (1985) / Winckelmans & Leonard
+    /// (1993) with smoothing error `O(sigma^4)`, `O(sigma^6)`. Honoured by every evaluation,
+    /// the re-interpolation and the diagnostics; with a core of order above 2 the cores do not
+    /// spread and the viscous term is the lattice's heat kernel
+    /// ([`crate::reinterpolation::heat`]). Not written when 2 (earlier checkpoints restart).
+    #[serde(deserialize_with = "de_core", skip_serializing_if = "is_gaussian")]
+    pub core: CoreOrder,
     /// Compute backend: `"auto"` (the GPU when one is usable, else the CPU), `"cpu"` or `"cuda"`.
     /// The `vortex-method` crate runs any `vortex_fmm::Backend`; the binary builds the one named here (see
     /// [`crate::run::host_build`]). Not part of the checkpoint fingerprint: a run may be continued
@@ -210,6 +224,18 @@ fn de_exchange<'de, D: serde::Deserializer<'de>>(
     de_choice(d, "evaluation.exchange")
 }
 
+fn de_core<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<CoreOrder, D::Error> {
+    let v = i64::deserialize(d)?;
+    u32::try_from(v)
+        .map_err(|_| format!("unknown core order {v} (the Gaussian cores have order 2, 4 or 6)"))
+        .and_then(CoreOrder::try_from)
+        .map_err(|e| serde::de::Error::custom(format!("evaluation.core: {e}")))
+}
+
+fn is_gaussian(c: &CoreOrder) -> bool {
+    *c == CoreOrder::Second
+}
+
 fn de_grid<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<GridChoice, D::Error> {
     de_choice(d, "evaluation.grid")
 }
@@ -223,6 +249,7 @@ impl Default for EvaluationConfig {
             theta: d.theta,
             leaf_size: d.leaf_size,
             core_cutoff: d.core_cutoff,
+            core: CoreOrder::Second,
             backend: BackendChoice::Auto,
             device: 0,
             grid: GridChoice::Adaptive,
@@ -491,8 +518,11 @@ impl Config {
             order: self.evaluation.order,
             theta: self.evaluation.theta,
             leaf_size: self.evaluation.leaf_size,
-            core_cutoff: self.evaluation.core_cutoff,
-            core: vortex_fmm::kernel::CoreOrder::default(),
+            core_cutoff: self
+                .evaluation
+                .core
+                .default_cutoff(self.evaluation.core_cutoff),
+            core: self.evaluation.core,
             periodic: self.periodic(),
             m2l: vortex_fmm::M2lKernel::Auto,
         }
@@ -511,6 +541,9 @@ impl Config {
             },
             filter: self.reinterpolation.filter,
             sums: self.reinterpolation.sums,
+            core: self.evaluation.core,
+            // the heat kernel of a re-interpolation: `Stepper::rbf_at`
+            diffusion: 0.0,
         }
     }
 
@@ -562,8 +595,8 @@ impl Config {
     pub fn fingerprint(&self) -> String {
         let e = &self.evaluation;
         format!(
-            "nu={:e} dt={:e} domain={:?} evaluation=(method={} order={} theta={:e} leaf_size={} core_cutoff={:e}) initial={:?} reinterpolation={:?}",
-            self.nu, self.dt, self.domain, e.method, e.order, e.theta, e.leaf_size, e.core_cutoff, self.initial, self.reinterpolation
+            "nu={:e} dt={:e} domain={:?} evaluation=(method={} order={} theta={:e} leaf_size={} core_cutoff={:e} core={}) initial={:?} reinterpolation={:?}",
+            self.nu, self.dt, self.domain, e.method, e.order, e.theta, e.leaf_size, e.core_cutoff, e.core, self.initial, self.reinterpolation
         )
     }
 

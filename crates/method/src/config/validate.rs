@@ -167,6 +167,7 @@ impl Config {
         }
         vortex_fmm::check_cutoff(e.core_cutoff, 0.0)
             .map_err(|why| bad(file, "evaluation.core_cutoff", why))?;
+        self.validate_core(file)?;
         // domain
         if self.domain.periodic {
             pos("domain.box_length", self.domain.box_length)?;
@@ -177,6 +178,83 @@ impl Config {
                     format!("at most 12, got {}", self.domain.image_levels),
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// `evaluation.core`: what a core of order above 2 needs of the rest of the run (each
+    /// refusal names the key that conflicts and the reason).
+    fn validate_core(&self, file: &str) -> Result<()> {
+        let core = self.evaluation.core;
+        if core == vortex_fmm::kernel::CoreOrder::Second {
+            return Ok(());
+        }
+        let r = &self.reinterpolation;
+        if self.evaluation.state == super::StatePlace::Device {
+            return Err(bad(
+                file,
+                "evaluation.core",
+                format!(
+                    "{core}: the GPU-resident step (evaluation.state = \"device\") has the \
+                     Gaussian's lattice sums and lattice solve only; use state = \"host\" or \
+                     \"auto\" (the host state with the GPU evaluations) or core = 2"
+                ),
+            ));
+        }
+        if !self.domain.periodic && self.nu > 0.0 {
+            return Err(bad(
+                file,
+                "evaluation.core",
+                format!(
+                    "{core} with nu = {:e} in free space: core spreading solves the heat \
+                     equation only for the Gaussian, and the heat kernel that carries the \
+                     viscous term of the cores of order 4 and 6 acts on the periodic lattice; \
+                     use core = 2, nu = 0 or a periodic box",
+                    self.nu
+                ),
+            ));
+        }
+        if !self.domain.periodic && r.solver == crate::reinterpolation::RbfSolver::Direct {
+            return Err(bad(
+                file,
+                "reinterpolation.solver",
+                format!(
+                    "\"direct\" factorises the Gaussian's Kronecker-product matrix; the free-space \
+                     lattice matrix of the core of order {core} is a sum of such products: use \
+                     solver = \"cg\""
+                ),
+            ));
+        }
+        if r.history == crate::reinterpolation::history::History::Carry {
+            return Err(bad(
+                file,
+                "reinterpolation.history",
+                format!(
+                    "\"carry\" is derived for core spreading (the rates with the cores of their \
+                     evaluation); the core of order {core} diffuses by the lattice's heat kernel: \
+                     use history = \"restart\""
+                ),
+            ));
+        }
+        if !r.sums.is_direct() {
+            return Err(bad(
+                file,
+                "reinterpolation.sums",
+                format!(
+                    "spreading deconvolves the Gaussian's transform; the core of order {core} \
+                     needs sums = {{ kind = \"direct\" }}"
+                ),
+            ));
+        }
+        if self.nu > 0.0 && r.ratio == 0.0 && r.every == 0 && r.strain == 0.0 {
+            return Err(bad(
+                file,
+                "evaluation.core",
+                format!(
+                    "{core} with nu > 0 diffuses at the re-interpolations (the lattice's heat \
+                     kernel), and reinterpolation.ratio, .every and .strain are all off: set one"
+                ),
+            ));
         }
         Ok(())
     }
@@ -628,5 +706,75 @@ mod tests {
             Config::from_str_named(&isotropic(n, k), "iso.toml")
                 .unwrap_or_else(|e| panic!("n = {n}, k_peak = {k}: {e}"));
         }
+    }
+
+    /// `evaluation.core`: 2, 4, 6 parse into the evaluation (with the core's least far-field
+    /// gap) and the re-interpolation; any other value, and a core above 2 where a part of the
+    /// run cannot take it, is refused naming the file, the key and the value.
+    #[test]
+    fn the_core_is_a_checked_key() {
+        use vortex_fmm::kernel::CoreOrder;
+        let base = isotropic(8, 3.0);
+        let with = |extra: &str| format!("{base}[evaluation]\n{extra}\n");
+        for (v, core) in [
+            (2, CoreOrder::Second),
+            (4, CoreOrder::Fourth),
+            (6, CoreOrder::Sixth),
+        ] {
+            let c = Config::from_str_named(&with(&format!("core = {v}")), "c.toml").unwrap();
+            assert_eq!(c.evaluation.core, core);
+            let p = c.eval_params();
+            assert_eq!(p.core, core);
+            assert!(p.core_cutoff >= core.min_cutoff() && p.validate().is_ok());
+            assert_eq!(c.rbf_settings().core, core);
+            // written into the configuration as run only when not the Gaussian
+            let text = toml::to_string(&c).unwrap();
+            assert_eq!(text.contains("core = "), v != 2, "{text}");
+            let back = Config::from_str_named(&text, "back.toml").unwrap();
+            assert_eq!(back.evaluation.core, core);
+        }
+        for v in ["3", "0", "8", "-2", "\"4\""] {
+            let e = Config::from_str_named(&with(&format!("core = {v}")), "c.toml")
+                .expect_err(v)
+                .to_string();
+            assert!(e.contains("c.toml") && e.contains("core"), "{v}: {e}");
+        }
+        let e = Config::from_str_named(&with("core = 3"), "c.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("evaluation.core") && e.contains('3'), "{e}");
+        for (extra, key) in [
+            ("core = 4\nstate = \"device\"", "evaluation.core"),
+            (
+                "core = 6\n[reinterpolation]\nhistory = \"carry\"",
+                "reinterpolation.history",
+            ),
+            (
+                "core = 4\n[reinterpolation]\nsums = { kind = \"spread\", tolerance = 1e-6 }",
+                "reinterpolation.sums",
+            ),
+        ] {
+            let e = Config::from_str_named(&with(extra), "c.toml")
+                .expect_err(extra)
+                .to_string();
+            assert!(e.contains(key) && e.contains("c.toml"), "{extra}: {e}");
+        }
+        // free space: the viscous heat kernel needs the periodic lattice, the solve CG
+        let ring = "nu = 0.0\ndt = 0.01\nt_end = 0.1\n[initial]\nkind = \"ring\"\nradius = 1.0\n\
+                    circulation = 1.0\ncore = 0.2\nspacing = 0.1\n[evaluation]\ncore = 4\n";
+        let e = Config::from_str_named(ring, "r.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("reinterpolation.solver"), "{e}");
+        let cg = format!("{ring}[reinterpolation]\nsolver = \"cg\"\n");
+        Config::from_str_named(&cg, "r.toml").unwrap();
+        let viscous = cg.replace("nu = 0.0", "nu = 0.01");
+        let e = Config::from_str_named(&viscous, "r.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("evaluation.core") && e.contains("free space"),
+            "{e}"
+        );
     }
 }

@@ -6,8 +6,8 @@ use super::DistSimulation;
 use crate::collective::agree;
 use crate::config::GridVelocity;
 use crate::diagnostics::{
-    free_space_energy, free_space_enstrophy, global_moments, grid_diagnostics, vorticity_grid,
-    vorticity_grid_velocity, Diagnostics,
+    apply_heat, free_space_energy, free_space_enstrophy, global_moments, grid_diagnostics,
+    vorticity_grid, vorticity_grid_velocity, Diagnostics,
 };
 use crate::error::Result;
 use crate::rhs::Derivatives;
@@ -32,6 +32,13 @@ pub fn compute<B: Backend>(
         re_lambda: f64::NAN,
         ..Default::default()
     };
+    let core = sim.config.evaluation.core;
+    // the diffusion substep pending since the last re-interpolation (cores of order above 2)
+    let pending = if core == vortex_fmm::kernel::CoreOrder::Second {
+        0.0
+    } else {
+        sim.config.nu * sim.config.dt * (sim.state.step - sim.state.step_reset) as f64
+    };
     match (sim.config.periodic(), grid) {
         (Some(per), Some(n)) => {
             global_moments(comm, &sim.state.particles, &mut d);
@@ -42,7 +49,8 @@ pub fn compute<B: Backend>(
                     return Ok(None);
                 };
                 let n = vorticity_grid(&sim.config, n);
-                let velocity = vorticity_grid_velocity(&all, n, l, cutoff);
+                let mut velocity = vorticity_grid_velocity(&all, n, l, cutoff, core);
+                apply_heat(&mut velocity, n, l, pending);
                 grid_diagnostics(&mut d, &velocity, n, l, sim.config.nu);
                 d.seconds = t0.elapsed().as_secs_f64();
                 return Ok(Some(d));
@@ -57,9 +65,10 @@ pub fn compute<B: Backend>(
             let p = &sim.state.particles;
             let fields = sim.rhs.evaluate_at(&p.to_sources(), &Targets::points(pts));
             let fields = agree(comm, fields)?;
-            let Some(all) = vortex_domain::gather_to_root(comm, &fields) else {
+            let Some(mut all) = vortex_domain::gather_to_root(comm, &fields) else {
                 return Ok(None);
             };
+            apply_heat(&mut all.velocity, n, l, pending);
             grid_diagnostics(&mut d, &all.velocity, n, l, sim.config.nu);
         }
         _ => {
@@ -72,7 +81,7 @@ pub fn compute<B: Backend>(
             d.n_particles = p.len();
             d.max_sigma = p.sigma.iter().copied().fold(0.0, f64::max);
             d.energy = free_space_energy(&p, &v[0]);
-            d.enstrophy = free_space_enstrophy(&p, sim.config.reinterpolation.cutoff);
+            d.enstrophy = free_space_enstrophy(&p, sim.config.reinterpolation.cutoff, core);
         }
     }
     d.seconds = t0.elapsed().as_secs_f64();

@@ -95,13 +95,14 @@
 
 use super::spreading::{plan_for, SpreadError, MAX_BINS};
 use super::{fresh_particles, lattice_for, solve, Lattice, LatticeSpec, RbfReport, RbfSettings};
-use crate::cells::gaussian_sum;
+use crate::cells::core_sum;
 use crate::core_spreading::sigma_at;
 use crate::error::{Error, Result};
 use crate::particles::Particles;
 use crate::rhs::Derivatives;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
+use vortex_fmm::kernel::CoreOrder;
 
 /// What the step after a re-interpolation uses as its Adams-Bashforth history
 /// (`reinterpolation.history`).
@@ -143,6 +144,13 @@ pub fn lattice_operator(
 ) -> Result<(Vec<[f64; 3]>, RbfReport)> {
     let t0 = Instant::now();
     let spread_error = |e: SpreadError| Error::Rbf(format!("reinterpolation.sums: {e}"));
+    if s.core != CoreOrder::Second && !s.sums.is_direct() {
+        return Err(Error::Rbf(format!(
+            "reinterpolation.sums = spread deconvolves the Gaussian's transform; the core of \
+             order {} needs sums = {{ kind = \"direct\" }}",
+            s.core
+        )));
+    }
     if let Some(plan) = plan_for(lat, &s.sums, sigma0).map_err(spread_error)? {
         match plan.lattice_strengths(position, v, cores, sigma0, &s.filter) {
             Ok(beta) => {
@@ -164,7 +172,7 @@ pub fn lattice_operator(
         }
     }
     let pts = lat.points();
-    let field = gaussian_sum(position, v, cores, &pts, s.cutoff, period);
+    let field = core_sum(s.core, position, v, cores, &pts, s.cutoff, period);
     solve(lat, sigma0, &field, s)
 }
 

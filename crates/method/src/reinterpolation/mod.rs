@@ -35,6 +35,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
+pub mod cores;
 pub mod filter;
 pub mod history;
 pub mod separable;
@@ -42,6 +43,7 @@ pub mod spreading;
 pub use filter::LatticeFilter;
 use separable::SeparableSolver;
 pub use spreading::LatticeSums;
+use vortex_fmm::kernel::CoreOrder;
 
 /// A regular lattice of `dims` points `origin + h * (i, j, k)`, stored at `(i*ny + j)*nz + k`
 /// (z fastest, as the spectral grids). `periodic`: the lattice tiles the box `[-L/2, L/2)^3`
@@ -133,6 +135,11 @@ pub struct RbfSettings {
     pub filter: LatticeFilter,
     /// How the Gaussian sums at the lattice points are computed (periodic boxes).
     pub sums: LatticeSums,
+    /// The core of the blobs (sums and lattice matrix; `evaluation.core`).
+    pub core: CoreOrder,
+    /// `nu tau`: the heat kernel `exp(-nu |k|^2 tau)` applied to the interpolated vorticity
+    /// (periodic lattices; the viscous term of the cores of order above 2, [`cores`]); 0: none.
+    pub diffusion: f64,
 }
 
 impl Default for RbfSettings {
@@ -146,6 +153,8 @@ impl Default for RbfSettings {
             // exact interpolation (the initial conditions); runs take `[reinterpolation] filter`
             filter: LatticeFilter::None,
             sums: LatticeSums::Direct,
+            core: CoreOrder::Second,
+            diffusion: 0.0,
         }
     }
 }
@@ -300,8 +309,15 @@ pub fn conjugate_gradient(
 }
 
 /// `||A x - b|| / ||b||` (0 when `b = 0` and `x = 0`).
-fn relative_residual(lat: &Lattice, sigma: f64, cutoff: f64, x: &[f64], b: &[f64]) -> f64 {
-    let ax = apply_gaussian(lat, sigma, cutoff, x);
+fn relative_residual(
+    lat: &Lattice,
+    core: CoreOrder,
+    sigma: f64,
+    cutoff: f64,
+    x: &[f64],
+    b: &[f64],
+) -> f64 {
+    let ax = cores::apply_core(lat, core, sigma, cutoff, x);
     let bn = dot(b, b).sqrt();
     let rn = chunked_sum(b.len(), |i| (ax[i] - b[i]).powi(2)).sqrt();
     if bn == 0.0 {
@@ -313,6 +329,59 @@ fn relative_residual(lat: &Lattice, sigma: f64, cutoff: f64, x: &[f64], b: &[f64
     } else {
         rn / bn
     }
+}
+
+/// The direct solve of a lattice system: the Gaussian's separable inverse, or the 3-D Fourier
+/// solve of a periodic lattice for the cores of order above 2.
+enum DirectSolver {
+    Separable(SeparableSolver),
+    Fourier(cores::FourierSolver),
+}
+
+impl DirectSolver {
+    fn new(lat: &Lattice, sigma: f64, s: &RbfSettings) -> Result<Self> {
+        let lower = |e: String| Error::Rbf(format!("{e}; lower initial.overlap"));
+        match (s.core, lat.periodic) {
+            (CoreOrder::Second, _) => {
+                SeparableSolver::new(lat.dims, lat.h, sigma, s.cutoff, lat.periodic)
+                    .map(Self::Separable)
+                    .map_err(lower)
+            }
+            (core, true) => cores::FourierSolver::new(lat.dims, lat.h, sigma, s.cutoff, core)
+                .map(Self::Fourier)
+                .map_err(lower),
+            (core, false) => Err(Error::Rbf(format!(
+                "the direct solve inverts the Gaussian's Kronecker-product matrix; the free-space \
+                 lattice matrix of the core of order {core} is a sum of such products: use \
+                 reinterpolation.solver = \"cg\""
+            ))),
+        }
+    }
+
+    fn solve(&self, b: &[f64]) -> Vec<f64> {
+        match self {
+            Self::Separable(s) => s.solve(b),
+            Self::Fourier(f) => f.solve(b),
+        }
+    }
+}
+
+/// The transfer function applied to the vorticity before the solve (periodic lattices): the
+/// filter `F` and the heat kernel of `s.diffusion`, per axis; `None` when both are 1.
+fn transfer_of(lat: &Lattice, s: &RbfSettings) -> Option<SeparableSolver> {
+    if !lat.periodic || (s.filter.is_none() && s.diffusion == 0.0) {
+        return None;
+    }
+    Some(SeparableSolver::transfer_gains(lat.dims, |c| {
+        let n = lat.dims[c];
+        let heat = cores::heat_transfers(n, n as f64 * lat.h, s.diffusion);
+        s.filter
+            .axis_transfers(n)
+            .iter()
+            .zip(heat)
+            .map(|(f, h)| f * h)
+            .collect()
+    }))
 }
 
 /// Strengths of blobs of core `sigma` on every lattice point whose field interpolates `omega`
@@ -332,15 +401,11 @@ pub fn solve(
         ..Default::default()
     };
     let mut beta = vec![[0.0; 3]; n];
-    let filter = (lat.periodic && !s.filter.is_none()).then_some(s.filter);
     let direct = match s.solver {
-        RbfSolver::Direct => Some(
-            SeparableSolver::new(lat.dims, lat.h, sigma, s.cutoff, lat.periodic)
-                .map_err(|e| Error::Rbf(format!("{e}; lower initial.overlap")))?,
-        ),
+        RbfSolver::Direct => Some(DirectSolver::new(lat, sigma, s)?),
         RbfSolver::Cg => None,
     };
-    let transfer = filter.map(|f| SeparableSolver::transfer(lat.dims, &f));
+    let transfer = transfer_of(lat, s);
     for c in 0..3 {
         let b: Vec<f64> = omega.iter().map(|w| w[c]).collect();
         // the right-hand side the blobs interpolate: F omega with a filter, omega without
@@ -351,7 +416,7 @@ pub fn solve(
         let (x, it, res) = match &direct {
             Some(solver) => {
                 let x = solver.solve(&b);
-                let res = relative_residual(lat, sigma, s.cutoff, &x, &b);
+                let res = relative_residual(lat, s.core, sigma, s.cutoff, &x, &b);
                 if !(res <= s.tolerance) {
                     return Err(Error::Rbf(format!(
                         "the direct solve left a relative residual {res:.3e} (component {c}, \
@@ -367,7 +432,7 @@ pub fn solve(
                 // quadrature guess: beta = omega h^3
                 let mut x: Vec<f64> = b.iter().map(|v| v * h3).collect();
                 let (it, res) = conjugate_gradient(
-                    |v| apply_gaussian(lat, sigma, s.cutoff, v),
+                    |v| cores::apply_core(lat, s.core, sigma, s.cutoff, v),
                     &b,
                     &mut x,
                     s.tolerance,

@@ -244,14 +244,20 @@ impl SeparableSolver {
     /// Fourier coefficients by `f(k)` (the filtered right-hand side a filtered solve
     /// interpolates).
     pub fn transfer(dims: [usize; 3], filter: &LatticeFilter) -> Self {
+        Self::transfer_gains(dims, |c| filter.axis_transfers(dims[c]))
+    }
+
+    /// A separable transfer function alone on the periodic lattice `dims`: `solve` multiplies
+    /// the Fourier coefficients of each axis `c` by `gains(c)[k]`, `k = 0..dims[c]`.
+    pub fn transfer_gains(dims: [usize; 3], gains: impl Fn(usize) -> Vec<f64>) -> Self {
         let mut planner = FftPlanner::new();
-        let mut axis = |n: usize| AxisSolver::Circulant {
-            n,
-            inv_eig: filter.axis_transfers(n),
-            forward: planner.plan_fft_forward(n),
-            inverse: planner.plan_fft_inverse(n),
+        let mut axis = |c: usize| AxisSolver::Circulant {
+            n: dims[c],
+            inv_eig: gains(c),
+            forward: planner.plan_fft_forward(dims[c]),
+            inverse: planner.plan_fft_inverse(dims[c]),
         };
-        let axes = [axis(dims[0]), axis(dims[1]), axis(dims[2])];
+        let axes = [axis(0), axis(1), axis(2)];
         Self {
             dims,
             axes,

@@ -37,10 +37,11 @@ enum Matrices<'a> {
 }
 
 impl UniformFmm {
-    /// Takes the M2L kernel of `params` for the evaluations that follow (called by the entry
-    /// points).
+    /// Takes the M2L kernel and the core of `params` for the evaluations that follow (called
+    /// by the entry points).
     pub(crate) fn select_m2l(&self, params: &UniformParams) {
         *self.m2l.lock().expect("m2l poisoned") = params.m2l;
+        *self.core.lock().expect("uniform core poisoned") = params.core;
     }
 
     /// The M2L kernel below the top at order `p` (logged with its reason when it changes).
