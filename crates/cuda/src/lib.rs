@@ -63,7 +63,8 @@ mod tests {
     }
 
     /// A sample value of each required define (order 8, its 144 pseudo-particles, the
-    /// evaluation block of `vortex-gpu`): the sources are compiled here without that crate.
+    /// evaluation block of `vortex-gpu`, the fourth-order core): the sources are compiled here
+    /// without that crate.
     fn sample_defines(src: &KernelSource) -> Vec<(&'static str, usize)> {
         src.required
             .iter()
@@ -71,6 +72,7 @@ mod tests {
                 "ORDER" | "PPM_P" => (d, 8),
                 "PPM_K" => (d, 144),
                 "EVAL_BLOCK" => (d, 64),
+                "CORE_M" => (d, 2),
                 other => panic!("{}: no sample value for the define {other}", src.name),
             })
             .collect()
@@ -86,6 +88,17 @@ mod tests {
             for src in &ALL_SOURCES {
                 compile(src, cc, &sample_defines(src))
                     .unwrap_or_else(|e| panic!("{}: {e}", src.name));
+            }
+        }
+        // every core order of the sources that take one (CORE_M = 1, 2, 3: cores 2, 4, 6)
+        for src in ALL_SOURCES.iter().filter(|s| s.required.contains(&"CORE_M")) {
+            for m in [1, 3] {
+                let defines: Vec<_> = sample_defines(src)
+                    .into_iter()
+                    .map(|(d, v)| if d == "CORE_M" { (d, m) } else { (d, v) })
+                    .collect();
+                compile(src, (9, 0), &defines)
+                    .unwrap_or_else(|e| panic!("{} with CORE_M = {m}: {e}", src.name));
             }
         }
     }
