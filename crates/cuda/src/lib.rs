@@ -91,7 +91,10 @@ mod tests {
             }
         }
         // every core order of the sources that take one (CORE_M = 1, 2, 3: cores 2, 4, 6)
-        for src in ALL_SOURCES.iter().filter(|s| s.required.contains(&"CORE_M")) {
+        for src in ALL_SOURCES
+            .iter()
+            .filter(|s| s.required.contains(&"CORE_M"))
+        {
             for m in [1, 3] {
                 let defines: Vec<_> = sample_defines(src)
                     .into_iter()

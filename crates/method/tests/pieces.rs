@@ -275,10 +275,12 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// Every rank's error of a restart on 2 ranks from `dir`, each naming `file` and `what`.
-/// The readers of tools refuse the same set unless only the configuration differs.
+/// Every rank's error of a restart on 2 ranks from the manifest of `dir` named explicitly, each
+/// naming `file` and `what` (a restart from the directory takes its newest loadable checkpoint
+/// instead). The readers of tools refuse the same set unless only the configuration differs.
 fn refused(text: &str, dir: &Path, file: &str, what: &str) {
-    let res = run_all(2, text, dir, Some(dir), None);
+    let manifest = dir.join(MANIFEST_FILE);
+    let res = run_all(2, text, dir, Some(&manifest), None);
     for (r, e) in res.into_iter().enumerate() {
         let e = e.err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains(file) && e.contains(what), "rank {r}: `{e}`");
@@ -311,7 +313,7 @@ fn a_missing_truncated_corrupt_or_foreign_piece_is_refused_naming_it() {
         .open(d.join(file(2)))
         .unwrap();
     f.set_len(m.pieces[2].bytes - 9).unwrap();
-    refused(RING, &d, &file(2), "bytes where the manifest lists");
+    refused(RING, &d, &file(2), &m.pieces[2].bytes.to_string());
     let d = case("corrupt");
     let mut b = std::fs::read(d.join(file(0))).unwrap();
     let k = b.len() / 2;
@@ -322,7 +324,7 @@ fn a_missing_truncated_corrupt_or_foreign_piece_is_refused_naming_it() {
     let d = case("foreign");
     let old = pieces::read_manifest(&d.join(format!("{MANIFEST_FILE}.1"))).unwrap();
     std::fs::copy(d.join(&old.pieces[1].file), d.join(file(1))).unwrap();
-    refused(RING, &d, &file(1), "where the manifest lists");
+    refused(RING, &d, &file(1), &m.pieces[1].bytes.to_string());
     // a manifest of another configuration: the changed keys
     let d = case("config");
     refused(
