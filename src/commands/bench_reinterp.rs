@@ -391,20 +391,10 @@ fn measure_cpu(b: &ReinterpBench, plan: &SpreadPlan, p: &Particles) -> Result<Me
     })
 }
 
+/// Refuses a size whose spreading grid and particles do not fit the device's free memory.
 #[cfg(feature = "cuda")]
-fn measure_cuda(b: &ReinterpBench, plan: &SpreadPlan, p: &Particles) -> Result<Measured> {
-    use vortex_domain::SelfComm;
-    use vortex_exchange::{TransportChoice, DEFAULT_TIMEOUT};
-    use vortex_resident::kernels::Kernels;
-    use vortex_resident::lattice::{lattice_particles, Planes};
-    use vortex_resident::reinterpolation::inverse_eigenvalues;
-    use vortex_resident::slab::lattice::{slab_vorticity, to_lattice_order, SlabLattice};
-    use vortex_resident::slab_fourier::{Ranks, SlabAxis, SlabFourier, SlabLayout};
-    use vortex_resident::spreading::{device_bytes, half_spectra, DeviceSpread, Precision};
-    use vortex_resident::state::DeviceParticles;
-
-    let dev = vortex_gpu::GpuDevice::get(b.device).context("--backend cuda")?;
-    let s = dev.stream().clone();
+fn check_fits(dev: &vortex_gpu::GpuDevice, plan: &SpreadPlan) -> Result<()> {
+    use vortex_resident::spreading::{device_bytes, Precision};
     let n = plan.n;
     let precision = Precision::for_tolerance(plan.tolerance);
     let need = device_bytes(plan, precision) + BYTES_PER_POINT * (n as f64).powi(3);
@@ -419,6 +409,25 @@ fn measure_cuda(b: &ReinterpBench, plan: &SpreadPlan, p: &Particles) -> Result<M
             free as f64 / (1u64 << 30) as f64
         );
     }
+    Ok(())
+}
+
+#[cfg(feature = "cuda")]
+fn measure_cuda(b: &ReinterpBench, plan: &SpreadPlan, p: &Particles) -> Result<Measured> {
+    use vortex_domain::SelfComm;
+    use vortex_exchange::{TransportChoice, DEFAULT_TIMEOUT};
+    use vortex_resident::kernels::Kernels;
+    use vortex_resident::lattice::{lattice_particles, Planes};
+    use vortex_resident::reinterpolation::inverse_eigenvalues;
+    use vortex_resident::slab::lattice::{slab_vorticity, to_lattice_order, SlabLattice};
+    use vortex_resident::slab_fourier::{Ranks, SlabAxis, SlabFourier, SlabLayout};
+    use vortex_resident::spreading::{half_spectra, DeviceSpread, Precision};
+    use vortex_resident::state::DeviceParticles;
+
+    let dev = vortex_gpu::GpuDevice::get(b.device).context("--backend cuda")?;
+    let s = dev.stream().clone();
+    let n = plan.n;
+    check_fits(&dev, plan)?;
     let k = Kernels::load(&dev)?;
     let mut sp = DeviceSpread::new(&dev, plan.clone())?;
     let dp = DeviceParticles::upload(&s, p)?;
