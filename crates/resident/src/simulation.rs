@@ -129,6 +129,7 @@ impl<'c> ResidentSimulation<'c> {
             .map_err(|e| Error::Other(format!("the device-resident step: {e}")));
         let fmm = agree(comm, fmm)?;
         let name = describe(&*fmm, &mut rbf);
+        let place = agree(comm, Placement::new(&*fmm, n_global, config.sigma0()))?;
         Ok(Self {
             ctx: Ctx { comm, dev, s, k },
             stepper: Stepper::from_config(&config),
@@ -136,7 +137,7 @@ impl<'c> ResidentSimulation<'c> {
             config,
             periodic,
             fmm,
-            place: Placement::new(),
+            place,
             p,
             ids,
             n_global,

@@ -30,6 +30,9 @@ pub fn owners_of_plan(plan: &SlabPlan) -> Owners {
 /// Where the particles live: the evaluation engine's slabs for the current global particle
 /// count and largest core, and the traffic of the migrations so far.
 pub struct Placement {
+    /// Whether the engine splits the particles into slabs (asked once: one rank holds the
+    /// whole box and nothing migrates otherwise).
+    slabbed: bool,
     /// Particles sent to other ranks by the migrations so far.
     pub migrated: u64,
     /// Bytes this rank sent: migrations, halos of the lattice sums, FMM exchanges.
@@ -37,11 +40,14 @@ pub struct Placement {
 }
 
 impl Placement {
-    pub fn new() -> Self {
-        Self {
+    /// The placement of `fmm`'s particles (`n_global` of them, cores up to `sigma_max`).
+    /// Collective.
+    pub fn new(fmm: &dyn DeviceEvaluator, n_global: usize, sigma_max: f64) -> Result<Self> {
+        Ok(Self {
+            slabbed: Self::slabs(fmm, n_global, sigma_max)?.is_some(),
             migrated: 0,
             bytes: 0,
-        }
+        })
     }
 
     /// The slabs of the engine's grid for `n_global` particles of largest core `sigma_max`
@@ -80,12 +86,16 @@ impl Placement {
     /// Where the particles of `lead` belong and whether any particle of any rank is away from
     /// its owner (`None`: one rank holds the whole box). Collective.
     fn owners_now(
+        &self,
         ctx: &Ctx,
         fmm: &dyn DeviceEvaluator,
         n_global: usize,
         lead: &DeviceParticles,
         l: f64,
     ) -> Result<Option<Ownership>> {
+        if !self.slabbed {
+            return Ok(None);
+        }
         let mut laps = crate::laps::Laps::new(&ctx.s, "owners");
         let m = lead.moments(&ctx.k, &ctx.s, l).map_err(gpu_err("moments"));
         let m = reduce_moments(ctx.comm, vortex_method::parallel::agree(ctx.comm, m)?);
@@ -123,7 +133,7 @@ impl Placement {
         previous: Option<&mut DeviceFields>,
         ids: &mut Vec<u64>,
     ) -> Result<()> {
-        let Some(own) = Self::owners_now(ctx, fmm, n_global, p, l)? else {
+        let Some(own) = self.owners_now(ctx, fmm, n_global, p, l)? else {
             return Ok(());
         };
         let mut n = p.n;
@@ -155,7 +165,7 @@ impl Placement {
         ),
         ids: &mut Vec<u64>,
     ) -> Result<()> {
-        let Some(own) = Self::owners_now(ctx, fmm, n_global, star, l)? else {
+        let Some(own) = self.owners_now(ctx, fmm, n_global, star, l)? else {
             return Ok(());
         };
         let mut n = star.n;
@@ -169,12 +179,6 @@ impl Placement {
         p.n = n;
         self.count(mv);
         Ok(())
-    }
-}
-
-impl Default for Placement {
-    fn default() -> Self {
-        Self::new()
     }
 }
 
