@@ -405,7 +405,7 @@ fn small_periodic_sets(n: usize) -> Vec<(&'static str, vortex_fmm::Sources)> {
     ]
 }
 
-/// With no far field (tiny opening angle, huge core cutoff) and no far images (`K = 0`), the
+/// With no far field (tiny opening angle, the largest core cutoff) and no far images (`K = 0`), the
 /// periodic FMM is the near field over the 27 minimum images alone: the mutual P2P of a
 /// self-evaluation, image pairs included, must reproduce the f64 direct sum over 27 copies of
 /// the sources (velocity less the surface term) to the accuracy of the kernel table, in every
@@ -423,12 +423,16 @@ fn periodic_near_field_alone_matches_the_27_image_direct_sum() {
         for leaf in [1, 5, 16, 64, 1000] {
             let p = EvalParams {
                 theta: 1e-3,
-                core_cutoff: 1e9,
+                core_cutoff: vortex_fmm::MAX_CUTOFF,
                 leaf_size: leaf,
                 ..periodic_params(Method::Fmm, 4, 0)
             };
             let ev = evaluate(&CpuBackend, &p, &s, &t).unwrap();
-            assert_eq!(ev.stats.far_pairs, 0);
+            // cells of one point (or of coincident points) have radius 0: their expansions are
+            // exact, and beyond MAX_CUTOFF core radii such a pair may be far without any error
+            if leaf > 1 {
+                assert_eq!(ev.stats.far_pairs, 0, "{name}, leaf {leaf}");
+            }
             let eu = relative_l2_error(&ev.fields.velocity, &reference.velocity);
             let es = relative_l2_error(&ev.fields.stretching, &reference.stretching);
             assert!(
