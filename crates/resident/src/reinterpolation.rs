@@ -66,6 +66,8 @@ pub struct Reinterpolator {
     /// of the fine planes (made at the first use of a split).
     slab_plan: Option<SpreadPlan>,
     slab_spread: Option<DeviceSlabSpread>,
+    /// Whether the first spreading over slabs was checked against the direct sums.
+    slab_checked: bool,
     /// Bytes this rank sent: halos of the lattice sums and the transposes.
     pub bytes: u64,
 }
@@ -124,6 +126,12 @@ fn sigma_range(ctx: &Ctx, p: &DeviceParticles) -> GpuResult<(f64, f64)> {
     crate::spreading::sigma_range(&ctx.dev, &ctx.s, &p.sigma, p.n)
 }
 
+/// The largest relative L2 difference between the first lattice strengths by spreading over
+/// slabs and by the direct sums that lets the run keep the spreading (the two agree to the
+/// spreading tolerance and the truncation of the direct sums, orders of magnitude below; an
+/// error of the decomposition is of order one).
+pub const SLAB_CHECK: f64 = 1e-4;
+
 static MIXED_CORES: Once = Once::new();
 static OUTSIDE_WINDOW: Once = Once::new();
 
@@ -145,6 +153,7 @@ impl Reinterpolator {
             spread: None,
             slab_plan: None,
             slab_spread: None,
+            slab_checked: false,
             bytes: 0,
         }
     }
@@ -346,8 +355,60 @@ impl Reinterpolator {
         sigma_max: f64,
     ) -> GpuResult<CudaSlice<f64>> {
         if let Some(beta) = self.spread_operator(ctx, q, lat)? {
+            if self.slab_plan.is_none() || self.slab_checked {
+                return Ok(beta);
+            }
+            return self.check_slab_route(ctx, q, lat, sigma_max, beta);
+        }
+        self.direct_operator(ctx, q, lat, sigma_max)
+    }
+
+    /// The first result of the spreading over slabs against the direct sums of the same
+    /// particles (collective): on a disagreement beyond [`SLAB_CHECK`] the run goes on with the
+    /// direct sums, and says so.
+    fn check_slab_route(
+        &mut self,
+        ctx: &Ctx,
+        q: &DeviceParticles,
+        lat: &SlabLattice,
+        sigma_max: f64,
+        beta: CudaSlice<f64>,
+    ) -> GpuResult<CudaSlice<f64>> {
+        self.slab_checked = true;
+        let direct = self.direct_operator(ctx, q, lat, sigma_max)?;
+        let (a, b) = (ctx.s.clone_dtoh(&beta)?, ctx.s.clone_dtoh(&direct)?);
+        let mut sums = [0.0, 0.0];
+        for (x, y) in a.iter().zip(&b) {
+            sums[0] += (x - y) * (x - y);
+            sums[1] += y * y;
+        }
+        ctx.comm.allreduce_f64(&mut sums, ReduceOp::Sum);
+        let e = (sums[0] / sums[1].max(f64::MIN_POSITIVE)).sqrt();
+        if e < SLAB_CHECK {
+            log::info!(
+                "reinterpolation.sums: the spreading over slabs agrees with the direct sums to \
+                 {e:.1e} (relative L2 of the lattice strengths)"
+            );
             return Ok(beta);
         }
+        log::warn!(
+            "reinterpolation.sums: the spreading over slabs differs from the direct sums by \
+             {e:.1e} (relative L2, limit {SLAB_CHECK:e}); the run continues with the direct sums"
+        );
+        self.slab_plan = None;
+        self.slab_spread = None;
+        Ok(direct)
+    }
+
+    /// [`Self::lattice_operator`] by the direct Gaussian sums (own particles and the halo of
+    /// the neighbours'). Collective.
+    fn direct_operator(
+        &mut self,
+        ctx: &Ctx,
+        q: &DeviceParticles,
+        lat: &SlabLattice,
+        sigma_max: f64,
+    ) -> GpuResult<CudaSlice<f64>> {
         let s = &ctx.s;
         let mut laps = Laps::new(s, "lattice operator by direct sums");
         let exchange = &mut *self.exchange;
