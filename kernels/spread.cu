@@ -1,5 +1,5 @@
 // The Gaussian sums of the periodic re-interpolation as a type-1 non-uniform FFT on the device
-// (crates/resident/src/spreading.rs; the formulas and the host twin:
+// (crates/resident/src/spreading/; the formulas and the host twin:
 // crates/method/src/reinterpolation/spreading/). The particles are binned by tile of the fine
 // periodic m^3 grid (s_tile_cells, then the counting sort of resident.cu); one block per tile
 // spreads their strengths with the "exponential of semicircle" kernel (Barnett, Magland & af
