@@ -171,6 +171,9 @@ impl DeviceSlabSpread {
         let (m, n) = (self.plan.design.fine, p.n);
         let win = self.slabs.window(self.slabs.rank());
         let (nt, ntz) = (m / self.tile, win.len.div_ceil(self.tile));
+        if win.len == 0 && n > 0 {
+            return Ok(None); // particles on a rank without fine planes: none of its slab
+        }
         if n > i32::MAX as usize || nt * nt * ntz >= i32::MAX as usize {
             return Err(GpuError::Unsupported(format!(
                 "{n} particles on {} tiles: beyond i32 indices",
