@@ -1,5 +1,5 @@
 // The Gaussian sums of the periodic re-interpolation as a type-1 non-uniform FFT on the device
-// (crates/resident/src/spreading.rs; the formulas and the host twin:
+// (crates/resident/src/spreading/; the formulas and the host twin:
 // crates/method/src/reinterpolation/spreading/). The particles are binned by tile of the fine
 // periodic m^3 grid (s_tile_cells, then the counting sort of resident.cu); one block per tile
 // spreads their strengths with the "exponential of semicircle" kernel (Barnett, Magland & af
@@ -56,21 +56,39 @@ extern "C" __global__ void s_tile_cells(const double* __restrict__ pos, int n, d
 
 // Shared memory of s_spread_tiles: the tile with its halo, P^3 values (P = tile + w), then per
 // particle of a chunk 3 w kernel values, its strength and 3 start offsets.
-template <typename T>
+//
+// WINDOW = false: the whole periodic grid, nt^3 tiles, grid index (x m + y) m + z, every axis
+// wrapped. WINDOW = true: a window of wl z planes from plane zs (crates/resident/src/spreading/
+// slabs.rs): nt^2 ntz tiles (ntz = ceil(wl / tile)), z counted from zs (wrapped), grid index
+// (j m + y) m + x with j the window plane; a window of fewer than m planes does not wrap, and
+// the binning (s_window_cells) has checked that every footprint lies in it, so the halo's
+// planes outside it hold zeros and are skipped; a window of all m planes wraps.
+template <typename T, bool WINDOW>
 __device__ void spread_tiles(const double4* __restrict__ sp, const double4* __restrict__ sa,
                              const int* __restrict__ starts, int m, int tile, int w, double beta,
-                             double origin, double hf, int comp, T* __restrict__ grid) {
+                             double origin, double hf, int comp, int zs, int wl,
+                             T* __restrict__ grid) {
     extern __shared__ double smem[];
-    const int nt = m / tile, P = tile + w, P3 = P * P * P, H = w / 2;
+    const int nt = m / tile, ntz = WINDOW ? (wl + tile - 1) / tile : nt;
+    const int P = tile + w, P3 = P * P * P, H = w / 2;
     T* sh = reinterpret_cast<T*>(smem);
     T* kv = sh + P3;                         // SPREAD_CHUNK * 3 * w
     T* val = kv + SPREAD_CHUNK * 3 * w;      // SPREAD_CHUNK
     int* off = reinterpret_cast<int*>(val + SPREAD_CHUNK);  // SPREAD_CHUNK * 3
     const int b = blockIdx.x;
-    const int t0[3] = {b / (nt * nt), (b / nt) % nt, b % nt};
+    const int t0[3] = {b / (nt * ntz), (b / ntz) % nt, b % ntz};
     for (int i = threadIdx.x; i < P3; i += blockDim.x) sh[i] = (T)0;
     const int p0 = starts[b], p1 = starts[b + 1];
     const double half = 0.5 * w;
+    // the grid index of tile-relative point (a, bb, c) of the halo, or -1 outside a window
+    auto index = [&](int a, int bb, int c) -> long long {
+        const long long gx = wrap_index(t0[0] * tile + a - H, m);
+        const long long gy = wrap_index(t0[1] * tile + bb - H, m);
+        if (!WINDOW) return (gx * m + gy) * m + wrap_index(t0[2] * tile + c - H, m);
+        int j = t0[2] * tile + c - H;
+        if (wl == m) j = wrap_index(j, m);  // a window of the whole grid wraps as it
+        return (j < 0 || j >= wl) ? -1 : ((long long)j * m + gy) * m + gx;
+    };
     for (int base = p0; base < p1; base += SPREAD_CHUNK) {
         const int cnt = min(SPREAD_CHUNK, p1 - base);
         __syncthreads();  // the halo zeroed, or the previous chunk's values used
@@ -78,7 +96,9 @@ __device__ void spread_tiles(const double4* __restrict__ sp, const double4* __re
             const int q = i / 3, c = i % 3;
             const double4 x = sp[base + q];
             const double xc = c == 0 ? x.x : (c == 1 ? x.y : x.z);
-            const double d = fine_coordinate(xc, origin, hf, m) - (double)(t0[c] * tile);
+            double u = fine_coordinate(xc, origin, hf, m);
+            if (WINDOW && c == 2) u = u >= (double)zs ? u - zs : u - zs + m;
+            const double d = u - (double)(t0[c] * tile);
             const double l0 = ceil(d - half);
             off[i] = (int)l0 + H;
             for (int a = 0; a < w; ++a) kv[i * w + a] = (T)es_kernel((l0 + a - d) / half, beta);
@@ -100,11 +120,9 @@ __device__ void spread_tiles(const double4* __restrict__ sp, const double4* __re
             } else {
                 // beyond the halo (not reached: the tile and the footprint come from the same
                 // coordinate), straight into the grid
-                const long long gx = wrap_index(t0[0] * tile + ox - H, m);
-                const long long gy = wrap_index(t0[1] * tile + oy - H, m);
                 for (int c = 0; c < w; ++c) {
-                    const int gz = wrap_index(t0[2] * tile + oz + c - H, m);
-                    atomicAdd(grid + (gx * m + gy) * m + gz, v * kz[c]);
+                    const long long g = index(ox, oy, oz + c);
+                    if (g >= 0) atomicAdd(grid + g, v * kz[c]);
                 }
             }
         }
@@ -113,23 +131,20 @@ __device__ void spread_tiles(const double4* __restrict__ sp, const double4* __re
     for (int i = threadIdx.x; i < P3; i += blockDim.x) {
         const T v = sh[i];
         if (v == (T)0) continue;
-        const int a = i / (P * P), bb = (i / P) % P, c = i % P;
-        const long long gx = wrap_index(t0[0] * tile + a - H, m);
-        const long long gy = wrap_index(t0[1] * tile + bb - H, m);
-        const long long gz = wrap_index(t0[2] * tile + c - H, m);
-        atomicAdd(grid + (gx * m + gy) * m + gz, v);
+        const long long g = index(i / (P * P), (i / P) % P, i % P);
+        if (g >= 0) atomicAdd(grid + g, v);
     }
 }
 
 // grid (m^3, z fastest) += the spread of component `comp` of the strengths sa of the particles
 // sp binned by tile (starts: m^3 / tile^3 + 1 offsets); one block per tile, dynamic shared
-// memory shared_bytes(tile, w, precision) (crates/resident/src/spreading.rs).
+// memory shared_bytes(tile, w, precision) (crates/resident/src/spreading/mod.rs).
 extern "C" __global__ void s_spread_f(const double4* __restrict__ sp,
                                       const double4* __restrict__ sa,
                                       const int* __restrict__ starts, int m, int tile, int w,
                                       double beta, double origin, double hf, int comp,
                                       float* __restrict__ grid) {
-    spread_tiles<float>(sp, sa, starts, m, tile, w, beta, origin, hf, comp, grid);
+    spread_tiles<float, false>(sp, sa, starts, m, tile, w, beta, origin, hf, comp, 0, m, grid);
 }
 
 extern "C" __global__ void s_spread_d(const double4* __restrict__ sp,
@@ -137,7 +152,43 @@ extern "C" __global__ void s_spread_d(const double4* __restrict__ sp,
                                       const int* __restrict__ starts, int m, int tile, int w,
                                       double beta, double origin, double hf, int comp,
                                       double* __restrict__ grid) {
-    spread_tiles<double>(sp, sa, starts, m, tile, w, beta, origin, hf, comp, grid);
+    spread_tiles<double, false>(sp, sa, starts, m, tile, w, beta, origin, hf, comp, 0, m, grid);
+}
+
+// The window's tile of every particle, cell = (tx nt + ty) ntz + tz (nt = m / tile, ntz =
+// ceil(wl / tile), z counted from plane zs, wrapped), the particles per tile, and in *bad the
+// number of particles whose footprint of w planes is not inside the window's wl planes.
+extern "C" __global__ void s_window_cells(const double* __restrict__ pos, int n, double origin,
+                                          double hf, int m, int tile, int w, int zs, int wl,
+                                          int* __restrict__ cell, int* __restrict__ counts,
+                                          int* __restrict__ bad) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int nt = m / tile, ntz = (wl + tile - 1) / tile;
+    int t[3];
+    for (int c = 0; c < 3; ++c) {
+        double u = fine_coordinate(pos[3 * i + c], origin, hf, m);
+        if (c == 2) {
+            u = u >= (double)zs ? u - zs : u - zs + m;
+            const double l0 = ceil(u - 0.5 * w);
+            if (wl < m && (l0 < 0.0 || l0 + w > (double)wl)) atomicAdd(bad, 1);
+        }
+        t[c] = min((int)(u / (double)tile), (c == 2 ? ntz : nt) - 1);
+    }
+    int cl = (t[0] * nt + t[1]) * ntz + t[2];
+    cell[i] = cl;
+    atomicAdd(&counts[cl], 1);
+}
+
+// The window grid (wl planes [j][y][x] of doubles) += the spread of component `comp`: the
+// blocks of s_spread_d over the window's nt^2 ntz tiles (binned by s_window_cells).
+extern "C" __global__ void s_spread_window_d(const double4* __restrict__ sp,
+                                             const double4* __restrict__ sa,
+                                             const int* __restrict__ starts, int m, int tile,
+                                             int w, double beta, double origin, double hf,
+                                             int comp, int zs, int wl,
+                                             double* __restrict__ grid) {
+    spread_tiles<double, true>(sp, sa, starts, m, tile, w, beta, origin, hf, comp, zs, wl, grid);
 }
 
 // floor(a / b) for b > 0.
@@ -200,6 +251,72 @@ extern "C" __global__ void s_fold_d(const double2* __restrict__ spec, int m,
                                     const double* __restrict__ d, int n,
                                     double2* __restrict__ out) {
     fold_modes<double2>(spec, m, d, n, out);
+}
+
+// The alias range of lattice mode k: jlo..=jhi such that q = k + j n lies in (-m/2, m/2].
+__device__ __forceinline__ void alias_range(int k, int n, int m, int* jlo, int* jhi) {
+    *jlo = floor_div(-(m / 2) - k, n) + 1;
+    *jhi = floor_div(m / 2 - k, n);
+}
+
+// Over slabs (crates/resident/src/spreading/slabs.rs), per own fine plane i: out[3 t + comp],
+// t = (i n + ky) (n/2 + 1) + kx (the slab spectrum of the fine layout, three components
+// interleaved) = sum over the fine modes q = k mod n in (-m/2, m/2] of d(qx) d(qy) B_i(qx, qy),
+// B_i the plane's 2-D half spectrum (m rows of m/2 + 1, half axis x; a mode with qx < 0 the
+// conjugate of (-qx, -qy)). One thread per (plane, ky, kx).
+extern "C" __global__ void s_fold_xy_d(const double2* __restrict__ spec, int planes, int m,
+                                       const double* __restrict__ d, int n, int comp,
+                                       double2* __restrict__ out) {
+    const int nh = n / 2 + 1, mh = m / 2 + 1;
+    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (long long)planes * n * nh) return;
+    const int kx = (int)(t % nh), ky = (int)((t / nh) % n);
+    const long long i = t / ((long long)n * nh);
+    int xlo, xhi, ylo, yhi;
+    alias_range(kx, n, m, &xlo, &xhi);
+    alias_range(ky, n, m, &ylo, &yhi);
+    double sr = 0.0, si = 0.0;
+    for (int jy = ylo; jy <= yhi; ++jy) {
+        const int qy = ky + jy * n;
+        const double dy = d[wrap_index(qy, m)];
+        for (int jx = xlo; jx <= xhi; ++jx) {
+            const int qx = kx + jx * n;
+            const double f = dy * d[wrap_index(qx, m)];
+            if (qx >= 0) {
+                const double2 v = spec[(i * m + wrap_index(qy, m)) * mh + qx];
+                sr += f * v.x;
+                si += f * v.y;
+            } else {
+                const double2 v = spec[(i * m + wrap_index(-qy, m)) * mh - qx];
+                sr += f * v.x;
+                si -= f * v.y;
+            }
+        }
+    }
+    out[3 * t + comp] = make_double2(sr, si);
+}
+
+// Over slabs, after the transpose and the transforms along z: out[kz cols + c] = sum over the
+// fine modes qz = kz mod n in (-m/2, m/2] of d(qz) fine[(qz mod m) cols + c], for the cols
+// columns (three components of each (ky, kx) of the rank's pencil) and every lattice kz < n:
+// the lattice's pencil spectrum. One thread per (kz, column).
+extern "C" __global__ void s_fold_z(const double2* __restrict__ fine, int m, long long cols,
+                                    const double* __restrict__ d, int n,
+                                    double2* __restrict__ out) {
+    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (long long)n * cols) return;
+    const int kz = (int)(t / cols);
+    const long long c = t % cols;
+    int lo, hi;
+    alias_range(kz, n, m, &lo, &hi);
+    double sr = 0.0, si = 0.0;
+    for (int j = lo; j <= hi; ++j) {
+        const int q = wrap_index(kz + j * n, m);
+        const double2 v = fine[(long long)q * cols + c];
+        sr += d[q] * v.x;
+        si += d[q] * v.y;
+    }
+    out[t] = make_double2(sr, si);
 }
 
 // Per block, the smallest and largest of x[0..n) (grid-stride), into part[2 b], part[2 b + 1];

@@ -5,7 +5,8 @@
 //! * The vorticity of the blobs at the rank's lattice points (core paper Eq. 3-4): the direct
 //!   Gaussian sums of the own particles and the halo of the neighbours'
 //!   ([`crate::slab::lattice::slab_vorticity`]), or, with `reinterpolation.sums = { kind =
-//!   "spread" }` on one rank, their spectrum by spreading ([`crate::spreading`]).
+//!   "spread" }`, their spectrum by spreading ([`crate::spreading`]; over several ranks on
+//!   the slabs' fine planes, [`crate::spreading::slabs`]).
 //! * The lattice system solved in Fourier space over the slabs
 //!   ([`SlabFourier::solve_rbf`]: the eigenvalues of the host's circulant axis factors,
 //!   `vortex_method::reinterpolation::separable`, times the transfer function of
@@ -23,15 +24,18 @@ use crate::laps::Laps;
 use crate::lattice::{lattice_particles, Planes};
 use crate::slab::lattice::{slab_vorticity, to_lattice_order, SlabLattice};
 use crate::slab_fourier::{GridSpectrum, Ranks, SlabAxis, SlabFourier, SlabLayout};
+use crate::spreading::device_slabs::{slab_device_bytes, DeviceSlabSpread};
+use crate::spreading::slabs::FineSlabs;
 use crate::spreading::{core_bin, device_bytes, DeviceSpread, Precision};
 use crate::state::{DeviceFields, DeviceParticles};
 use cudarc::driver::{CudaSlice, CudaStream};
 use std::collections::HashMap;
 use std::sync::{Arc, Once};
 use vortex_cuda::{GpuDevice, GpuError, GpuResult};
+use vortex_domain::ReduceOp;
 use vortex_exchange::{DeviceExchange, Transport};
 use vortex_method::reinterpolation::history::History;
-use vortex_method::reinterpolation::spreading::{plan_for, UNTRUNCATED};
+use vortex_method::reinterpolation::spreading::{plan_for, SpreadPlan, UNTRUNCATED};
 use vortex_method::reinterpolation::{Lattice, LatticeFilter, LatticeSums, RbfReport};
 use vortex_method::stepping::Stepper;
 use vortex_method::{Config, Error, Result};
@@ -56,8 +60,14 @@ pub struct Reinterpolator {
     inv_eig: Option<CudaSlice<f64>>,
     /// `f(k) / S(k)` of the untruncated lattice matrix (the spreading route's).
     inv_eig_exact: Option<CudaSlice<f64>>,
-    /// The spreading route, once [`Reinterpolator::prepare`] made it.
+    /// The spreading route on one rank, once [`Reinterpolator::prepare`] made it.
     spread: Option<DeviceSpread>,
+    /// The spreading route's plan over several ranks, and its buffers for the current split
+    /// of the fine planes (made at the first use of a split).
+    slab_plan: Option<SpreadPlan>,
+    slab_spread: Option<DeviceSlabSpread>,
+    /// Whether the first spreading over slabs was checked against the direct sums.
+    slab_checked: bool,
     /// Bytes this rank sent: halos of the lattice sums and the transposes.
     pub bytes: u64,
 }
@@ -92,8 +102,38 @@ fn eigenvalues<'a>(
     Ok(slot.as_ref().expect("set above"))
 }
 
+/// The spreading over the slabs of `bounds` (fine planes), made at the first use of a split.
+fn slab_spread<'a>(
+    slot: &'a mut Option<DeviceSlabSpread>,
+    ctx: &Ctx,
+    plan: SpreadPlan,
+    bounds: Vec<usize>,
+) -> GpuResult<&'a mut DeviceSlabSpread> {
+    if slot.as_ref().map(|sp| sp.slabs.bounds()) != Some(&bounds[..]) {
+        *slot = None; // the buffers of the old split go first
+        let w = plan.design.kernel.width;
+        let slabs = FineSlabs::new(plan.design.fine, &bounds, w, ctx.comm.rank());
+        *slot = Some(DeviceSlabSpread::new(&ctx.dev, ctx.s.clone(), plan, slabs)?);
+    }
+    Ok(slot.as_mut().expect("made above"))
+}
+
+/// The smallest and largest core of this rank's particles (infinite bounds for none).
+fn sigma_range(ctx: &Ctx, p: &DeviceParticles) -> GpuResult<(f64, f64)> {
+    if p.n == 0 {
+        return Ok((f64::INFINITY, f64::NEG_INFINITY));
+    }
+    crate::spreading::sigma_range(&ctx.dev, &ctx.s, &p.sigma, p.n)
+}
+
+/// The largest relative L2 difference between the first lattice strengths by spreading over
+/// slabs and by the direct sums that lets the run keep the spreading (the two agree to the
+/// spreading tolerance and the truncation of the direct sums, orders of magnitude below; an
+/// error of the decomposition is of order one).
+pub const SLAB_CHECK: f64 = 1e-4;
+
 static MIXED_CORES: Once = Once::new();
-static SPREAD_OVER_SLABS: Once = Once::new();
+static OUTSIDE_WINDOW: Once = Once::new();
 
 impl Reinterpolator {
     /// The re-interpolation of `config`'s lattice; halos and transposes over `exchange` (a
@@ -111,6 +151,9 @@ impl Reinterpolator {
             inv_eig: None,
             inv_eig_exact: None,
             spread: None,
+            slab_plan: None,
+            slab_spread: None,
+            slab_checked: false,
             bytes: 0,
         }
     }
@@ -123,8 +166,9 @@ impl Reinterpolator {
     /// Makes the spreading route of `reinterpolation.sums = { kind = "spread" }` on `dev`
     /// (kernels compiled, FFT planned, grid allocated) before the run starts, refusing a plan
     /// that does not fit the device's free memory, `reserved` bytes kept for the run's
-    /// particles; nothing for the direct sums. Over several ranks the slabs keep the direct
-    /// sums (logged once).
+    /// particles; nothing for the direct sums. Over several ranks the plan is kept and the
+    /// buffers of each split of the fine planes are made at its first use
+    /// ([`crate::spreading::device_slabs`]; the memory check takes the even split).
     pub fn prepare(&mut self, dev: &GpuDevice, reserved: f64, ranks: usize) -> Result<()> {
         let lat = Lattice::periodic_box(self.n, self.box_length);
         let plan = plan_for(&lat, &self.sums, self.sigma0)
@@ -132,17 +176,19 @@ impl Reinterpolator {
         let Some(plan) = plan else {
             return Ok(());
         };
-        if ranks > 1 {
-            SPREAD_OVER_SLABS.call_once(|| {
-                log::info!(
-                    "reinterpolation.sums = \"spread\" runs on one rank; over {ranks} ranks the \
-                     slabs use the direct Gaussian sums"
-                )
-            });
-            return Ok(());
-        }
-        let precision = Precision::for_tolerance(plan.tolerance);
-        let need = device_bytes(&plan, precision);
+        let precision = match ranks {
+            1 => Precision::for_tolerance(plan.tolerance),
+            _ => Precision::F64,
+        };
+        let need = match ranks {
+            1 => device_bytes(&plan, precision),
+            _ => {
+                let m = plan.design.fine;
+                let even: Vec<usize> = (0..=ranks).map(|r| r * m / ranks).collect();
+                let slabs = FineSlabs::new(m, &even, plan.design.kernel.width, 0);
+                slab_device_bytes(&plan, &slabs)
+            }
+        };
         let (free, _) = dev
             .mem_info()
             .map_err(|e| Error::Other(format!("device memory: {e}")))?;
@@ -162,6 +208,16 @@ impl Reinterpolator {
                 tol = plan.tolerance,
             )));
         }
+        if ranks > 1 {
+            log::info!(
+                "reinterpolation.sums: spreading over {ranks} slabs with a kernel of {} points \
+                 on a {}^3 grid (f64 planes)",
+                plan.design.kernel.width,
+                plan.design.fine
+            );
+            self.slab_plan = Some(plan);
+            return Ok(());
+        }
         let spread = DeviceSpread::new(dev, plan)
             .map_err(|e| Error::Rbf(format!("reinterpolation.sums: {e}")))?;
         log::info!(
@@ -176,48 +232,63 @@ impl Reinterpolator {
         Ok(())
     }
 
-    /// The spreading route on the device, if [`Reinterpolator::prepare`] made one.
+    /// The spreading route on one device, if [`Reinterpolator::prepare`] made one.
     pub fn spreading(&mut self) -> Option<&mut DeviceSpread> {
         self.spread.as_mut()
     }
 
-    /// The spreading route's strengths of the blobs `p` on the one slab `lat` of every plane
-    /// (slab layout), or `None` when there is no route or their cores differ by more than one
-    /// transform allows (the caller uses the direct sums).
+    /// Whether the Gaussian sums go by spreading (on one rank or over the slabs).
+    pub fn spreads(&self) -> bool {
+        self.spread.is_some() || self.slab_plan.is_some()
+    }
+
+    /// The spreading route's strengths of the blobs `p` on this rank's planes `lat` (slab
+    /// layout), or `None` when there is no route, their cores differ by more than one
+    /// transform allows, or (over slabs) a particle is too far from its slab: the caller uses
+    /// the direct sums. Collective.
     fn spread_operator(
         &mut self,
         ctx: &Ctx,
         p: &DeviceParticles,
         lat: &SlabLattice,
     ) -> GpuResult<Option<CudaSlice<f64>>> {
-        let Some(sp) = self.spread.as_mut() else {
+        let Some(plan) = self.spread_plan() else {
             return Ok(None);
         };
         let s = &ctx.s;
         let mut laps = Laps::new(s, "lattice operator by spreading");
-        let (lo, hi) = sp.range(s, &p.sigma, p.n)?;
+        let Some(core) = self.one_core(ctx, p, &plan)? else {
+            return Ok(None);
+        };
         laps.lap("cores");
-        if lo.is_nan() || lo < sp.plan.sigma_min * (1.0 - 1e-12) {
-            return Err(GpuError::Unsupported(format!(
-                "reinterpolation.sums: a core of {lo:e} is below the smallest core {:e} the \
-                 spreading plan was designed for",
-                sp.plan.sigma_min
-            )));
-        }
-        let Some(core) = core_bin(lo, hi, sp.plan.tolerance) else {
-            MIXED_CORES.call_once(|| {
+        let (n, h) = (self.n, lat.h());
+        let key = (n, h, self.sigma0, UNTRUNCATED);
+        eigenvalues(&mut self.inv_eig_exact, s, key, &self.filter)?;
+        let f = fourier_of(&mut self.fouriers, ctx, lat)?;
+        let spread = match self.spread.as_mut() {
+            Some(sp) => {
+                sp.lattice_spectra(&ctx.k, s, p.into(), core, f.pencil_mut())?;
+                true
+            }
+            None => {
+                let bounds = lat.fine_bounds(plan.design.fine);
+                let sp = slab_spread(&mut self.slab_spread, ctx, plan, bounds)?;
+                let ranks = Ranks {
+                    comm: ctx.comm,
+                    exchange: &mut *self.exchange,
+                };
+                sp.lattice_spectra(&ctx.k, s, ranks, p.into(), core, f.pencil_mut())?
+            }
+        };
+        if !spread {
+            OUTSIDE_WINDOW.call_once(|| {
                 log::info!(
-                    "reinterpolation.sums: the cores range over [{lo:e}, {hi:e}], more than one \
-                     transform allows; those re-interpolations use the direct sums"
+                    "reinterpolation.sums: a particle lies beyond the halo planes of its slab; \
+                     that re-interpolation uses the direct sums"
                 )
             });
             return Ok(None);
-        };
-        let (n, h) = (self.n, lat.h());
-        let key = (n, h, self.sigma0, UNTRUNCATED);
-        let inv_eig = eigenvalues(&mut self.inv_eig_exact, s, key, &self.filter)?;
-        let f = fourier_of(&mut self.fouriers, ctx, lat)?;
-        sp.lattice_spectra(&ctx.k, s, p.into(), core, f.pencil_mut())?;
+        }
         laps.lap("spectra");
         let mut field = s.alloc_zeros::<f64>(3 * lat.points())?;
         let c = (2.0 * std::f64::consts::PI * self.sigma0 * self.sigma0).powf(-1.5);
@@ -225,9 +296,50 @@ impl Reinterpolator {
             comm: ctx.comm,
             exchange: &mut *self.exchange,
         };
+        let inv_eig = self.inv_eig_exact.as_ref().expect("made above");
         f.solve_rbf_pencil(ranks, &mut field, inv_eig, c)?;
         laps.lap("solve");
         Ok(Some(field))
+    }
+
+    /// The spreading plan of this run (one rank or the slabs), if any.
+    fn spread_plan(&self) -> Option<SpreadPlan> {
+        match &self.spread {
+            Some(sp) => Some(sp.plan.clone()),
+            None => self.slab_plan.clone(),
+        }
+    }
+
+    /// The one core that stands for the cores of `p` over every rank, `None` when they differ
+    /// by more than one transform allows (logged once); a core below the plan's is an error.
+    /// Collective.
+    fn one_core(
+        &self,
+        ctx: &Ctx,
+        p: &DeviceParticles,
+        plan: &SpreadPlan,
+    ) -> GpuResult<Option<f64>> {
+        let (mut lo, mut hi) = sigma_range(ctx, p)?;
+        let mut v = [lo, -hi];
+        ctx.comm.allreduce_f64(&mut v, ReduceOp::Min);
+        (lo, hi) = (v[0], -v[1]);
+        if lo.is_nan() || lo < plan.sigma_min * (1.0 - 1e-12) {
+            return Err(GpuError::Unsupported(format!(
+                "reinterpolation.sums: a core of {lo:e} is below the smallest core {:e} the \
+                 spreading plan was designed for",
+                plan.sigma_min
+            )));
+        }
+        let core = core_bin(lo, hi, plan.tolerance);
+        if core.is_none() {
+            MIXED_CORES.call_once(|| {
+                log::info!(
+                    "reinterpolation.sums: the cores range over [{lo:e}, {hi:e}], more than one \
+                     transform allows; those re-interpolations use the direct sums"
+                )
+            });
+        }
+        Ok(core)
     }
 
     /// `L_c[x] v = A^{-1} G_c[x] v` on this rank's planes `lat` (slab layout, three doubles per
@@ -242,11 +354,61 @@ impl Reinterpolator {
         lat: &SlabLattice,
         sigma_max: f64,
     ) -> GpuResult<CudaSlice<f64>> {
-        if lat.bounds.len() == 2 {
-            if let Some(beta) = self.spread_operator(ctx, q, lat)? {
+        if let Some(beta) = self.spread_operator(ctx, q, lat)? {
+            if self.slab_plan.is_none() || self.slab_checked {
                 return Ok(beta);
             }
+            return self.check_slab_route(ctx, q, lat, sigma_max, beta);
         }
+        self.direct_operator(ctx, q, lat, sigma_max)
+    }
+
+    /// The first result of the spreading over slabs against the direct sums of the same
+    /// particles (collective): on a disagreement beyond [`SLAB_CHECK`] the run goes on with the
+    /// direct sums, and says so.
+    fn check_slab_route(
+        &mut self,
+        ctx: &Ctx,
+        q: &DeviceParticles,
+        lat: &SlabLattice,
+        sigma_max: f64,
+        beta: CudaSlice<f64>,
+    ) -> GpuResult<CudaSlice<f64>> {
+        self.slab_checked = true;
+        let direct = self.direct_operator(ctx, q, lat, sigma_max)?;
+        let (a, b) = (ctx.s.clone_dtoh(&beta)?, ctx.s.clone_dtoh(&direct)?);
+        let mut sums = [0.0, 0.0];
+        for (x, y) in a.iter().zip(&b) {
+            sums[0] += (x - y) * (x - y);
+            sums[1] += y * y;
+        }
+        ctx.comm.allreduce_f64(&mut sums, ReduceOp::Sum);
+        let e = (sums[0] / sums[1].max(f64::MIN_POSITIVE)).sqrt();
+        if e < SLAB_CHECK {
+            log::info!(
+                "reinterpolation.sums: the spreading over slabs agrees with the direct sums to \
+                 {e:.1e} (relative L2 of the lattice strengths)"
+            );
+            return Ok(beta);
+        }
+        log::warn!(
+            "reinterpolation.sums: the spreading over slabs differs from the direct sums by \
+             {e:.1e} (relative L2, limit {SLAB_CHECK:e}); the run continues with the direct sums"
+        );
+        self.slab_plan = None;
+        self.slab_spread = None;
+        Ok(direct)
+    }
+
+    /// [`Self::lattice_operator`] by the direct Gaussian sums (own particles and the halo of
+    /// the neighbours'). Collective.
+    fn direct_operator(
+        &mut self,
+        ctx: &Ctx,
+        q: &DeviceParticles,
+        lat: &SlabLattice,
+        sigma_max: f64,
+    ) -> GpuResult<CudaSlice<f64>> {
         let s = &ctx.s;
         let mut laps = Laps::new(s, "lattice operator by direct sums");
         let exchange = &mut *self.exchange;

@@ -302,6 +302,15 @@ impl<'c> ResidentSimulation<'c> {
     /// (`sigma_max` the largest core), the AB2 history carried through it when asked for.
     fn reinterpolate(&mut self, sigma_max: f64) -> Result<RbfReport> {
         let t1 = Instant::now();
+        if self.rbf.spreads() {
+            // the spreading over slabs wants every particle in its own slab (one rank: nothing
+            // moves)
+            let (ctx, fmm, l) = (&self.ctx, &*self.fmm, self.periodic.box_length);
+            let prev = self.previous.as_mut();
+            let (p, ids) = (&mut self.p, &mut self.ids);
+            self.place
+                .settle_state(ctx, fmm, self.n_global, l, p, prev, ids)?;
+        }
         let n = self.config.lattice_n().expect("checked by unsupported()");
         let (l, cutoff) = (self.box_length(), self.config.reinterpolation.cutoff);
         let (ctx, fmm) = (&self.ctx, &*self.fmm);
@@ -445,7 +454,7 @@ fn check_device_memory(dev: &GpuDevice, n: usize, ranks: usize) -> Result<()> {
 /// transport between the ranks.
 fn describe(fmm: &dyn DeviceEvaluator, rbf: &mut Reinterpolator) -> String {
     let mut name = format!("{}, state resident on the device", fmm.describe());
-    if rbf.spreading().is_some() {
+    if rbf.spreads() {
         name.push_str(", Gaussian sums by spreading");
     }
     if rbf.transport() != Transport::Local {

@@ -45,6 +45,40 @@ crate::kernel_set! {
         spec: *const double2, m: int, d: *const double, n: int, out: *mut double2,
     );
 
+    /// Over slabs (`vortex_resident::spreading::slabs`): the window tile of every particle
+    /// (`cell`: `n` ints below `nt^2 ntz`, `ntz = ceil(wl / tile)`, z counted from fine plane
+    /// `zs`), the particles per tile (`counts`, added to) and in `bad[0]` the count of particles
+    /// whose footprint of `w` planes leaves the window's `wl` planes. One thread per particle.
+    fn window_cells = s_window_cells(
+        pos: *const double, n: int, origin: double, hf: double, m: int, tile: int, w: int,
+        zs: int, wl: int, cell: *mut int, counts: *mut int, bad: *mut int,
+    );
+
+    /// The window grid (`wl` planes of `m^2` doubles, `[j][y][x]`) `+=` the spread of
+    /// component `comp` of the particles binned by [`Spread::window_cells`] (`starts`: `nt^2
+    /// ntz + 1` offsets); blocks and shared memory as [`Spread::spread_d`].
+    fn spread_window_d = s_spread_window_d(
+        sp: *const double4, sa: *const double4, starts: *const int, m: int, tile: int, w: int,
+        beta: double, origin: double, hf: double, comp: int, zs: int, wl: int,
+        grid: *mut double,
+    );
+
+    /// Component `comp` of the fine layout's slab spectrum `out` (`planes n (n/2 + 1)` triples
+    /// of complex, `[i][ky][kx][3]`) `=` the 2-D half spectra `spec` of the own fine planes
+    /// (`planes` blocks of `m (m/2 + 1)` complex, half axis x) times `d(qx) d(qy)`, folded onto
+    /// the lattice's `(kx, ky)`. One thread per `(plane, ky, kx)`.
+    fn fold_xy_d = s_fold_xy_d(
+        spec: *const double2, planes: int, m: int, d: *const double, n: int, comp: int,
+        out: *mut double2,
+    );
+
+    /// The lattice's pencil spectrum `out` (`n cols` complex, `[kz][column]`) `=` the fine
+    /// pencil `fine` (`m cols` complex, transformed along z) times `d(qz)`, folded onto `kz`.
+    /// One thread per `(kz, column)`.
+    fn fold_z = s_fold_z(
+        fine: *const double2, m: int, cols: long_long, d: *const double, n: int, out: *mut double2,
+    );
+
     /// Per block `b`, the smallest and largest of `x[..n]` (a grid-stride loop) into
     /// `part[2 b]` and `part[2 b + 1]` (`2` doubles per block); blocks of `RANGE_THREADS`
     /// (256) threads.

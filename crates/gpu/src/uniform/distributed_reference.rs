@@ -433,7 +433,7 @@ mod tests {
     #[test]
     fn periodic_ranks_agree_with_the_single_rank_twin() {
         let per = Periodic::default();
-        let s = periodic_set(2500, 21, 0.1);
+        let s = periodic_set(1200, 21, 0.1);
         for (grid, ranks) in [
             ((1, 2), &[1, 2, 3, 4][..]),
             ((3, 1), &[2, 3, 4][..]),

@@ -8,6 +8,7 @@
 //! Eq. 3-4), in the slab layout `((z - z0) n + y) n + x` of the transforms.
 
 use super::halo::{halo_on_device, split_rows, HaloSource};
+use super::owners::Owners;
 use crate::kernels::{per_element, Kernels};
 use crate::lattice::{bin_rows, gaussian_sums_at, reach, Planes, Rows};
 use crate::state::DeviceParticles;
@@ -30,6 +31,9 @@ pub struct SlabLattice {
     pub bounds: Vec<usize>,
     pub rank: usize,
     pub reach: usize,
+    /// Who owns which leaf plane of the particles' slabs (none on one rank): the owners of a
+    /// finer grid's planes ([`SlabLattice::fine_bounds`]).
+    pub owners: Option<Owners>,
 }
 
 impl SlabLattice {
@@ -57,7 +61,25 @@ impl SlabLattice {
             bounds,
             rank,
             reach,
+            owners: None,
         })
+    }
+
+    /// The lattice with the particles' slab owners `owners`.
+    pub fn with_owners(self, owners: Owners) -> Self {
+        Self {
+            owners: Some(owners),
+            ..self
+        }
+    }
+
+    /// The plane bounds of a grid of `m` planes over the box by the particles' owners (the
+    /// whole grid on rank 0 without owners).
+    pub fn fine_bounds(&self, m: usize) -> Vec<usize> {
+        match &self.owners {
+            Some(o) => o.lattice_bounds(m, self.box_length),
+            None => vec![0, m],
+        }
     }
 
     pub fn h(&self) -> f64 {

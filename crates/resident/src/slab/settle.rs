@@ -75,12 +75,17 @@ impl Placement {
         cutoff: f64,
         sigma_max: f64,
     ) -> Result<SlabLattice> {
-        let bounds = match Self::slabs(fmm, n_global, sigma_max)? {
-            Some(plan) => owners_of_plan(&plan).lattice_bounds(n, l),
+        let owners = Self::slabs(fmm, n_global, sigma_max)?.map(|plan| owners_of_plan(&plan));
+        let bounds = match &owners {
+            Some(o) => o.lattice_bounds(n, l),
             None => vec![0, n],
         };
-        SlabLattice::new(n, l, bounds, ctx.comm.rank(), cutoff, sigma_max)
-            .map_err(gpu_err("lattice"))
+        let lat = SlabLattice::new(n, l, bounds, ctx.comm.rank(), cutoff, sigma_max)
+            .map_err(gpu_err("lattice"))?;
+        Ok(match owners {
+            Some(o) => lat.with_owners(o),
+            None => lat,
+        })
     }
 
     /// Where the particles of `lead` belong and whether any particle of any rank is away from

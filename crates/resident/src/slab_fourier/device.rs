@@ -143,15 +143,21 @@ impl SlabFourier {
         dev.trim_pool()?;
         let n = layout.n() as i32;
         let nplanes = layout.planes(layout.rank()).len();
-        let planes = plane_plans(n, nplanes, s)?;
-        let columns = (layout.pencil_len() / layout.n()) as i32;
+        // a layout deeper than the lattice (the fine planes of the spreading over slabs) has
+        // its slab spectrum written by its caller: no plane transforms
+        let planes = match layout.depth() == layout.n() {
+            true => plane_plans(n, nplanes, s)?,
+            false => None,
+        };
+        let depth = layout.depth() as i32;
+        let columns = (layout.pencil_len() / layout.depth()) as i32;
         let z2z = cufft_sys::cufftType::CUFFT_Z2Z;
         let along_s = CudaFft::plan_many(
-            &[n],
-            Some(&[n]),
+            &[depth],
+            Some(&[depth]),
             columns,
             1,
-            Some(&[n]),
+            Some(&[depth]),
             columns,
             1,
             z2z,
@@ -245,6 +251,33 @@ impl SlabFourier {
     /// this rank's spectrum itself (the Gaussian sums by spreading, `crate::spreading`).
     pub fn pencil_mut(&mut self) -> &mut CudaSlice<f64> {
         &mut self.pencil
+    }
+
+    /// The slab spectrum (`2 slab_len` doubles, `[s - s0][km][kf][3]`), for a caller that
+    /// computes it itself (the fine planes of `crate::spreading::device_slabs`).
+    pub fn slab_mut(&mut self) -> &mut CudaSlice<f64> {
+        &mut self.slab
+    }
+
+    /// The pencil spectrum after [`Self::forward_from_slab`].
+    pub fn pencil(&self) -> &CudaSlice<f64> {
+        &self.pencil
+    }
+
+    /// The slab spectrum ([`Self::slab_mut`]) transposed and transformed along `s` into the
+    /// pencil spectrum (collective).
+    pub fn forward_from_slab(&mut self, ranks: Ranks<'_>) -> GpuResult<()> {
+        self.layout.check_comm(ranks.comm)?;
+        self.stream.context().bind_to_thread()?;
+        self.phase(|t| &mut t.pack, |me| me.pack())?;
+        self.phase(
+            |t| &mut t.exchange,
+            |me| me.exchange(ranks.comm, ranks.exchange, true),
+        )?;
+        self.phase(
+            |t| &mut t.along_s,
+            |me| me.along_s(FftDirection::Forward as i32),
+        )
     }
 
     /// [`Self::solve_rbf`] of the field whose spectrum is in the pencil buffer

@@ -69,7 +69,7 @@ pub enum SlabAxis {
 pub enum SlabError {
     #[error("slab FFT: {ranks} ranks for a lattice of n = {n} planes: at most n ranks (each needs a range of middle wavenumbers)")]
     TooManyRanks { ranks: usize, n: usize },
-    #[error("slab FFT: the plane bounds {bounds:?} must start at 0, end at n = {n} and not decrease ({what})")]
+    #[error("slab FFT: the plane bounds {bounds:?} must start at 0, end at {n} planes and not decrease ({what})")]
     BadBounds {
         bounds: Vec<usize>,
         n: usize,
@@ -111,6 +111,10 @@ impl From<ExchangeError> for SlabError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SlabLayout {
     n: usize,
+    /// Planes along the slab axis: `n` for the lattice, the fine grid's `m` for the spreading
+    /// of [`crate::spreading::slabs`] (whose planes are fine, their middle and fast axes
+    /// already folded onto the lattice's modes).
+    depth: usize,
     axis: SlabAxis,
     /// Planes of rank `r`: `bounds[r]..bounds[r + 1]`.
     bounds: Vec<usize>,
@@ -134,9 +138,22 @@ impl SlabLayout {
     /// Rank `rank`'s view of the `n^3` lattice split at `bounds` (`R + 1` entries, `0 = bounds[0]
     /// <= ... <= bounds[R] = n`). Refuses `R > n`.
     pub fn new(n: usize, bounds: &[usize], rank: usize, axis: SlabAxis) -> Result<Self, SlabError> {
+        Self::with_depth(n, n, bounds, rank, axis)
+    }
+
+    /// Rank `rank`'s view of `depth` planes of `n^2` points split at `bounds` (`0 = bounds[0]
+    /// <= ... <= bounds[R] = depth`), the middle wavenumbers of the transposed spectrum split
+    /// evenly as the lattice's. Refuses `R > n`.
+    pub fn with_depth(
+        depth: usize,
+        n: usize,
+        bounds: &[usize],
+        rank: usize,
+        axis: SlabAxis,
+    ) -> Result<Self, SlabError> {
         let bad = |what| SlabError::BadBounds {
             bounds: bounds.to_vec(),
-            n,
+            n: depth,
             what,
         };
         if bounds.len() < 2 {
@@ -146,7 +163,7 @@ impl SlabLayout {
         if ranks > n {
             return Err(SlabError::TooManyRanks { ranks, n });
         }
-        if bounds[0] != 0 || bounds[ranks] != n {
+        if bounds[0] != 0 || bounds[ranks] != depth {
             return Err(bad("first and last entries"));
         }
         if bounds.windows(2).any(|w| w[1] < w[0]) {
@@ -157,6 +174,7 @@ impl SlabLayout {
         }
         Ok(Self {
             n,
+            depth,
             axis,
             bounds: bounds.to_vec(),
             pencils: even_bounds(n, ranks),
@@ -174,6 +192,10 @@ impl SlabLayout {
 
     pub fn n(&self) -> usize {
         self.n
+    }
+    /// Planes along the slab axis (`n` but for a fine grid's layout).
+    pub fn depth(&self) -> usize {
+        self.depth
     }
     pub fn axis(&self) -> SlabAxis {
         self.axis
@@ -206,7 +228,7 @@ impl SlabLayout {
     }
     /// Complex numbers of this rank's pencil spectrum `[ks][km - m0][kf][3]`.
     pub fn pencil_len(&self) -> usize {
-        3 * self.n * self.pencil(self.rank).len() * self.nh()
+        3 * self.depth * self.pencil(self.rank).len() * self.nh()
     }
 
     /// On the slab side: the runs of this rank's slab spectrum (complex numbers, in message

@@ -18,6 +18,10 @@
 //! keeps them equal; cores that differ by more than the tolerance allows ([`core_bin`]) are
 //! reported, and the caller uses the direct sums.
 
+pub mod device_slabs;
+pub mod host_slabs;
+pub mod slabs;
+
 use crate::kernels::{per_element, Kernels};
 use crate::laps::Laps;
 use crate::lattice::{sort_into_cells, Binned, Rows};
@@ -96,6 +100,68 @@ pub fn core_bin(lo: f64, hi: f64, tolerance: f64) -> Option<f64> {
     (vhi <= vlo * (1.0 + std::f64::consts::E * tolerance / 2.0)).then(|| (0.5 * (vlo + vhi)).sqrt())
 }
 
+/// The smallest and largest of `x[..n]` on the device (the kernel `s_range`).
+fn value_range(
+    f: &Spread,
+    s: &Arc<CudaStream>,
+    x: &CudaSlice<f64>,
+    n: usize,
+) -> GpuResult<(f64, f64)> {
+    let blocks = n.div_ceil(THREADS as usize).clamp(1, 1024);
+    let mut part = s.alloc_zeros::<f64>(2 * blocks)?;
+    let cfg = LaunchConfig {
+        grid_dim: (blocks as u32, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // x holds at least n doubles (the caller's), part 2 per block; blockDim.x =
+    // RANGE_THREADS (its shared arrays)
+    f.range(s, cfg, x, n as i32, &mut part)?;
+    let v = s.clone_dtoh(&part)?;
+    let lo = v.iter().step_by(2).copied().fold(f64::INFINITY, f64::min);
+    let hi = v
+        .iter()
+        .skip(1)
+        .step_by(2)
+        .copied()
+        .fold(f64::NEG_INFINITY, f64::max);
+    Ok((lo, hi))
+}
+
+/// The smallest and largest core `sigma[..n]` of particles on `dev`.
+pub fn sigma_range(
+    dev: &GpuDevice,
+    s: &Arc<CudaStream>,
+    sigma: &CudaSlice<f64>,
+    n: usize,
+) -> GpuResult<(f64, f64)> {
+    value_range(&Spread::load(dev)?, s, sigma, n)
+}
+
+/// `d(q)` of the fold ([`SpreadPlan::axis_factors`]) on the device, computed once per core.
+#[derive(Default)]
+pub struct Factors(Vec<(u64, CudaSlice<f64>)>);
+
+impl Factors {
+    /// The `m` factors of `core` for `plan`.
+    pub fn get(
+        &mut self,
+        s: &Arc<CudaStream>,
+        plan: &SpreadPlan,
+        core: f64,
+    ) -> GpuResult<&CudaSlice<f64>> {
+        let i = match self.0.iter().position(|(b, _)| *b == core.to_bits()) {
+            Some(i) => i,
+            None => {
+                let d = s.clone_htod(&plan.axis_factors(core))?;
+                self.0.push((core.to_bits(), d));
+                self.0.len() - 1
+            }
+        };
+        Ok(&self.0[i].1)
+    }
+}
+
 /// The fine grid and its half spectrum in the plan's precision.
 enum Buffers {
     F32 {
@@ -118,8 +184,7 @@ pub struct DeviceSpread {
     f: Spread,
     fft: CudaFft,
     buf: Buffers,
-    /// `d(q)` of the cores used so far (bits of the core, the `m` factors).
-    factors: Vec<(u64, CudaSlice<f64>)>,
+    factors: Factors,
 }
 
 fn fft_err(what: &'static str) -> impl Fn(cufft_result::CufftError) -> GpuError {
@@ -166,7 +231,7 @@ impl DeviceSpread {
             f,
             fft,
             buf,
-            factors: Vec::new(),
+            factors: Factors::default(),
         })
     }
 
@@ -177,25 +242,7 @@ impl DeviceSpread {
         x: &CudaSlice<f64>,
         n: usize,
     ) -> GpuResult<(f64, f64)> {
-        let blocks = n.div_ceil(THREADS as usize).clamp(1, 1024);
-        let mut part = s.alloc_zeros::<f64>(2 * blocks)?;
-        let cfg = LaunchConfig {
-            grid_dim: (blocks as u32, 1, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // x holds at least n doubles (the caller's), part 2 per block; blockDim.x =
-        // RANGE_THREADS (its shared arrays)
-        self.f.range(s, cfg, x, n as i32, &mut part)?;
-        let v = s.clone_dtoh(&part)?;
-        let lo = v.iter().step_by(2).copied().fold(f64::INFINITY, f64::min);
-        let hi = v
-            .iter()
-            .skip(1)
-            .step_by(2)
-            .copied()
-            .fold(f64::NEG_INFINITY, f64::max);
-        Ok((lo, hi))
+        value_range(&self.f, s, x, n)
     }
 
     /// The particle rows sorted by tile of the fine grid.
@@ -285,16 +332,6 @@ impl DeviceSpread {
         }
     }
 
-    /// `d(q)` of `core` on the device (computed once per core).
-    fn factors(&mut self, s: &Arc<CudaStream>, core: f64) -> GpuResult<usize> {
-        if let Some(i) = self.factors.iter().position(|(b, _)| *b == core.to_bits()) {
-            return Ok(i);
-        }
-        let d = s.clone_htod(&self.plan.axis_factors(core))?;
-        self.factors.push((core.to_bits(), d));
-        Ok(self.factors.len() - 1)
-    }
-
     /// Component `comp` of the lattice's pencil spectrum on one rank `out` (`3 clen` complex
     /// as f64 pairs, components interleaved, planes of constant z:
     /// [`crate::slab_fourier::SlabFourier::pencil_mut`]) `=` the fine spectrum deconvolved,
@@ -314,8 +351,7 @@ impl DeviceSpread {
                 out.len()
             )));
         }
-        let i = self.factors(s, core)?;
-        let d = &self.factors[i].1;
+        let d = self.factors.get(s, &self.plan, core)?;
         let mut view = out.slice_mut(2 * comp..6 * clen);
         let (m_i, n_i) = (m as i32, n as i32);
         // spec holds m^2 (m/2 + 1) complex values (the R2C output), d m doubles; the view starts
@@ -412,26 +448,83 @@ mod tests {
     /// `s_tile_cells` and `spread_tiles` of `kernels/spread.cu` line by line on the host (f64,
     /// sequential): the tiles, the offsets into the halo, the flush.
     fn emulate_spread(plan: &SpreadPlan, tile: usize, pos: &[[f64; 3]], v: &[f64]) -> Vec<f64> {
+        let m = plan.design.fine;
+        emulate_tiles(plan, tile, None, pos, v, m * m * m)
+    }
+
+    /// `s_window_cells` and `spread_tiles<WINDOW = true>`: the window of `wl` planes from
+    /// `zs`, stored `[j][y][x]`.
+    fn emulate_window(
+        plan: &SpreadPlan,
+        tile: usize,
+        (zs, wl): (usize, usize),
+        pos: &[[f64; 3]],
+        v: &[f64],
+    ) -> Vec<f64> {
+        let m = plan.design.fine;
+        emulate_tiles(plan, tile, Some((zs, wl)), pos, v, wl * m * m)
+    }
+
+    /// `spread_tiles` of `kernels/spread.cu` line by line: the whole grid (`win = None`) or a
+    /// window `(zs, wl)`.
+    fn emulate_tiles(
+        plan: &SpreadPlan,
+        tile: usize,
+        win: Option<(usize, usize)>,
+        pos: &[[f64; 3]],
+        v: &[f64],
+        len: usize,
+    ) -> Vec<f64> {
         let (m, k) = (plan.design.fine, plan.design.kernel);
         let g = plan.grid();
         let (w, nt) = (k.width, m / tile);
+        let ntz = win.map_or(nt, |(_, wl)| wl.div_ceil(tile));
         let (pp, hh) = (tile + w, (w / 2) as i64);
-        let mut out = vec![0.0; m * m * m];
+        let mut out = vec![0.0; len];
+        let coord = |x: &[f64; 3], c: usize| {
+            let u = fine_coordinate(x[c], g.origin, g.h, m);
+            match win {
+                Some((zs, _)) if c == 2 => {
+                    if u >= zs as f64 {
+                        u - zs as f64
+                    } else {
+                        u - zs as f64 + m as f64
+                    }
+                }
+                _ => u,
+            }
+        };
         let cell = |x: &[f64; 3]| -> [usize; 3] {
             std::array::from_fn(|c| {
-                let u = fine_coordinate(x[c], g.origin, g.h, m);
-                ((u / tile as f64) as usize).min(nt - 1)
+                let top = if c == 2 { ntz } else { nt };
+                ((coord(x, c) / tile as f64) as usize).min(top - 1)
             })
         };
+        let index = |t0: [usize; 3], a: usize, bb: usize, c: usize| -> Option<usize> {
+            let gi = |t: usize, o: usize| wrap_index((t * tile + o) as i64 - hh, m);
+            let (gx, gy) = (gi(t0[0], a), gi(t0[1], bb));
+            match win {
+                None => Some((gx * m + gy) * m + gi(t0[2], c)),
+                Some((_, wl)) => {
+                    let mut j = (t0[2] * tile + c) as i64 - hh;
+                    if wl == m {
+                        j = j.rem_euclid(m as i64); // a window of the whole grid wraps
+                    }
+                    (0..wl as i64)
+                        .contains(&j)
+                        .then(|| (j as usize * m + gy) * m + gx)
+                }
+            }
+        };
         let half = 0.5 * w as f64;
-        for b in 0..nt.pow(3) {
-            let t0 = [b / (nt * nt), (b / nt) % nt, b % nt];
+        for b in 0..nt * nt * ntz {
+            let t0 = [b / (nt * ntz), (b / ntz) % nt, b % ntz];
             let mut sh = vec![0.0; pp.pow(3)];
             for (x, &val) in pos.iter().zip(v).filter(|(x, _)| cell(x) == t0) {
                 let mut off = [0i64; 3];
                 let mut kv = [[0.0; 16]; 3];
                 for c in 0..3 {
-                    let d = fine_coordinate(x[c], g.origin, g.h, m) - (t0[c] * tile) as f64;
+                    let d = coord(x, c) - (t0[c] * tile) as f64;
                     let l0 = (d - half).ceil();
                     off[c] = l0 as i64 + hh;
                     for (a, kva) in kv[c][..w].iter_mut().enumerate() {
@@ -456,8 +549,10 @@ mod tests {
             }
             for (i, &val) in sh.iter().enumerate() {
                 let (a, bb, c) = (i / (pp * pp), (i / pp) % pp, i % pp);
-                let gi = |t: usize, o: usize| wrap_index((t * tile + o) as i64 - hh, m);
-                out[(gi(t0[0], a) * m + gi(t0[1], bb)) * m + gi(t0[2], c)] += val;
+                match index(t0, a, bb, c) {
+                    Some(gidx) => out[gidx] += val,
+                    None => assert_eq!(val, 0.0, "a value outside the window"),
+                }
             }
         }
         out
@@ -558,6 +653,39 @@ mod tests {
         }
         assert!(own <= 1e-13 * scale, "{own:e} of {scale:e}");
         assert!(conj <= 1e-9 * scale, "{conj:e} of {scale:e}");
+    }
+
+    /// The window variant of the kernel (`s_window_cells`, `spread_tiles<WINDOW = true>`)
+    /// against the host twin of the spreading over slabs, on a window of each of 1 to 4 ranks
+    /// (one wrapping past the last plane, one the whole grid), tiles of 8 and 16.
+    #[test]
+    fn emulated_window_matches_the_slab_twin() {
+        use super::host_slabs::{fine_bounds_at_cuts, rank_share, spread_window};
+        use super::slabs::FineSlabs;
+        let (n, l) = (32usize, 2.0 * std::f64::consts::PI);
+        let h = l / n as f64;
+        let plan = SpreadPlan::new(n, l, 0.8 * h, 1e-6).unwrap();
+        let m = plan.design.fine;
+        let (pos, str) = super::host_slabs::random_set(700, l, 5);
+        for cuts in [vec![], vec![-2.5, 0.4, 1.9]] {
+            let bounds = fine_bounds_at_cuts(&plan, &cuts);
+            for r in 0..=cuts.len() {
+                let slabs = FineSlabs::new(m, &bounds, plan.design.kernel.width, r);
+                let (p, a) = rank_share(&pos, &str, l, &cuts, r);
+                let v: Vec<f64> = a.iter().map(|x| x[1]).collect();
+                let want = spread_window(&plan, &slabs, &p, &v).unwrap();
+                let win = slabs.window(r);
+                for tile in [8usize, 16] {
+                    let got = emulate_window(&plan, tile, (win.start, win.len), &p, &v);
+                    let err = got
+                        .iter()
+                        .zip(&want)
+                        .map(|(a, b)| (a - b).abs())
+                        .fold(0.0, f64::max);
+                    assert!(err < 1e-12, "cuts {cuts:?} rank {r} tile {tile}: {err:e}");
+                }
+            }
+        }
     }
 
     /// [`half_spectra`] reads back, in the host's layout, a pencil written from it.
