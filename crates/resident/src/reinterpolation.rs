@@ -272,6 +272,9 @@ impl Reinterpolator {
             }
             None => {
                 let bounds = lat.fine_bounds(plan.design.fine);
+                if bounds.len() != ctx.comm.size() + 1 {
+                    return Ok(None); // no slabs of the particles to split the fine planes by
+                }
                 let sp = slab_spread(&mut self.slab_spread, ctx, plan, bounds)?;
                 let ranks = Ranks {
                     comm: ctx.comm,
