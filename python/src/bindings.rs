@@ -17,13 +17,14 @@ use vortex_fmm::planner::Cause;
 use vortex_fmm::testsets::{generate, Distribution};
 use vortex_fmm::{BackendChoice, GridChoice, Method};
 
-/// The Python exception of an engine error: `ValueError` for bad input and for requests the
-/// planner refuses as such (the uniform grid for separate targets, another method, a clustered
-/// set), `RuntimeError` for what the machine cannot do (no GPU) and device failures. A
-/// refusal names the argument that asked for it (`grid="uniform"`, `backend="cuda"`).
+/// The Python exception of an engine error: `ValueError` for bad input (a state placement that
+/// does not apply included) and for requests the planner refuses as such (the uniform grid for
+/// separate targets, another method, a clustered set), `RuntimeError` for what the machine
+/// cannot do (no GPU) and device failures. A refusal names the argument that asked for it
+/// (`grid="uniform"`, `backend="cuda"`).
 fn to_py(e: EngineError, grid: GridChoice, backend: BackendChoice) -> PyErr {
     match e {
-        EngineError::Input(_) => PyValueError::new_err(e.to_string()),
+        EngineError::Input(_) | EngineError::State(_) => PyValueError::new_err(e.to_string()),
         EngineError::Fmm(vortex_fmm::FmmError::Backend(_)) => {
             PyRuntimeError::new_err(e.to_string())
         }
