@@ -42,6 +42,7 @@ pub fn run(args: &ParticlesArgs) -> Result<()> {
     if args.n == 0 {
         bail!("--n must be at least 1");
     }
+    crate::ranks::refuse_several("vortex particles")?;
     // the rule of every output: nothing is replaced without --overwrite (checked again by the
     // rename's target being absent is not possible portably; a file appearing meanwhile is
     // replaced)

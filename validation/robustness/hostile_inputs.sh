@@ -357,6 +357,8 @@ check "  the user's energy.csv kept" grep -q "t,E" "$tmp/u5/energy.csv"
 mkfifo "$tmp/out.fifo"
 case_ "particles --out a FIFO --overwrite (the node replaced)" refused "FIFO" -- "$bin" particles --n 10 --out "$tmp/out.fifo" --overwrite
 check "  the FIFO kept" test -p "$tmp/out.fifo"
+case_ "particles as one of 2 ranks (both wrote one file)" refused "one of 2 ranks" -- env OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 "$bin" particles --n 10 --out "$tmp/two.npy"
+check "  nothing written" test ! -e "$tmp/two.npy"
 ln -s "$tmp/nowhere" "$tmp/dangling"
 case_ "particles --out a dangling link --overwrite" refused "link to nothing" -- "$bin" particles --n 10 --out "$tmp/dangling" --overwrite
 mkdir -p "$tmp/q1"; echo "mine" >"$tmp/q1/velocity.npy"
