@@ -6,7 +6,7 @@
 //! `status` (where runs stand, read from their output directories).
 //!
 //! Exit status: 0 success; 1 error (the message says why); 75 (`EX_TEMPFAIL`) `run` or
-//! `spectral` stopped by SIGINT, SIGTERM, SIGHUP, SIGUSR1 or SIGUSR2 after finishing its step
+//! `spectral` stopped by SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2 or SIGXCPU after finishing its step
 //! and writing a checkpoint, or at once (a step longer than the grace, `signals`) with a
 //! complete checkpoint named (continue with `--restart OUT`); 130 a second signal before the
 //! checkpoint was written.
@@ -55,7 +55,8 @@ enum Command {
 
 /// The message of an error and its causes, `outer: cause: ...`, a cause left out where the
 /// message before it already holds its text (the file errors of the libraries repeat their
-/// cause in their own message).
+/// cause in their own message); numbers of more than 24 characters (`1e308` written out by
+/// `Display`) shown as `1e308` (`vortex_spectral::text::compact_numbers`).
 pub fn error_text(e: &anyhow::Error) -> String {
     let mut text = e.to_string();
     for cause in e.chain().skip(1) {
@@ -65,7 +66,7 @@ pub fn error_text(e: &anyhow::Error) -> String {
             text.push_str(&c);
         }
     }
-    text
+    vortex_spectral::text::compact_numbers(&text)
 }
 
 /// A rayon pool with `threads` threads (all cores when `None`).
@@ -129,11 +130,16 @@ fn main() {
             std::process::exit(1);
         }
         Ok(Some(sig)) => {
-            crate::errln!(
-                "stopped by signal {sig} after writing a checkpoint; exit status {} (continue \
-                 with --restart OUT/checkpoint.bin; `vortex run` also takes --restart OUT)",
-                vortex_spectral::durable::EXIT_INTERRUPTED
-            );
+            // once per job (every rank ends here); the checkpoint is OUT/checkpoint.bin on one
+            // rank, OUT/checkpoint.manifest and its pieces on several: --restart OUT takes
+            // either (its newest loadable checkpoint)
+            if ranks::launched_rank() == 0 {
+                crate::errln!(
+                    "stopped by signal {sig} after writing a checkpoint; exit status {} \
+                     (continue with --restart OUT)",
+                    vortex_spectral::durable::EXIT_INTERRUPTED
+                );
+            }
             std::process::exit(vortex_spectral::durable::EXIT_INTERRUPTED);
         }
         Ok(None) => {}

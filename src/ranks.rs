@@ -137,6 +137,22 @@ pub fn launched_ranks() -> Option<(usize, &'static str)> {
         })
 }
 
+/// Refuses a command that runs in one process when a launcher started it as one of several
+/// ranks (each would do the whole work into the same files): rank 0 says why (`what` the
+/// command is), the others end with the same status quietly.
+pub fn refuse_several(what: &str) -> Result<()> {
+    if let Some((n, var)) = launched_ranks() {
+        if launched_rank() != 0 {
+            std::process::exit(1);
+        }
+        anyhow::bail!(
+            "{what} runs in one process, but was started as one of {n} ranks ({var}): every \
+             rank would write the same file; start it without mpirun/srun, or with -np 1"
+        );
+    }
+    Ok(())
+}
+
 /// This process's rank as a launcher numbered it (0 when not launched as one of several).
 pub fn launched_rank() -> usize {
     ["OMPI_COMM_WORLD_RANK", "PMI_RANK"]

@@ -222,7 +222,7 @@ pub fn end_abruptly(outcome: Outcome) -> bool {
         outcome,
     };
     if let Err(e) = write_end(&a.out, Some(&a.before), &inv) {
-        crate::errln!("error: {e:#}");
+        crate::errln!("error: {}", crate::error_text(&e));
     }
     true
 }

@@ -1,8 +1,8 @@
 //! Signals end `run`, `spectral` and `compare` in bounded time (`docs/CONVENTIONS.md`, "Exit
 //! status"; the measures in `vortex_spectral::stop`).
 //!
-//! SIGINT, SIGTERM, SIGHUP (a closed terminal or ssh session), SIGUSR1 and SIGUSR2 (batch
-//! systems' warnings before a time limit) set the run loops' interrupt flag
+//! SIGINT, SIGTERM, SIGHUP (a closed terminal or ssh session), SIGUSR1, SIGUSR2 and SIGXCPU
+//! (batch systems' warnings before a time or CPU limit) set the run loops' interrupt flag
 //! (`vortex_spectral::durable`): a run whose current step ends within the grace
 //! (`VORTEX_STOP_GRACE_SECONDS`, default 20 s, below Slurm's 30 s `KillWait`) by the measured
 //! length of its last step finishes that step, writes a checkpoint, flushes its outputs and
@@ -12,10 +12,9 @@
 //! the status is 75 when there is one to continue from (1 when none was completed). Under
 //! mpirun every rank decides by the same rule; the ranks other than 0 wait two seconds more,
 //! so that rank 0 records the stop, and the job ends through `MPI_Abort` with the same status.
-//! A second signal ends the process at once (status 130).
+//! A second signal ends the process at once (status 130), `run.json` recording it.
 
 use anyhow::Result;
-use std::sync::atomic::AtomicBool;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use vortex_spectral::durable::{interrupted, EXIT_INTERRUPTED};
@@ -41,17 +40,27 @@ fn exit_now(code: i32) -> ! {
 /// Installs the handlers and starts the watcher; the grace is read (and a bad value refused)
 /// here, before anything runs.
 pub fn install() -> Result<()> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2, SIGXCPU};
+    const STOPPING: [i32; 6] = [SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGXCPU];
     let grace = stop::grace().map_err(|e| anyhow::anyhow!(e))?;
     let flag = vortex_spectral::durable::interrupt_flag();
-    let pending = std::sync::Arc::new(AtomicBool::new(false));
-    for sig in [SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2] {
-        signal_hook::flag::register_conditional_shutdown(sig, 130, pending.clone())?;
-        signal_hook::flag::register(sig, pending.clone())?;
-        signal_hook::flag::register_usize(sig, flag.clone(), sig as usize)?;
+    for sig in STOPPING {
+        // the flag keeps the first signal's number (the one the run reports)
+        let first = flag.clone();
+        // SAFETY: the action only loads and stores an atomic (async-signal-safe)
+        unsafe {
+            signal_hook::low_level::register(sig, move || {
+                let _ = first.compare_exchange(
+                    0,
+                    sig as usize,
+                    std::sync::atomic::Ordering::SeqCst,
+                    std::sync::atomic::Ordering::SeqCst,
+                );
+            })?;
+        }
     }
     // the watcher wakes at the signal itself (a pipe written by the handler), not at a poll
-    let signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2])?;
+    let signals = signal_hook::iterator::Signals::new(STOPPING)?;
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || watch(signals, grace))?;
@@ -82,6 +91,10 @@ fn watch(mut signals: signal_hook::iterator::Signals, grace: Duration) {
         Duration::from_secs(2)
     };
     loop {
+        // a second signal: at once, recorded, status 130
+        if let Some(second) = signals.pending().next() {
+            stop_on_second(sig, second as usize);
+        }
         let left = grace.saturating_sub(t0.elapsed());
         let late = stop::progress().and_then(|p| p.ends_within(left.as_secs_f64()));
         if late == Some(false) || left.is_zero() {
@@ -112,6 +125,27 @@ fn acknowledge(sig: usize, grace: Duration, progress: Option<stop::Progress>) {
         grace.as_secs_f64(),
         stop::GRACE_VAR
     );
+}
+
+/// A second signal `second` after `first`: says it (rank 0), records it in `run.json` with
+/// the last complete checkpoint and ends the process with status 130.
+fn stop_on_second(first: usize, second: usize) -> ! {
+    let what = match stop::last_checkpoint() {
+        Some(ck) => format!(
+            "a second signal ({second}) stopped the run at once, without a checkpoint of its \
+             own; the last complete checkpoint is {ck}: continue with --restart on it (or on \
+             the output directory)"
+        ),
+        None => format!(
+            "a second signal ({second}) stopped the run at once; no checkpoint was completed, \
+             nothing to continue"
+        ),
+    };
+    if crate::ranks::launched_rank() == 0 {
+        log::error!("signal {first}: {what}");
+        crate::run_info::end_abruptly(crate::run_info::Outcome::StoppedAtOnce(first, what));
+    }
+    exit_now(130)
 }
 
 /// Says it on stderr (rank 0), records it in `run.json` and ends the process: status 75 with

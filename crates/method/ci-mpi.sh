@@ -9,6 +9,11 @@
 # the manifest) and restarted on 3 must end where the 1-rank run ends (1e-9), and its checkpoint
 # continued on 1 rank too; a corrupt piece must stop every rank with its name; the particle snapshots of 2 ranks (a piece per rank and the .pvtp)
 # hold the particles of the 1-rank snapshot (1e-10: the velocities differ by round-off); a failure on rank 0 must end the job with one message, no hang.
+# A SIGUSR1 to mpirun and a SIGTERM to one rank must end the job at a step's end with status 75,
+# a piece per rank and the manifest, and that checkpoint restart on 2 ranks bit for bit and on
+# 1 rank to 1e-9 of the uninterrupted runs; a stopped rank (SIGSTOP, rank 1 or rank 0) must be
+# ended by the watchdog with run.json saying "failed"; `mpirun -np 2 vortex compare` must be
+# refused before anything starts.
 # Usage: crates/method/ci-mpi.sh   (from anywhere; honours CARGO_TARGET_DIR; needs OpenMPI)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -189,28 +194,96 @@ wait_bg() {
 }
 sed 's/^t_end = 0.5/t_end = 1000.0/' "$tmp/tg.toml" > "$tmp/long.toml"
 
-echo "== a checkpointed signal: SIGUSR1 to mpirun (forwarded to every rank) ends it with status 75"
+# the pid of rank R among the ranks
+rank_pid() {
+    for p in $ranks; do
+        if tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then
+            echo "$p"
+        fi
+    done
+}
+# the checkpoint of a signalled 2-rank run: a piece per rank and the manifest, at the step of the
+# last diagnostics row (a step boundary); restarted on 1 and 2 ranks to a t_end 3 steps later it
+# must end where the uninterrupted runs end (2 ranks: bit for bit; 1 rank: 1e-9)
+check_signalled() {
+    local out=$1 sig=$2
+    test "$status" -eq 75
+    python3 - "$out/run.json" "$sig" <<'PY'
+import json, sys
+inv = json.load(open(sys.argv[1]))["invocations"][-1]
+assert inv["status"] == "interrupted" and inv["signal"] == int(sys.argv[2]), inv["status"]
+PY
+    test -f "$out/checkpoint.manifest" && test ! -e "$out/checkpoint.bin"
+    step=$(sed -n 's/.*stopped at step \([0-9]*\) .*checkpoint.manifest (step \1).*/\1/p' "$out.log" | head -1)
+    test -n "$step"
+    test "$(find "$out" -name "checkpoint-s$(printf %08d "$step")-w*-p000[01].bin" | wc -l)" -eq 2
+    test "$(tail -1 "$out/diagnostics.csv" | cut -d, -f14)" -eq "$step"
+    # at most one closing line for the job (rank 0's; mpirun may end the job before it is
+    # out), never naming a checkpoint.bin the ranks did not write; no old pieces left behind
+    test "$(grep -c 'continue with --restart OUT' "$out.log")" -le 1
+    if grep -q 'continue with --restart OUT/checkpoint.bin' "$out.log" ||
+        grep -q "pieces not removed" "$out.log"; then
+        echo "a wrong closing line or old pieces left: $out.log" >&2
+        exit 1
+    fi
+    end=$(python3 -c "print(f'{($step + 3) * 0.1:.1f}')")
+    sed "s/^t_end = 0.5/t_end = $end/" "$tmp/tg.toml" > "$out-end.toml"
+    for np in 1 2; do
+        mpi "$np" "$bin" run "$out-end.toml" --out "$out-u$np" --backend cpu 2> /dev/null
+        cp -r "$out" "$out-r$np"
+        mpi "$np" "$bin" run "$out-end.toml" --out "$out-r$np" --backend cpu --restart "$out-r$np" 2> /dev/null
+    done
+    "$ckdiff" "$out-u2" "$out-r2" 0
+    "$ckdiff" "$out-u1/checkpoint.bin" "$out-r1/checkpoint.bin" 1e-9
+    cmp_diag "$out-u2" "$out-r2" 1e-300
+}
+
+echo "== a checkpointed signal: SIGUSR1 to mpirun (forwarded to every rank) ends it at a step's end with status 75"
 run_bg "$tmp/sig" -np 2 "$bin" run "$tmp/long.toml" --out "$tmp/sig" --backend cpu
+t0=$(date +%s%N)
 kill -USR1 "$mp"
 wait_bg
-test "$status" -eq 75
-python3 -c "import json,sys; s=json.load(open(sys.argv[1]))['invocations'][-1]['status']; assert s == 'interrupted', s" "$tmp/sig/run.json"
+echo "  ended $(( ($(date +%s%N) - t0) / 1000000 )) ms after the signal (grace 20 s, steps of 0.1 s)"
+check_signalled "$tmp/sig" 10
 echo "== SIGTERM to the ranks (scancel --signal, kill of the ranks): status 75 too"
 run_bg "$tmp/sigr" -np 2 "$bin" run "$tmp/long.toml" --out "$tmp/sigr" --backend cpu
-kill -TERM $(echo $ranks | awk '{print $NF}')
+t0=$(date +%s%N)
+kill -TERM "$(rank_pid 1)"
 wait_bg
-test "$status" -eq 75
+echo "  ended $(( ($(date +%s%N) - t0) / 1000000 )) ms after the signal"
+check_signalled "$tmp/sigr" 15
 
-echo "== a stopped rank: the others' watchdog ends the job (VORTEX_WATCHDOG_SECONDS=2)"
+# the invocation's status in run.json after the watchdog ended the job: failed, naming it
+check_watchdog_record() {
+    python3 - "$1/run.json" <<'PY'
+import json, sys
+inv = json.load(open(sys.argv[1]))["invocations"][-1]
+assert inv["status"] == "failed", inv["status"]
+assert "VORTEX_WATCHDOG_SECONDS" in inv["error"], inv["error"]
+assert inv.get("end"), inv
+PY
+}
 export VORTEX_WATCHDOG_SECONDS=2
-run_bg "$tmp/dog" -x VORTEX_WATCHDOG_SECONDS -np 2 "$bin" run "$tmp/long.toml" --out "$tmp/dog" --backend cpu
-kill -STOP $(echo $ranks | awk '{print $NF}')
-wait_bg
+for stopped in 1 0; do
+    echo "== rank $stopped stopped (SIGSTOP): the other's watchdog ends the job (VORTEX_WATCHDOG_SECONDS=2), run.json says so"
+    run_bg "$tmp/dog$stopped" -x VORTEX_WATCHDOG_SECONDS -np 2 "$bin" run "$tmp/long.toml" --out "$tmp/dog$stopped" --backend cpu
+    kill -STOP "$(rank_pid "$stopped")"
+    wait_bg
+    test "$status" -ne 0
+    grep -q "stopped answering" "$tmp/dog$stopped.log"
+    if pgrep -f -- "--out $tmp/dog$stopped" >/dev/null; then
+        echo "a rank of the stopped job is still there" >&2
+        exit 1
+    fi
+    check_watchdog_record "$tmp/dog$stopped"
+done
 unset VORTEX_WATCHDOG_SECONDS
-test "$status" -ne 0
-grep -q "stopped answering" "$tmp/dog.log"
-if pgrep -f -- "--out $tmp/dog" >/dev/null; then
-    echo "a rank of the stopped job is still there" >&2
+
+echo "== mpirun -np 2 vortex compare: refused before anything starts (one message, nothing written)"
+if mpi 2 "$bin" compare "$tmp/tg.toml" --out "$tmp/cmp" --backend cpu 2> "$tmp/err"; then
+    echo "compare on 2 ranks did not fail" >&2
     exit 1
 fi
+grep -q "compare runs in one process" "$tmp/err"
+test ! -e "$tmp/cmp"
 echo "ci-mpi: vortex run is independent of the number of ranks; signals and a stopped rank end the job"

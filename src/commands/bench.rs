@@ -7,7 +7,7 @@
 //! * `vortex bench m2l`: time of one M2L translation, rotation-based O(p^3) vs plain O(p^4).
 //! * `vortex bench spectral`, `vortex bench reinterp`: their own modules.
 
-use super::bench_common::{announce, need_work};
+use super::bench_common::{announce, expected_share, need_work, thread_cpu_s};
 use crate::planner::{request_at_sources, resolve, uniform_core_cutoff};
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
@@ -200,6 +200,19 @@ fn bench_fmm(b: &FmmBench) -> Result<()> {
         "no target would be compared with the direct sum (the error columns would be empty)",
     )?;
     need_work("--repeat", b.repeat, "no evaluation would be timed")?;
+    // theta, leaf size, cutoff and every order checked before the table's header is printed
+    for &p in &orders {
+        EvalParams {
+            method: b.method,
+            order: p,
+            theta: b.theta,
+            leaf_size: b.leaf_size,
+            core_cutoff: b.core_cutoff.unwrap_or(EvalParams::default().core_cutoff),
+            m2l: b.m2l,
+            ..EvalParams::default()
+        }
+        .validate()?;
+    }
     crate::set_global_threads(b.threads)?;
     crate::outln!(
         "# vortex bench fmm: backend {:?} grid {:?} (M2L {:?}) method {} theta {} leaf {} dist {:?} threads {} commit {}",
@@ -328,27 +341,61 @@ fn bench_m2l(b: &M2lBench) -> Result<()> {
     let orders = parse_orders(&b.orders)?;
     need_work("--count", b.count, "no translation would be timed")?;
     // a first part of the translations of every order (at least 20 ms of them, doubled
-    // until then) times the whole run before it starts
-    let estimate: f64 = orders
-        .iter()
-        .map(|&p| {
-            let mut probe = b.count.min(16);
-            loop {
-                let t0 = Instant::now();
-                let (rot, dir) = time_m2l(p, probe, probe.div_ceil(4));
-                if t0.elapsed().as_secs_f64() >= 0.02 || probe >= b.count {
-                    return rot * b.count as f64 + dir * (b.count / 4).max(1) as f64;
-                }
-                probe = (2 * probe).min(b.count);
+    // until then) times the whole run before it starts: in CPU time of this thread (the
+    // work), then stretched by the share of a core the benchmark gets, the smaller of the
+    // share measured over the probes and the one the load average leaves (a load that
+    // arrives after the probes is not seen by them)
+    let (mut cpu, mut probe_cpu, mut probe_wall) = (0.0, 0.0, 0.0);
+    for &p in &orders {
+        let mut probe = b.count.min(16);
+        loop {
+            let (t0, c0) = (Instant::now(), thread_cpu_s());
+            let (rot, dir) = time_m2l(p, probe, probe.div_ceil(4));
+            let (wall, used) = (t0.elapsed().as_secs_f64(), thread_cpu_s() - c0);
+            if wall >= 0.02 || probe >= b.count {
+                // the probe's rates in CPU time: wall time per translation times the share
+                let share = if used.is_finite() && wall > 0.0 {
+                    (used / wall).clamp(1e-3, 1.0)
+                } else {
+                    1.0
+                };
+                cpu += (rot * b.count as f64 + dir * (b.count / 4).max(1) as f64) * share;
+                probe_cpu += used;
+                probe_wall += wall;
+                break;
             }
-        })
-        .sum();
+            probe = (2 * probe).min(b.count);
+        }
+    }
+    let measured = if probe_wall > 0.0 && probe_cpu.is_finite() && probe_cpu > 0.0 {
+        (probe_cpu / probe_wall).clamp(1e-3, 1.0)
+    } else {
+        1.0
+    };
+    let (by_load, load) = expected_share();
+    let share = measured.min(by_load).max(0.05);
+    let estimate = if cpu.is_finite() {
+        cpu / share
+    } else {
+        f64::NAN
+    };
     announce(
         "--count",
         &format!(
-            "{} translations of each of {} orders",
+            "{} translations of each of {} orders ({} of CPU time at {:.0} % of a core: \
+             {:.0} % measured, {})",
             b.count,
-            orders.len()
+            orders.len(),
+            vortex_spectral::durable::duration_text(cpu),
+            100.0 * share,
+            100.0 * measured,
+            match load {
+                Some(l) => format!(
+                    "load average {l:.1} on {} cores",
+                    std::thread::available_parallelism().map_or(1, |n| n.get())
+                ),
+                None => "load unknown".into(),
+            }
         ),
         estimate,
     )?;

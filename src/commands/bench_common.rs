@@ -47,3 +47,29 @@ pub fn announce(flag: &str, what: &str, secs: f64) -> Result<()> {
     }
     Ok(())
 }
+
+/// Seconds of CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`): unlike the
+/// wall time, not stretched by other processes sharing the cores.
+pub fn thread_cpu_s() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec the call writes; the clock id is a constant of libc
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return f64::NAN;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// The share of one core a single-threaded benchmark can expect while the machine is as
+/// loaded as now: `cores / (load + 1)` of the 1-minute load average of `/proc/loadavg` (the
+/// benchmark itself one more runnable thread), at most 1; 1 when the load is not known.
+pub fn expected_share() -> (f64, Option<f64>) {
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse::<f64>().ok())
+        .filter(|l| l.is_finite() && *l >= 0.0);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    (load.map_or(1.0, |l| (cores / (l + 1.0)).min(1.0)), load)
+}

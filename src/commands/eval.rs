@@ -238,6 +238,18 @@ fn claim_out(args: &EvalArgs) -> Result<vortex_spectral::durable::OutLock> {
                 present.join(", ")
             );
         }
+        // the results are an evaluation's only when its record is beside them: timing.json,
+        // written last, a JSON object with the evaluation's keys; same-named files without
+        // it may be the user's (or a killed evaluation's, which the user removes knowingly)
+        if !is_eval_record(&args.out.join("timing.json")) {
+            anyhow::bail!(
+                "output directory {}: --overwrite refused: it holds {} but no readable \
+                 timing.json of an evaluation (its record, written last), so they may be \
+                 yours; move them or choose another --out",
+                args.out.display(),
+                present.join(", ")
+            );
+        }
         // never the command's own input
         let inputs = std::iter::once(&args.particles).chain(args.targets.as_ref());
         for input in inputs {
@@ -260,6 +272,15 @@ fn claim_out(args: &EvalArgs) -> Result<vortex_spectral::durable::OutLock> {
         }
     }
     Ok(lock)
+}
+
+/// Whether `path` is the `timing.json` an evaluation writes: a JSON object
+/// with its `n`, `m` and `method`.
+fn is_eval_record(path: &std::path::Path) -> bool {
+    vortex_spectral::inputs::read_own_text(path, "record of an evaluation")
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .is_some_and(|v| ["n", "m", "method"].iter().all(|k| v.get(k).is_some()))
 }
 
 fn read_input(args: &EvalArgs) -> Result<(vortex_fmm::Sources, vortex_fmm::Targets)> {

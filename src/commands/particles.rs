@@ -42,12 +42,26 @@ pub fn run(args: &ParticlesArgs) -> Result<()> {
     if args.n == 0 {
         bail!("--n must be at least 1");
     }
+    crate::ranks::refuse_several("vortex particles")?;
     // the rule of every output: nothing is replaced without --overwrite (checked again by the
     // rename's target being absent is not possible portably; a file appearing meanwhile is
     // replaced)
     match std::fs::symlink_metadata(&args.out) {
         Ok(m) if m.is_dir() => bail!(
             "--out {}: is a directory; give the path of the .npy file to write",
+            args.out.display()
+        ),
+        // a device, a FIFO or a socket (`/dev/full`, `/dev/stdout`): the file is written
+        // through OUT.tmp and a rename, which would replace the node itself (or write nothing
+        // where a pipe was meant), so none is taken as --out, --overwrite or not
+        Ok(m) if !std::fs::metadata(&args.out).map_or(m.is_file(), |t| t.is_file()) => bail!(
+            "--out {}: is {}, not a regular file: the particles are written through {}.tmp and \
+             a rename, which would replace it; give the path of a .npy file on disk",
+            args.out.display(),
+            match std::fs::metadata(&args.out) {
+                Ok(t) => vortex_spectral::inputs::kind_of(&t),
+                Err(_) => "a symbolic link to nothing",
+            },
             args.out.display()
         ),
         Ok(_) if !args.overwrite => bail!(

@@ -151,7 +151,7 @@ fn record(
         Ok(_) => rec,
         Err(_) => {
             if let Err(e) = rec {
-                log::warn!("{e:#}");
+                log::warn!("{}", crate::error_text(&e));
             }
             Ok(())
         }

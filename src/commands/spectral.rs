@@ -98,8 +98,8 @@ pub fn run(args: &SpectralArgs) -> anyhow::Result<Option<usize>> {
         },
     );
     match (&rec, &r) {
-        (Err(e), Ok(_)) => anyhow::bail!("{e:#}"),
-        (Err(e), Err(_)) => log::warn!("{e:#}"),
+        (Err(e), Ok(_)) => anyhow::bail!("{}", crate::error_text(e)),
+        (Err(e), Err(_)) => log::warn!("{}", crate::error_text(e)),
         _ => {}
     }
     let s = r?;

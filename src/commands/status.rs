@@ -41,6 +41,9 @@ pub enum State {
     Failed,
     /// `run.json` says running but its process on this host is gone (killed).
     Killed,
+    /// `run.json`'s last invocation has no status this binary writes (edited, or of a newer
+    /// version): `error` says what it holds.
+    Unknown,
 }
 
 /// One run's status (`--json`: one object per run).
@@ -101,6 +104,14 @@ fn run_dirs(dir: &Path) -> Result<Vec<PathBuf>> {
     }
     if dir.join("run.json").is_file() {
         return Ok(vec![dir.to_path_buf()]);
+    }
+    // a run.json that is not a file (a FIFO, a directory) is not read, and said so
+    if let Ok(m) = std::fs::metadata(dir.join("run.json")) {
+        bail!(
+            "{}: is {}, not a regular file: not the record of a run",
+            dir.join("run.json").display(),
+            vortex_spectral::inputs::kind_of(&m)
+        );
     }
     let mut runs: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("listing {}", dir.display()))?
@@ -186,15 +197,27 @@ fn state_of(last: &Value, s: &mut RunStatus) -> State {
         }
         Some("interrupted") => State::Interrupted,
         Some("failed") => State::Failed,
-        _ => {
+        Some("running") => {
             let host = last["host"].as_str().unwrap_or("?");
             let pid = last["pid"].as_u64();
-            s.process = Some(format!("pid {} on {host}", pid.unwrap_or(0)));
+            s.process = Some(match pid {
+                Some(p) => format!("pid {p} on {host}"),
+                None => format!("pid ? on {host}"),
+            });
             let here = host == crate::run_info::host();
             match (here, pid) {
                 (true, Some(p)) if !Path::new(&format!("/proc/{p}")).exists() => State::Killed,
                 _ => State::Running,
             }
+        }
+        // neither running nor an end: not read as either
+        _ => {
+            s.error = Some(format!(
+                "run.json: the last invocation's \"status\" is {}, none of running, completed, \
+                 interrupted, failed",
+                vortex_spectral::text::compact_numbers(&last["status"].to_string())
+            ));
+            State::Unknown
         }
     }
 }
@@ -343,6 +366,7 @@ fn table(all: &[RunStatus]) -> String {
             State::Ended => "ended".into(),
             State::Stopped => "stopped before t_end".into(),
             State::Failed => "failed".into(),
+            State::Unknown => "unknown".into(),
         };
         let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.6}"));
         rows.push([
@@ -449,6 +473,19 @@ mod tests {
             ),
         );
         assert_eq!(status_of(&b).unwrap().state, State::Killed);
+        // a status this binary does not write is not read as running (nor a pid of -1 as 0)
+        write(
+            &b,
+            "run.json",
+            r#"{"invocations": [{"command": "run", "status": 1e308, "pid": -1}]}"#,
+        );
+        let u = status_of(&b).unwrap();
+        assert_eq!(u.state, State::Unknown);
+        assert!(
+            u.error.as_deref().unwrap().contains("1e+308"),
+            "{:?}",
+            u.error
+        );
         assert!(run_dirs(&dir.join("missing")).is_err());
         std::fs::remove_dir_all(&tmp).unwrap();
     }

@@ -351,6 +351,80 @@ mkdir -p "$tmp/u5"; printf '{ "invocations": [] }' >"$tmp/u5/run.json"; echo "t,
 case_ "spectral --overwrite, a run.json without invocations" refused "no readable run.json" -- "$bin" spectral "$tmp/sp.toml" --out "$tmp/u5" --overwrite
 check "  the user's energy.csv kept" grep -q "t,E" "$tmp/u5/energy.csv"
 
+# -- the fourth probe (validation/robustness/README.md, "Typed sizes on every command, the
+# last record of a stop, outputs that are not files"): new values of the same classes --
+# data loss: --out a FIFO (or a device: /dev/full was replaced by a regular file) --overwrite
+mkfifo "$tmp/out.fifo"
+case_ "particles --out a FIFO --overwrite (the node replaced)" refused "FIFO" -- "$bin" particles --n 10 --out "$tmp/out.fifo" --overwrite
+check "  the FIFO kept" test -p "$tmp/out.fifo"
+case_ "particles as one of 2 ranks (both wrote one file)" refused "one of 2 ranks" -- env OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 "$bin" particles --n 10 --out "$tmp/two.npy"
+check "  nothing written" test ! -e "$tmp/two.npy"
+ln -s "$tmp/nowhere" "$tmp/dangling"
+case_ "particles --out a dangling link --overwrite" refused "link to nothing" -- "$bin" particles --n 10 --out "$tmp/dangling" --overwrite
+mkdir -p "$tmp/q1"; echo "mine" >"$tmp/q1/velocity.npy"
+case_ "eval --overwrite over a user's velocity.npy (no timing.json)" refused "timing.json" -- "$bin" eval --particles "$tmp/p.npy" --out "$tmp/q1" --backend cpu --overwrite
+check "  the user's velocity.npy kept" grep -q mine "$tmp/q1/velocity.npy"
+# vague: values of 309 digits, the key not named, a non-finite result without its cause
+npy() { # npy FILE ROWS VALUE-OF-ALPHA: an (N, 7) float64 particle file
+    python3 - "$@" <<'PY'
+import struct, sys
+path, n, a = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+rows = []
+for i in range(n):
+    rows += [0.1 * i, 0.05 * i, 0.2, a if a else 0.1 * (i - (n - 1) / 2), -(a if a else 0.1 * (i - (n - 1) / 2)), 0.0, 0.3]
+h = "{'descr': '<f8', 'fortran_order': False, 'shape': (%d, 7), }" % n
+h = h.encode() + b" " * (63 - len(h)) + b"\n"
+open(path, "wb").write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h + struct.pack("<%dd" % len(rows), *rows))
+PY
+}
+short() { # short NAME -- COMMAND...: refused, no number written out in more than 24 characters
+    local name=$1
+    shift 2
+    local err verdict=ok
+    err=$(timeout -s KILL 60 "$@" 2>&1 >/dev/null)
+    local rc=$?
+    [ $rc -eq 1 ] || verdict="exit $rc (want 1)"
+    printf '%s' "$err" | grep -qE '[0-9.]{25}' && verdict="$verdict; a number of more than 24 digits"
+    verdict=${verdict#ok; }
+    [ "$verdict" = ok ] || fails=$((fails + 1))
+    echo "| $name | $rc | $(printf '%s\n' "$err" | grep -m1 error | cut -c1-160 | tr '|' '/') | $verdict |"
+}
+short "dt = 1e308 (shown in 309 digits)" -- "$bin" run "$(tg 1e308 0.3 "" | cfg n1)" --out "$tmp/n1"
+short "domain.box_length = 1e-308" -- "$bin" run "$(tg 0.1 0.3 "" | sed 's/^image_levels = 1/image_levels = 1\nbox_length = 1e-308/' | cfg n2)" --out "$tmp/n2"
+short "reinterpolation.drop = 1e308" -- "$bin" run "$(tg 0.1 0.3 "" | sed 's/^\[output\]/[reinterpolation]\ndrop = 1e308\n[output]/' | cfg n3)" --out "$tmp/n3"
+short "spectral initial.energy = 1e-308" -- "$bin" spectral "$(sp | sed 's/^kind = "taylor-green"/kind = "isotropic"\nseed = 1\nk_peak = 3.0\nenergy = 1e-308/' | cfg n4)" --out "$tmp/n4"
+short "bench fmm --n 1e308" -- "$bin" bench fmm --n 1e308 --orders 4 --backend cpu
+case_ "spectral t_end = 1e308 (blamed nu alone)" refused "t_end" -- "$bin" spectral "$(sp | sed 's/^t_end = 0.2/t_end = 1e308/' | cfg n5)" --out "$tmp/n5"
+npy "$tmp/alpha.npy" 10 1e308
+case_ "eval of strengths 1e308 (a non-finite velocity, no cause)" refused "largest strength" -- "$bin" eval --particles "$tmp/alpha.npy" --out "$tmp/n6" --backend cpu
+npy "$tmp/per.npy" 10 0
+case_ "eval --periodic --box-length 1e308 (a non-finite velocity)" refused "box_length" -- "$bin" eval --particles "$tmp/per.npy" --out "$tmp/n7" --backend cpu --periodic --box-length 1e308
+ln -s "$tmp/loop2" "$tmp/loop1"; ln -s "$tmp/loop1" "$tmp/loop2"
+case_ "--restart a symbolic link loop (\"does not exist\")" refused "symbolic link" -- "$bin" run "$tmp/tg.toml" --out "$tmp/n8" --restart "$tmp/loop1"
+case_ "compare of a 6^3 run (named the twin's n)" refused "initial.n" -- "$bin" compare "$tmp/tg.toml" --out "$tmp/n9"
+"$bin" bench fmm --n 1000 --orders 4 --theta 0 --backend cpu >"$tmp/theta.out" 2>/dev/null
+check "bench fmm --theta 0: refused before the table's header" test ! -s "$tmp/theta.out"
+mkfifo "$tmp/q2.fifo"; mkdir -p "$tmp/q2"; mv "$tmp/q2.fifo" "$tmp/q2/run.json"
+case_ "status of a run.json that is a FIFO (\"no run.json\")" refused "FIFO" -- "$bin" status "$tmp/q2"
+# silent wrong: a record status the binary does not write, read as running
+mkdir -p "$tmp/q3"; printf '{"invocations": [{"status": 1e308, "pid": -1}]}' >"$tmp/q3/run.json"
+"$bin" status "$tmp/q3" >"$tmp/q3.out" 2>&1
+check "status of a run.json status 1e308: unknown, not running" sh -c "grep -q unknown '$tmp/q3.out' && ! grep -q 'running (pid' '$tmp/q3.out'"
+# the record of a stop: a second signal (run.json said running), SIGXCPU (no record)
+tg 0.01 100.0 "" | sed 's/^n = 6/n = 12/' >"$tmp/long2.toml"
+for sigs in "TERM TERM" "XCPU"; do
+    out=$tmp/k_${sigs// /_}
+    "$bin" run "$tmp/long2.toml" --out "$out" 2>/dev/null >/dev/null & pid=$!
+    for _ in $(seq 200); do [ -f "$out/config.toml" ] && break; sleep 0.05; done
+    sleep 0.3
+    for s in $sigs; do kill -$s $pid; sleep 0.05; done
+    wait $pid; rc=$?
+    want=75; [ "$sigs" = "TERM TERM" ] && want=130
+    verdict=ok
+    if [ $rc -ne $want ] || [ "$(status "$out")" != interrupted ]; then verdict=FAILED; fails=$((fails + 1)); fi
+    echo "| SIG$sigs during a run: exit $want, run.json interrupted | $rc | run.json $(status "$out") | $verdict |"
+done
+
 echo
 echo "$fails case(s) failed"
 [ $fails -eq 0 ]

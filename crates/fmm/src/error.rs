@@ -49,13 +49,17 @@ pub enum FmmError {
     ExpansionOverflow { extent: f64, order: usize },
     /// The evaluation produced NaN or Inf (a bug or an overflow that the input check missed).
     #[error(
-        "the {method} evaluation gave a non-finite {field} at element {index} (position {position:?})"
+        "the {method} evaluation gave a non-finite {field} at element {index} (position \
+         {position:?}){scales}"
     )]
     NonFiniteResult {
         method: String,
         field: &'static str,
         index: usize,
         position: [f64; 3],
+        /// The sources' scales that bound the result (largest strength, smallest core), where
+        /// they are the likely cause: empty otherwise.
+        scales: String,
     },
     #[error("backend error: {0}")]
     Backend(String),

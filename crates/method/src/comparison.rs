@@ -70,6 +70,20 @@ pub fn spectral_twin(
     let n = cfg
         .lattice_n()
         .ok_or_else(|| refuse("initial.n", "the lattice size is missing".into()))?;
+    // the twin's grid is the run's lattice: the spectral solver's rule, named by the run's key
+    if n < 8 {
+        return Err(refuse(
+            if cfg.reinterpolation.n.is_some() {
+                "reinterpolation.n"
+            } else {
+                "initial.n"
+            },
+            format!(
+                "{n}: the spectral twin runs on the run's {n}^3 lattice, and the spectral \
+                 solver needs a grid of at least 8^3"
+            ),
+        ));
+    }
     let times = diagnostics_times(cfg);
     let interval = times.get(1).copied().unwrap_or(cfg.t_end);
     let list = |v: &[f64]| {
@@ -404,6 +418,12 @@ mod tests {
         let cases = [
             (ISO.replace("6.283185307179586", "6.0"), "domain.box_length"),
             (blob.to_string(), "domain.periodic"),
+            // a lattice below the spectral solver's smallest grid: the run's own key
+            (
+                ISO.replace("n = 16", "n = 6")
+                    .replace("k_peak = 3.0", "k_peak = 2.0"),
+                "initial.n",
+            ),
         ];
         for (text, key) in cases {
             // refused by the configuration's own checks or by the twin, naming the key

@@ -366,8 +366,9 @@ impl Config {
         }
         let decay = (-2.0 * self.nu * self.t_end).exp();
         if decay < MIN_DECAY {
+            // either may be the mistake: both named
             return Err(bad(
-                "nu",
+                "nu` with `t_end",
                 format!(
                     "nu = {:e} with t_end = {}: the slowest mode of the box (|k| = 1) decays by \
                      exp(-2 nu t_end) = {decay:.1e}, below {MIN_DECAY:e}: the energy underflows \
@@ -408,7 +409,11 @@ impl Config {
             }
             (None, Some(c)) if c > 1.0 => {
                 log::warn!(
-                    "{file}: cfl = {c} exceeds about 0.9, the RK4 stability limit of spectral advection; the run may blow up"
+                    "{}",
+                    crate::text::compact_numbers(&format!(
+                        "{file}: cfl = {c} exceeds about 0.9, the RK4 stability limit of \
+                         spectral advection; the run may blow up"
+                    ))
                 );
             }
             _ => {}

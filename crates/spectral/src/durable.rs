@@ -260,9 +260,16 @@ pub fn read_container(
     let mut bytes =
         crate::outdir::try_vec(&format!("{what} {}", path.display()), len as usize, 0u8)
             .map_err(bad)?;
-    // in pieces, the checksum as it goes: a signal stops a long read within a piece
+    // in pieces, the checksum as it goes: a signal stops a long read within a piece (a read
+    // of one piece is not stopped: the checkpoint a signal's step writes reads its small
+    // manifests to remove the pieces no manifest names)
     let mut h = FNV_OFFSET;
-    for piece in bytes.chunks_mut(READ_PIECE) {
+    for (i, piece) in bytes.chunks_mut(READ_PIECE).enumerate() {
+        if i > 0 {
+            if let Some(sig) = interrupted() {
+                return Err(bad(format!("reading stopped by signal {sig}")));
+            }
+        }
         let got = read_up_to(&mut file, piece).map_err(os(path))?;
         if got < piece.len() {
             return Err(bad(format!(
@@ -270,9 +277,6 @@ pub fn read_container(
             )));
         }
         h = checksum_from(h, piece);
-        if let Some(sig) = interrupted() {
-            return Err(bad(format!("reading stopped by signal {sig}")));
-        }
     }
     if h != sum {
         return Err(bad(format!(
@@ -450,7 +454,14 @@ pub fn missing_restart_hint(path: &Path, bases: &[&str]) -> Option<DurableError>
         _ => Path::new("."),
     };
     let there = restart_candidates(dir, bases);
-    let msg = if there.is_empty() {
+    // a symbolic link that leads nowhere (its target missing, or a loop) is there itself
+    let link = std::fs::symlink_metadata(path).is_ok();
+    let msg = if link {
+        match std::fs::metadata(path) {
+            Err(e) => format!("is a symbolic link that leads to no file ({e}) (--restart)"),
+            Ok(_) => "is a symbolic link that leads to no file (--restart)".to_string(),
+        }
+    } else if there.is_empty() {
         "does not exist (--restart)".to_string()
     } else {
         format!(

@@ -19,8 +19,9 @@ use std::path::Path;
 /// enough that a mistaken path (a data file, a disk image) is refused at once.
 pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
 
-/// What kind of file `meta` describes, in words (for the refusal of a non-regular input).
-fn kind_of(meta: &std::fs::Metadata) -> &'static str {
+/// What kind of file `meta` describes, in words (for the refusal of a non-regular input or
+/// output).
+pub fn kind_of(meta: &std::fs::Metadata) -> &'static str {
     #[cfg(unix)]
     {
         use std::os::unix::fs::FileTypeExt;

@@ -38,6 +38,7 @@ pub mod plot;
 pub mod run;
 pub mod solver;
 pub mod stop;
+pub mod text;
 
 pub use backend::Stepper;
 pub use config::{Backend, Config, ConfigError, Dealias};

@@ -282,11 +282,13 @@ pub fn check_extent(params: &EvalParams, a: &[[f64; 3]], b: &[[f64; 3]]) -> Resu
     Ok(())
 }
 
-/// Refuses an evaluation whose velocity or stretching is not finite, naming the element.
+/// Refuses an evaluation whose velocity or stretching is not finite, naming the element and,
+/// where they can overflow double precision, the sources' largest strength and smallest core.
 pub fn check_output(
     params: &EvalParams,
     ev: Evaluation,
     position: &[[f64; 3]],
+    sources: &Sources,
 ) -> Result<Evaluation, FmmError> {
     let bad = |v: &[[f64; 3]]| v.iter().position(|x| x.iter().any(|c| !c.is_finite()));
     let hit = bad(&ev.fields.velocity)
@@ -298,6 +300,7 @@ pub fn check_output(
             field,
             index,
             position: position.get(index).copied().unwrap_or([f64::NAN; 3]),
+            scales: overflow_scales(sources),
         }),
         None => Ok(ev),
     }
@@ -313,7 +316,30 @@ pub fn evaluate<B: Backend>(
     targets: &Targets,
 ) -> Result<Evaluation, FmmError> {
     let ev = evaluate_unchecked(backend, params, sources, targets)?;
-    check_output(params, ev, &targets.position)
+    check_output(params, ev, &targets.position, sources)
+}
+
+/// The sources' largest strength `|alpha|` and smallest core `sigma` when the velocity
+/// scale `|alpha| / sigma^2` or the stretching scale `|alpha|^2 / sigma^3` leaves double
+/// precision (the cause of a non-finite result), as a clause of the error; empty otherwise.
+fn overflow_scales(sources: &Sources) -> String {
+    let alpha = sources
+        .strength
+        .iter()
+        .map(|a| a.iter().map(|c| c.abs()).fold(0.0, f64::max))
+        .fold(0.0, f64::max);
+    let sigma = sources.sigma.iter().copied().fold(f64::INFINITY, f64::min);
+    // in logarithms: the scales themselves may overflow
+    let (la, ls) = (alpha.log10(), sigma.log10());
+    if alpha > 0.0 && sigma > 0.0 && (la - 2.0 * ls > 300.0 || 2.0 * la - 3.0 * ls > 300.0) {
+        format!(
+            ": the sources' largest strength |alpha| = {alpha:e} and smallest core sigma = \
+             {sigma:e} put the velocity (|alpha| / sigma^2) or the stretching (|alpha|^2 / \
+             sigma^3) beyond double precision; rescale the strengths"
+        )
+    } else {
+        String::new()
+    }
 }
 
 fn evaluate_unchecked<B: Backend>(

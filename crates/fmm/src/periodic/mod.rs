@@ -62,11 +62,17 @@ impl Default for Periodic {
 
 impl Periodic {
     pub fn validate(&self) -> Result<(), FmmError> {
-        if !(self.box_length > 0.0 && self.box_length.is_finite()) {
+        // a physical length (the range of every length of a run's configuration): beyond it
+        // the image sums overflow or the cells underflow
+        if !(1e-8..=1e12).contains(&self.box_length) {
             return Err(FmmError::BadParameter {
                 name: "box_length",
-                value: self.box_length.to_string(),
-                reason: "the periodic box length must be positive and finite",
+                value: if self.box_length.is_finite() && self.box_length != 0.0 {
+                    format!("{:e}", self.box_length)
+                } else {
+                    self.box_length.to_string()
+                },
+                reason: "the periodic box length must lie in [1e-8, 1e12], a physical length",
             });
         }
         if self.image_levels > 12 {
