@@ -1,18 +1,10 @@
 //! The `vortex` binary end to end: a real evaluation and every bad-input case.
 
+mod common;
 use std::path::Path;
-use std::process::Command;
 
 fn vortex(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_vortex"))
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run vortex");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
+    common::vortex_status(args, "warn")
 }
 
 fn write_npy_f64(path: &Path, shape: &[usize], data: &[f64]) {
