@@ -27,6 +27,19 @@ __device__ __forceinline__ double moment_combine(int q, double acc, double o) {
     return (q < NSUM) ? acc + o : fmax(acc, o);
 }
 
+// The moments v[NSLOT] of every thread of the block combined (a tree, in a fixed order) into
+// sh[q][0]; the block synchronized after.
+__device__ __forceinline__ void block_moments(const double* v, double (*sh)[RED_THREADS]) {
+    for (int q = 0; q < NSLOT; ++q) sh[q][threadIdx.x] = v[q];
+    __syncthreads();
+    block_tree_reduce(RED_THREADS, [&](unsigned d, unsigned s) {
+        for (int q = 0; q < NSLOT; ++q) {
+            double o = sh[q][s];
+            sh[q][d] = moment_combine(q, sh[q][d], o);
+        }
+    });
+}
+
 __device__ __forceinline__ double wrap1(double c, double l) {
     double w = c - l * floor(c / l + 0.5);
     return (w >= 0.5 * l) ? w - l : w;
@@ -74,14 +87,7 @@ extern "C" __global__ void r_moments(const double* __restrict__ pos, const doubl
             v[27 + c] = fmax(v[27 + c], -x[c]);
         }
     }
-    for (int q = 0; q < NSLOT; ++q) sh[q][threadIdx.x] = v[q];
-    __syncthreads();
-    block_tree_reduce(RED_THREADS, [&](unsigned d, unsigned s) {
-        for (int q = 0; q < NSLOT; ++q) {
-            double o = sh[q][s];
-            sh[q][d] = moment_combine(q, sh[q][d], o);
-        }
-    });
+    block_moments(v, sh);
     if (threadIdx.x < NSLOT) partial[blockIdx.x * NSLOT + threadIdx.x] = sh[threadIdx.x][0];
 }
 
@@ -97,14 +103,7 @@ extern "C" __global__ void r_moments_finish(const double* __restrict__ partial, 
             double o = partial[b * NSLOT + q];
             v[q] = moment_combine(q, v[q], o);
         }
-    for (int q = 0; q < NSLOT; ++q) sh[q][threadIdx.x] = v[q];
-    __syncthreads();
-    block_tree_reduce(RED_THREADS, [&](unsigned d, unsigned s) {
-        for (int q = 0; q < NSLOT; ++q) {
-            double o = sh[q][s];
-            sh[q][d] = moment_combine(q, sh[q][d], o);
-        }
-    });
+    block_moments(v, sh);
     if (threadIdx.x < NSLOT) out[threadIdx.x] = sh[threadIdx.x][0];
 }
 

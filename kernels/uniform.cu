@@ -415,6 +415,65 @@ extern "C" __global__ void __launch_bounds__(TR_THREADS) u_l2l(
 #define DKC (DP > 256 ? 16 : 32)
 #define DTHREADS 192
 
+// The slot map of the dense M2L (dmap: the expansion slot of each of the DP rows, -1 for
+// padding) into s_map, and each row's scaling w^-n (degree n of the row, 0 for padding) into
+// s_scale, in T (float or double); `threads` threads from `tid`.
+template <typename T>
+__device__ __forceinline__ void dense_slots(
+    const int* __restrict__ dmap, T inv_w, int tid, int threads, int* s_map, T* s_scale)
+{
+    for (int r = tid; r < DP; r += threads) {
+        const int f = dmap[r];
+        int n = 0;
+        while ((n + 1) * (n + 1) <= r) ++n;
+        T sc = 1;
+        for (int q = 0; q < n; ++q) sc *= inv_w;
+        s_map[r] = f;
+        s_scale[r] = f >= 0 ? sc : T(0);
+    }
+}
+
+// The block's DT_TARGETS target cells of class (px, py, pz) into s_tgt (the cell of sublattice
+// index q, h = nl / 2, or -1 where q is past the launch or the cell's z outside [zlo, zhi)),
+// the block synchronized after; whether any of them is a target.
+__device__ __forceinline__ bool dense_targets(
+    int* s_tgt, int tid, int px, int py, int pz, int nl, int q0, int qcount, int zlo, int zhi)
+{
+    if (tid < DT_TARGETS) {
+        const int h = nl / 2;
+        const int q = q0 + (int)blockIdx.x * DT_TARGETS + tid;
+        int c = -1;
+        if (q < q0 + qcount) {
+            const int x = 2 * (q % h) + px, y = 2 * ((q / h) % h) + py, z = 2 * (q / (h * h)) + pz;
+            if (z >= zlo && z < zhi) c = x + nl * (y + nl * z);
+        }
+        s_tgt[tid] = c;
+    }
+    __syncthreads();
+    bool any = false;
+    for (int j = 0; j < DT_TARGETS; ++j) any = any || s_tgt[j] >= 0;
+    return any;
+}
+
+// The source cell at offset -(vx, vy, vz) from target cell c (-1: none): wrapped when periodic,
+// -1 outside the grid in free space.
+__device__ __forceinline__ int dense_source(int c, int vx, int vy, int vz, int nl, int periodic)
+{
+    int s = -1;
+    if (c >= 0) {
+        int sx = c % nl - vx, sy = (c / nl) % nl - vy, sz = c / (nl * nl) - vz;
+        if (periodic) {
+            sx = wrap_cell(sx, nl);
+            sy = wrap_cell(sy, nl);
+            sz = wrap_cell(sz, nl);
+            s = sx + nl * (sy + nl * sz);
+        } else if (sx >= 0 && sy >= 0 && sz >= 0 && sx < nl && sy < nl && sz < nl) {
+            s = sx + nl * (sy + nl * sz);
+        }
+    }
+    return s;
+}
+
 // Targets: class sublattice index q = qx + h (qy + h qz), h = nl / 2, cell (2 qx + px, ...);
 // this launch covers q0 .. q0 + qcount - 1 (whole z planes of the sublattice) and stores only
 // into cells with z in [zlo, zhi). Sources outside the grid (free space) are zero columns;
@@ -434,30 +493,9 @@ extern "C" __global__ void __launch_bounds__(DTHREADS) u_m2l_dense(
     const int ty = tid / 12, tx = tid % 12;
     const int cls = blockIdx.y;
     const int px = cls & 1, py = (cls >> 1) & 1, pz = cls >> 2;
-    const int h = nl / 2;
     const float inv_w = 1.0f / w;
-    for (int r = tid; r < DP; r += DTHREADS) {
-        const int f = dmap[r];
-        int n = 0;
-        while ((n + 1) * (n + 1) <= r) ++n;
-        float sc = 1.f;
-        for (int q = 0; q < n; ++q) sc *= inv_w;
-        s_map[r] = f;
-        s_scale[r] = f >= 0 ? sc : 0.f;
-    }
-    if (tid < DT_TARGETS) {
-        const int q = q0 + (int)blockIdx.x * DT_TARGETS + tid;
-        int c = -1;
-        if (q < q0 + qcount) {
-            const int x = 2 * (q % h) + px, y = 2 * ((q / h) % h) + py, z = 2 * (q / (h * h)) + pz;
-            if (z >= zlo && z < zhi) c = x + nl * (y + nl * z);
-        }
-        s_tgt[tid] = c;
-    }
-    __syncthreads();
-    bool any = false;
-    for (int j = 0; j < DT_TARGETS; ++j) any = any || s_tgt[j] >= 0;
-    if (!any) return;
+    dense_slots(dmap, inv_w, tid, DTHREADS, s_map, s_scale);
+    if (!dense_targets(s_tgt, tid, px, py, pz, nl, q0, qcount, zlo, zhi)) return;
     float acc[DTM][8];
 #pragma unroll
     for (int i = 0; i < DTM; ++i)
@@ -468,22 +506,7 @@ extern "C" __global__ void __launch_bounds__(DTHREADS) u_m2l_dense(
             for (int vx = -3 + px; vx <= 2 + px; ++vx) {
                 if (abs(vx) <= 1 && abs(vy) <= 1 && abs(vz) <= 1) continue;
                 // s_src was last read before the previous chunk's second barrier
-                if (tid < DT_TARGETS) {
-                    const int c = s_tgt[tid];
-                    int s = -1;
-                    if (c >= 0) {
-                        int sx = c % nl - vx, sy = (c / nl) % nl - vy, sz = c / (nl * nl) - vz;
-                        if (periodic) {
-                            sx = wrap_cell(sx, nl);
-                            sy = wrap_cell(sy, nl);
-                            sz = wrap_cell(sz, nl);
-                            s = sx + nl * (sy + nl * sz);
-                        } else if (sx >= 0 && sy >= 0 && sz >= 0 && sx < nl && sy < nl && sz < nl) {
-                            s = sx + nl * (sy + nl * sz);
-                        }
-                    }
-                    s_src[tid] = s;
-                }
+                if (tid < DT_TARGETS) s_src[tid] = dense_source(s_tgt[tid], vx, vy, vz, nl, periodic);
                 const float* a = mats + (size_t)rot_index(vx, vy, vz, 3) * DP * DP;
                 for (int k0 = 0; k0 < DP; k0 += DKC) {
                     __syncthreads();  // the previous chunk is consumed; s_src written
@@ -585,30 +608,9 @@ extern "C" __global__ void __launch_bounds__(TTHREADS, TENSOR_MINB) u_m2l_tensor
     const int g = lane >> 2, q4 = lane & 3;
     const int cls = blockIdx.y;
     const int px = cls & 1, py = (cls >> 1) & 1, pz = cls >> 2;
-    const int h = nl / 2;
     const double inv_w = 1.0 / (double)w;
-    for (int r = tid; r < DP; r += TTHREADS) {
-        const int f = dmap[r];
-        int n = 0;
-        while ((n + 1) * (n + 1) <= r) ++n;
-        double sc = 1.0;
-        for (int q = 0; q < n; ++q) sc *= inv_w;
-        s_map[r] = f;
-        s_scale[r] = f >= 0 ? sc : 0.0;
-    }
-    if (tid < DT_TARGETS) {
-        const int q = q0 + (int)blockIdx.x * DT_TARGETS + tid;
-        int c = -1;
-        if (q < q0 + qcount) {
-            const int x = 2 * (q % h) + px, y = 2 * ((q / h) % h) + py, z = 2 * (q / (h * h)) + pz;
-            if (z >= zlo && z < zhi) c = x + nl * (y + nl * z);
-        }
-        s_tgt[tid] = c;
-    }
-    __syncthreads();
-    bool any = false;
-    for (int j = 0; j < DT_TARGETS; ++j) any = any || s_tgt[j] >= 0;
-    if (!any) return;
+    dense_slots(dmap, inv_w, tid, TTHREADS, s_map, s_scale);
+    if (!dense_targets(s_tgt, tid, px, py, pz, nl, q0, qcount, zlo, zhi)) return;
     double acc[MT][12][2];
 #pragma unroll
     for (int i = 0; i < MT; ++i)
@@ -624,22 +626,7 @@ extern "C" __global__ void __launch_bounds__(TTHREADS, TENSOR_MINB) u_m2l_tensor
                 ++oi;
                 if ((oi * groups) / 189 != g0) continue;
                 // s_src was last read before the previous chunk's second barrier
-                if (tid < DT_TARGETS) {
-                    const int c = s_tgt[tid];
-                    int s = -1;
-                    if (c >= 0) {
-                        int sx = c % nl - vx, sy = (c / nl) % nl - vy, sz = c / (nl * nl) - vz;
-                        if (periodic) {
-                            sx = wrap_cell(sx, nl);
-                            sy = wrap_cell(sy, nl);
-                            sz = wrap_cell(sz, nl);
-                            s = sx + nl * (sy + nl * sz);
-                        } else if (sx >= 0 && sy >= 0 && sz >= 0 && sx < nl && sy < nl && sz < nl) {
-                            s = sx + nl * (sy + nl * sz);
-                        }
-                    }
-                    s_src[tid] = s;
-                }
+                if (tid < DT_TARGETS) s_src[tid] = dense_source(s_tgt[tid], vx, vy, vz, nl, periodic);
                 const double* a = mats + (size_t)rot_index(vx, vy, vz, 3) * DP * DP;
                 for (int k0 = 0; k0 < DP; k0 += DKT) {
                     __syncthreads();  // the previous chunk is consumed; s_src written

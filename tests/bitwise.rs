@@ -9,20 +9,12 @@
 //! independent of the thread count) and built with fixed target features, so the hashes hold
 //! on any x86-64 machine with the same build flags.
 
+mod common;
 use std::path::Path;
-use std::process::Command;
 
 fn vortex(args: &[&str]) {
-    let out = Command::new(env!("CARGO_BIN_EXE_vortex"))
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run vortex");
-    assert!(
-        out.status.success(),
-        "vortex {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (ok, err) = common::vortex_status(args, "warn");
+    assert!(ok, "vortex {args:?}: {err}");
 }
 
 fn fnv(path: &Path) -> u64 {
@@ -38,14 +30,10 @@ fn fnv(path: &Path) -> u64 {
 /// the Gaussian core's small-distance series became the series of every core order
 /// (`vortex_fmm::kernel::cores`: the same terms summed in another order, so `K` and `K'/r`
 /// move by round-off: the direct sums' velocity and every method's stretching).
+#[rustfmt::skip]
 const EXPECTED: &[(&str, &str, u64, u64)] = &[
     ("uniform", "direct", 0xdede5effa6b20289, 0xb7303d2a73ddc1c9),
-    (
-        "uniform",
-        "treecode",
-        0x767c4951c187acee,
-        0x372d9ec93d04f259,
-    ),
+    ("uniform", "treecode", 0x767c4951c187acee, 0x372d9ec93d04f259),
     ("uniform", "fmm", 0xb2c717f5357313b1, 0xf815b1b052cc5355),
     ("uniform", "ppm", 0x9c23866fa0e420cd, 0x4172d1fdf6863f33),
     ("ring", "direct", 0x3d3d2c4046576c4f, 0xec11777d511f1b64),
@@ -53,12 +41,7 @@ const EXPECTED: &[(&str, &str, u64, u64)] = &[
     ("ring", "fmm", 0xe80a1a68f82aa3aa, 0x9fffdae636ad6316),
     ("ring", "ppm", 0xf148f482ad6a2db9, 0x955d895fee38adce),
     ("periodic", "direct", 0xf80c075a81966c01, 0xc4ad1d443c9b7231),
-    (
-        "periodic",
-        "treecode",
-        0xe65b6bf0dab8c259,
-        0x24909ee6cf2f3f48,
-    ),
+    ("periodic", "treecode", 0xe65b6bf0dab8c259, 0x24909ee6cf2f3f48),
     ("periodic", "fmm", 0x2c497635a5ad9f7a, 0x4d73397497a8dfd5),
     ("periodic", "ppm", 0x3c1b582e7d75eb04, 0xff517de67a4dd91d),
 ];

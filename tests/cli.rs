@@ -1,18 +1,10 @@
 //! The `vortex` binary end to end: a real evaluation and every bad-input case.
 
+mod common;
 use std::path::Path;
-use std::process::Command;
 
 fn vortex(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_vortex"))
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run vortex");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
+    common::vortex_status(args, "warn")
 }
 
 fn write_npy_f64(path: &Path, shape: &[usize], data: &[f64]) {
@@ -52,24 +44,12 @@ fn eval_matches_direct_and_writes_outputs() {
     assert!(vortex(&["particles", "--n", "1500", "--seed", "5", "--out", p_s]).0);
     let fmm_dir = dir.path().join("fmm");
     let dir_dir = dir.path().join("direct");
-    let (ok, err) = vortex(&[
-        "eval",
-        "--particles",
-        p_s,
-        "--out",
-        fmm_dir.to_str().unwrap(),
-    ]);
-    assert!(ok, "{err}");
-    let (ok, err) = vortex(&[
-        "eval",
-        "--particles",
-        p_s,
-        "--out",
-        dir_dir.to_str().unwrap(),
-        "--method",
-        "direct",
-    ]);
-    assert!(ok, "{err}");
+    for (out, extra) in [(&fmm_dir, &[][..]), (&dir_dir, &["--method", "direct"][..])] {
+        let mut args = vec!["eval", "--particles", p_s, "--out", out.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let (ok, err) = vortex(&args);
+        assert!(ok, "{err}");
+    }
     for f in ["velocity.npy", "stretching.npy"] {
         let a = read_npy_f64(&fmm_dir.join(f));
         let b = read_npy_f64(&dir_dir.join(f));

@@ -1,19 +1,11 @@
 //! `vortex compare` end to end on a tiny Taylor-Green case: both runs from the same field, the
 //! comparison files, and the refusals (a run without a spectral twin, an earlier comparison).
 
+mod common;
 use std::path::Path;
-use std::process::Command;
 
 fn vortex(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_vortex"))
-        .args(args)
-        .env("RUST_LOG", "info")
-        .output()
-        .expect("run vortex");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
+    common::vortex_status(args, "info")
 }
 
 const TG8: &str = "nu = 0.05\ndt = 0.05\nt_end = 0.3\n[domain]\nperiodic = true\n\

@@ -2,6 +2,7 @@
 //! occupied output directories, impossible sizes and unstable steps (the cases of
 //! `validation/robustness/README.md`). Every test spawns the binary.
 
+mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -9,38 +10,19 @@ use std::time::{Duration, Instant};
 /// Exit status of a run stopped by a signal after its checkpoint (`vortex_spectral::durable`).
 const EXIT_INTERRUPTED: i32 = 75;
 
-/// A vortex-method run of a few hundred milliseconds: Taylor-Green on 6^3 particles.
+/// A vortex-method run of a few hundred milliseconds: Taylor-Green on 6^3 particles (the case of
+/// `validation/robustness/sigterm_restarts.sh`) with time step `dt` to `t_end`, no periodic
+/// checkpoints, and `extra` lines of `[output]` or further tables.
 fn tiny(dt: f64, t_end: f64, extra: &str) -> String {
-    format!(
-        r#"nu = 0.05
-dt = {dt}
-t_end = {t_end}
-[domain]
-periodic = true
-image_levels = 1
-[evaluation]
-method = "fmm"
-order = 6
-[initial]
-kind = "taylor-green"
-n = 6
-[reinterpolation]
-ratio = 0.0
-every = 4
-[output]
-diagnostics_every = 5
-checkpoint_every = 0
-progress = false
-plots = false
-{extra}
-"#
-    )
+    let case = include_str!("../validation/robustness/taylor-green-6.toml");
+    let times = "dt = 0.05\nt_end = 3.0\n";
+    assert!(case.contains(times));
+    let case = case.replace(times, &format!("dt = {dt}\nt_end = {t_end}\n"));
+    format!("{case}checkpoint_every = 0\n{extra}\n")
 }
 
 fn vortex() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_vortex"));
-    c.env("RUST_LOG", "warn");
-    c
+    common::vortex_command("warn")
 }
 
 fn run(args: &[&str]) -> Output {
@@ -49,6 +31,52 @@ fn run(args: &[&str]) -> Output {
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `vortex particles --n N` written to DIR/p.npy; its path.
+fn particles(dir: &Path, n: usize) -> PathBuf {
+    let p = dir.join("p.npy");
+    let n = n.to_string();
+    assert!(run(&["particles", "--n", &n, "--out", s(&p)])
+        .status
+        .success());
+    p
+}
+
+/// `vortex run CONFIG --out OUT`, which must succeed.
+fn run_ok(config: &Path, out: &Path) {
+    let o = run(&["run", s(config), "--out", s(out)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// `vortex run CONFIG --out OUT`, which must fail with status 1.
+fn run_refused(config: &Path, out: &Path) -> Output {
+    let o = run(&["run", s(config), "--out", s(out)]);
+    assert_eq!(o.status.code(), Some(1));
+    o
+}
+
+/// `vortex eval --particles PARTICLES --out OUT --backend cpu EXTRA...`.
+fn eval_cpu(particles: &Path, out: &Path, extra: &[&str]) -> Output {
+    let mut a = vec![
+        "eval",
+        "--particles",
+        s(particles),
+        "--out",
+        s(out),
+        "--backend",
+        "cpu",
+    ];
+    a.extend(extra);
+    run(&a)
+}
+
+/// `vortex eval --particles PARTICLES --out OUT`, which must fail with status 1; its standard
+/// error.
+fn eval_refused(particles: &Path, out: &Path) -> String {
+    let o = run(&["eval", "--particles", s(particles), "--out", s(out)]);
+    assert_eq!(o.status.code(), Some(1));
+    stderr(&o)
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -120,8 +148,7 @@ fn sigterm_checkpoints_and_restarts_bit_for_bit() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = write(dir.path(), "tg.toml", &tiny(0.05, 2.0, ""));
     let full = dir.path().join("full");
-    let o = run(&["run", s(&cfg), "--out", s(&full)]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(&cfg, &full);
     let want = std::fs::read(full.join("checkpoint.bin")).unwrap();
     let out = dir.path().join("cut");
     let delays = [Duration::from_millis(150), Duration::from_millis(60)];
@@ -189,8 +216,7 @@ fn flipped_bits_in_a_checkpoint_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = write(dir.path(), "tg.toml", &tiny(0.1, 0.3, ""));
     let out = dir.path().join("o");
-    let o = run(&["run", s(&cfg), "--out", s(&out)]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(&cfg, &out);
     let ck = out.join("checkpoint.bin");
     let good = std::fs::read(&ck).unwrap();
     // a corrupt copy in the run's own directory (a restart appends to that run)
@@ -248,8 +274,7 @@ fn occupied_output_directory_is_refused_unless_overwrite() {
     assert!(!out.join("particles_000000.vtp").exists());
     let before = std::fs::read(out.join("checkpoint.bin")).unwrap();
     let plain = write(dir.path(), "b.toml", &tiny(0.1, 0.2, ""));
-    let o = run(&["run", s(&plain), "--out", s(&out)]);
-    assert_eq!(o.status.code(), Some(1));
+    let o = run_refused(&plain, &out);
     assert!(stderr(&o).contains("--overwrite"), "{}", stderr(&o));
     assert_eq!(std::fs::read(out.join("checkpoint.bin")).unwrap(), before);
     let o = run(&["run", s(&plain), "--out", s(&out), "--overwrite"]);
@@ -320,8 +345,7 @@ fn spectral_cfl_check_failures_in_run_json_and_steps_zero() {
     // a vortex run that fails is recorded too
     let unstable = write(dir.path(), "u.toml", &tiny(5.0, 10.0, ""));
     let out = dir.path().join("u");
-    let o = run(&["run", s(&unstable), "--out", s(&out)]);
-    assert_eq!(o.status.code(), Some(1));
+    run_refused(&unstable, &out);
     let info = std::fs::read_to_string(out.join("run.json")).unwrap();
     assert!(
         info.contains("\"status\": \"failed\"") && info.contains("unstable"),
@@ -342,8 +366,7 @@ fn one_vocabulary_and_time_intervals_in_both_solvers() {
     .replace("diagnostics_every = 5", "diagnostics_every = 0");
     let a = write(dir.path(), "a.toml", &cfg);
     let out = dir.path().join("a");
-    let o = run(&["run", s(&a), "--out", s(&out)]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(&a, &out);
     let steps: Vec<i64> = std::fs::read_to_string(out.join("diagnostics.csv"))
         .unwrap()
         .lines()
@@ -397,25 +420,15 @@ fn one_vocabulary_and_time_intervals_in_both_solvers() {
 #[test]
 fn overflowing_coordinates_and_unstable_steps_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("p.npy");
-    assert!(run(&["particles", "--n", "200", "--out", s(&p)])
-        .status
-        .success());
+    let p = particles(dir.path(), 200);
     // move particle 7 to 1e50: the expansions would overflow
     let mut b = std::fs::read(&p).unwrap();
     let hl = u16::from_le_bytes([b[8], b[9]]) as usize;
     let at = 10 + hl + 7 * 7 * 8;
     b[at..at + 8].copy_from_slice(&1e50f64.to_le_bytes());
     std::fs::write(&p, &b).unwrap();
-    let o = run(&[
-        "eval",
-        "--particles",
-        s(&p),
-        "--out",
-        s(&dir.path().join("e")),
-    ]);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("overflow"), "{}", stderr(&o));
+    let err = eval_refused(&p, &dir.path().join("e"));
+    assert!(err.contains("overflow"), "{err}");
     // dt = 5 on Taylor-Green: advective CFL about 5, refused before the first step
     // re-interpolated every step, so that core spreading (checked first) stays in bounds
     let cfg = write(
@@ -424,8 +437,7 @@ fn overflowing_coordinates_and_unstable_steps_are_refused() {
         &tiny(5.0, 50.0, "").replace("every = 4", "every = 1"),
     );
     let out = dir.path().join("cfl");
-    let o = run(&["run", s(&cfg), "--out", s(&out)]);
-    assert_eq!(o.status.code(), Some(1));
+    let o = run_refused(&cfg, &out);
     let e = stderr(&o);
     assert!(e.contains("unstable time step") && e.contains("CFL"), "{e}");
     assert!(
@@ -673,24 +685,9 @@ fn restarts_that_would_mislead_are_refused() {
 #[test]
 fn eval_refuses_to_overwrite_and_leaves_no_partial_files() {
     let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("p.npy");
-    assert!(run(&["particles", "--n", "200", "--out", s(&p)])
-        .status
-        .success());
+    let p = particles(dir.path(), 200);
     let out = dir.path().join("e");
-    let ev = |extra: &[&str]| {
-        let mut a = vec![
-            "eval",
-            "--particles",
-            s(&p),
-            "--out",
-            s(&out),
-            "--backend",
-            "cpu",
-        ];
-        a.extend(extra);
-        run(&a)
-    };
+    let ev = |extra: &[&str]| eval_cpu(&p, &out, extra);
     assert!(ev(&[]).status.success());
     let first = std::fs::read(out.join("velocity.npy")).unwrap();
     let o = ev(&["--order", "4"]);
@@ -714,18 +711,10 @@ fn eval_refuses_to_overwrite_and_leaves_no_partial_files() {
     t.extend_from_slice(&bytes[at + from.len()..at + from.len() + 40]);
     t.extend_from_slice(&bytes[at + from.len() + 40 + to.len() - from.len()..]);
     std::fs::write(&trunc, &t).unwrap();
-    let o = run(&[
-        "eval",
-        "--particles",
-        s(&trunc),
-        "--out",
-        s(&dir.path().join("e2")),
-    ]);
-    assert_eq!(o.status.code(), Some(1));
+    let err = eval_refused(&trunc, &dir.path().join("e2"));
     assert!(
-        stderr(&o).contains("header claims shape [90000000000, 7]"),
-        "{}",
-        stderr(&o)
+        err.contains("header claims shape [90000000000, 7]"),
+        "{err}"
     );
 }
 
@@ -876,20 +865,9 @@ fn sighup_and_sigusr2_checkpoint_like_sigterm() {
 fn a_full_disk_leaves_no_partial_files() {
     let small = PathBuf::from(std::env::var("VORTEX_SMALL_TMPFS").expect("VORTEX_SMALL_TMPFS"));
     let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("p.npy");
-    assert!(run(&["particles", "--n", "20000", "--out", s(&p)])
-        .status
-        .success());
+    let p = particles(dir.path(), 20000);
     let out = small.join("eval");
-    let o = run(&[
-        "eval",
-        "--particles",
-        s(&p),
-        "--out",
-        s(&out),
-        "--backend",
-        "cpu",
-    ]);
+    let o = eval_cpu(&p, &out, &[]);
     assert_eq!(
         o.status.code(),
         Some(1),

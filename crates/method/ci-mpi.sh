@@ -28,53 +28,10 @@ mpi() { timeout 600 mpirun --oversubscribe -np "$@"; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-cat > "$tmp/tg.toml" <<'TOML'
-nu = 0.05
-dt = 0.1
-t_end = 0.5
-[domain]
-periodic = true
-image_levels = 1
-[evaluation]
-method = "fmm"
-order = 6
-leaf_size = 16
-[initial]
-kind = "taylor-green"
-n = 8
-[reinterpolation]
-ratio = 0.0
-every = 2
-strain = 0.0
-[output]
-diagnostics_every = 1
-progress = false
-plots = false
-TOML
-cat > "$tmp/ring.toml" <<'TOML'
-nu = 0.001
-dt = 0.05
-t_end = 0.2
-[evaluation]
-method = "fmm"
-order = 6
-leaf_size = 32
-[initial]
-kind = "ring"
-radius = 1.0
-circulation = 1.0
-core = 0.2
-spacing = 0.12
-[reinterpolation]
-ratio = 0.0
-every = 3
-strain = 0.0
-drop = 1e-4
-[output]
-diagnostics_every = 2
-progress = false
-plots = false
-TOML
+# the cases of crates/method/tests/ranks.rs: Taylor-Green to t = 0.5, the ring without snapshots
+configs=crates/method/tests/configs
+sed 's/^t_end = 0.4$/t_end = 0.5/' "$configs/taylor-green.toml" > "$tmp/tg.toml"
+sed '/^snapshot_every = 4$/d' "$configs/ring.toml" > "$tmp/ring.toml"
 
 # diagnostics.csv without the timing columns, compared to 1e-12 (relative to each column's scale;
 # the total strength, round-off around zero, to 1e-12 absolutely)

@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 import pyvortex as pv
+from standard_set import write_standard_set
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -35,11 +36,7 @@ def main():
     print("N,cli_total_s,python_wall_s,python_engine_total_s,overhead_percent,bitwise_equal")
     with tempfile.TemporaryDirectory() as tmp:
         for n in (int(float(s)) for s in args.n.split(",")):
-            p = os.path.join(tmp, "p.npy")
-            subprocess.run([args.bin, "particles", "--n", str(n), "--seed", "1", "--out", p],
-                           check=True, env=env)
-            a = np.load(p)
-            x, alpha, sigma = a[:, :3].copy(), a[:, 3:6].copy(), a[:, 6].copy()
+            p, x, alpha, sigma = write_standard_set(args.bin, n, tmp, env)
             cli, wall, eng = [], [], []
             for _ in range(args.repeat):
                 out = os.path.join(tmp, "out")

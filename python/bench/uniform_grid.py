@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 import pyvortex as pv
+from standard_set import write_standard_set
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -43,11 +44,7 @@ def main():
           "ratio_python_wall_to_cli,engine,velocity_rel_diff_python_vs_cli")
     with tempfile.TemporaryDirectory() as tmp:
         for n in (int(float(s)) for s in args.n.split(",")):
-            p = os.path.join(tmp, "p.npy")
-            subprocess.run([args.bin, "particles", "--n", str(n), "--seed", "1", "--out", p],
-                           check=True, env=env)
-            a = np.load(p)
-            x, alpha, sigma = a[:, :3].copy(), a[:, 3:6].copy(), a[:, 6].copy()
+            p, x, alpha, sigma = write_standard_set(args.bin, n, tmp, env)
             kw = dict(grid="uniform", backend="cuda", order=args.order, return_times=True)
             t0 = time.perf_counter()
             pv.evaluate(x, alpha, sigma, **kw)

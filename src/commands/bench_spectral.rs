@@ -11,7 +11,6 @@ use clap::Args;
 use std::time::Instant;
 use vortex_spectral::backend::{resolve, stepper_with_field, Stepper};
 use vortex_spectral::config::{Backend, Dealias};
-use vortex_spectral::field::SpectralField;
 use vortex_spectral::solver::{product_grid, StepMode};
 use vortex_spectral::{initial, VelocityField};
 
@@ -59,17 +58,6 @@ fn parse_dealias(s: &str) -> Result<Dealias, String> {
 
 const NU: f64 = 1.0 / 1600.0;
 
-fn rel_diff(a: &SpectralField, b: &SpectralField) -> f64 {
-    let (mut num, mut den) = (0.0, 0.0);
-    for c in 0..3 {
-        for (x, y) in a.c[c].iter().zip(&b.c[c]) {
-            num += (x - y).norm_sqr();
-            den += x.norm_sqr();
-        }
-    }
-    (num / den.max(1e-300)).sqrt()
-}
-
 /// Bytes per grid point of the solver's arrays on `backend` (cuFFT work areas and FFT plans not
 /// counted).
 fn bytes_per_point(n: usize, dealias: Dealias, backend: Backend) -> f64 {
@@ -104,7 +92,7 @@ fn check(b: &SpectralBench) -> Result<f64> {
         c.step()?;
     }
     let gs = g.state()?.clone();
-    Ok(rel_diff(c.state()?, &gs))
+    Ok(c.state()?.relative_diff(&gs))
 }
 
 fn time_steps(s: &mut dyn Stepper, steps: usize, n: usize) -> Result<(f64, f64)> {

@@ -8,27 +8,7 @@ trials=${1:-20}
 bin=${2:-./target/release/vortex}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cat > "$work/tg.toml" <<'TOML'
-nu = 0.05
-dt = 0.05
-t_end = 3.0
-[domain]
-periodic = true
-image_levels = 1
-[evaluation]
-method = "fmm"
-order = 6
-[initial]
-kind = "taylor-green"
-n = 6
-[reinterpolation]
-ratio = 0.0
-every = 4
-[output]
-diagnostics_every = 5
-progress = false
-plots = false
-TOML
+cp "$(dirname "$0")/taylor-green-6.toml" "$work/tg.toml"
 export RUST_LOG=error
 t0=$(date +%s.%N)
 "$bin" run "$work/tg.toml" --out "$work/full" || { echo "reference run failed"; exit 1; }

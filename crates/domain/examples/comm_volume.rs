@@ -19,11 +19,7 @@ use null_backend::NullBackend;
 use vortex_domain::{evaluate_distributed, Comm, DomainParams, ThreadComm};
 use vortex_fmm::periodic::Periodic;
 use vortex_fmm::testsets::{generate, Distribution};
-use vortex_fmm::{EvalParams, Sources};
-
-fn piece<T: Clone>(v: &[T], r: usize, n: usize) -> Vec<T> {
-    v[v.len() * r / n..v.len() * (r + 1) / n].to_vec()
-}
+use vortex_fmm::EvalParams;
 
 /// A list of counts: `1e5,1e6` or a range `1-8` (or both, comma-separated).
 fn list(s: &str) -> Result<Vec<usize>, String> {
@@ -100,12 +96,7 @@ fn main() {
         for &ranks in &rs {
             let t0 = std::time::Instant::now();
             let out = ThreadComm::run(ranks, |comm| {
-                let (r, nr) = (comm.rank(), comm.size());
-                let ls = Sources {
-                    position: piece(&s.position, r, nr),
-                    strength: piece(&s.strength, r, nr),
-                    sigma: piece(&s.sigma, r, nr),
-                };
+                let ls = s.rank_piece(comm.rank(), comm.size());
                 let lt = ls.as_targets();
                 let e = evaluate_distributed(
                     comm,
@@ -116,7 +107,7 @@ fn main() {
                     &lt,
                 )
                 .unwrap();
-                (e.stats, e.work[r])
+                (e.stats, e.work[comm.rank()])
             });
             let wall = t0.elapsed().as_secs_f64();
             let max = |f: &dyn Fn(&vortex_domain::CommStats) -> u64| {

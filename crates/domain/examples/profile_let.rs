@@ -15,11 +15,7 @@ use vortex_domain::{evaluate_distributed, Comm, DomainParams, ThreadComm};
 use vortex_fmm::backend::PhaseTimes;
 use vortex_fmm::periodic::Periodic;
 use vortex_fmm::testsets::{generate, Distribution};
-use vortex_fmm::{CpuBackend, EvalParams, Sources};
-
-fn piece<T: Clone>(v: &[T], r: usize, n: usize) -> Vec<T> {
-    v[v.len() * r / n..v.len() * (r + 1) / n].to_vec()
-}
+use vortex_fmm::{CpuBackend, EvalParams};
 
 /// Per-phase profile of the distributed evaluation with simulated ranks.
 #[derive(clap::Parser)]
@@ -83,12 +79,7 @@ fn main() {
     );
     let t0 = std::time::Instant::now();
     let out = ThreadComm::run(ranks, |comm| {
-        let (r, nr) = (comm.rank(), comm.size());
-        let ls = Sources {
-            position: piece(&s.position, r, nr),
-            strength: piece(&s.strength, r, nr),
-            sigma: piece(&s.sigma, r, nr),
-        };
+        let ls = s.rank_piece(comm.rank(), comm.size());
         let lt = ls.as_targets();
         comm.barrier();
         let e = if cpu {

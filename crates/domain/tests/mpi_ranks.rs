@@ -10,10 +10,6 @@ use vortex_fmm::periodic::Periodic;
 use vortex_fmm::testsets::{self, Distribution};
 use vortex_fmm::{CpuBackend, EvalParams, Fields, Method, Sources, Targets};
 
-fn piece<T: Clone>(v: &[T], r: usize, n: usize) -> Vec<T> {
-    v[v.len() * r / n..v.len() * (r + 1) / n].to_vec()
-}
-
 fn rel(a: &[[f64; 3]], b: &[[f64; 3]]) -> f64 {
     let scale = b.iter().flatten().fold(0.0f64, |m, v| m.max(v.abs()));
     let d = a
@@ -25,12 +21,7 @@ fn rel(a: &[[f64; 3]], b: &[[f64; 3]]) -> f64 {
 }
 
 fn local(comm: &MpiComm, s: &Sources) -> Sources {
-    let (r, n) = (comm.rank(), comm.size());
-    Sources {
-        position: piece(&s.position, r, n),
-        strength: piece(&s.strength, r, n),
-        sigma: piece(&s.sigma, r, n),
-    }
+    s.rank_piece(comm.rank(), comm.size())
 }
 
 fn main() {

@@ -2,14 +2,13 @@
 //! distributed evaluation agrees with the single-rank `vortex_fmm::evaluate` to 1e-12, for uniform and
 //! clustered sets, free space and periodic, FMM, treecode and PPM.
 
-use vortex_domain::{evaluate_distributed, gather_to_root, DomainParams, ThreadComm};
+use vortex_domain::{
+    evaluate_distributed, gather_to_root, DistributedEvaluation, DomainError, DomainParams,
+    ThreadComm,
+};
 use vortex_fmm::periodic::Periodic;
 use vortex_fmm::testsets;
 use vortex_fmm::{CpuBackend, EvalParams, Fields, Method, Sources, Targets};
-
-fn piece<T: Clone>(v: &[T], r: usize, n: usize) -> Vec<T> {
-    v[v.len() * r / n..v.len() * (r + 1) / n].to_vec()
-}
 
 /// Largest difference relative to the largest reference value, velocity and stretching.
 fn rel_diff(a: &Fields, b: &Fields) -> (f64, f64) {
@@ -38,15 +37,7 @@ fn run(
     let out = ThreadComm::run(ranks, |comm| {
         use vortex_domain::Comm;
         let (r, n) = (comm.rank(), comm.size());
-        let ls = Sources {
-            position: piece(&s.position, r, n),
-            strength: piece(&s.strength, r, n),
-            sigma: piece(&s.sigma, r, n),
-        };
-        let lt = Targets {
-            position: piece(&t.position, r, n),
-            strength: piece(&t.strength, r, n),
-        };
+        let (ls, lt) = (s.rank_piece(r, n), t.rank_piece(r, n));
         let e = evaluate_distributed(comm, &CpuBackend, params, &dp, &ls, &lt).unwrap();
         (gather_to_root(comm, &e.fields), e.stats.bytes_total())
     });
@@ -80,6 +71,17 @@ fn check(name: &str, params: EvalParams, s: &Sources, t: &Targets, granularities
     }
 }
 
+/// [`check`] of the self-evaluation of `s` (every element a target) with [`params`].
+fn check_self(name: &str, method: Method, periodic: bool, s: &Sources, granularities: &[usize]) {
+    check(
+        name,
+        params(method, periodic),
+        s,
+        &s.as_targets(),
+        granularities,
+    );
+}
+
 fn params(method: Method, periodic: bool) -> EvalParams {
     EvalParams {
         method,
@@ -97,102 +99,48 @@ fn params(method: Method, periodic: bool) -> EvalParams {
 #[test]
 fn fmm_uniform_free_space() {
     let s = testsets::standard(3000, 1);
-    check(
-        "fmm uniform",
-        params(Method::Fmm, false),
-        &s,
-        &s.as_targets(),
-        &[1, 4, 16],
-    );
+    check_self("fmm uniform", Method::Fmm, false, &s, &[1, 4, 16]);
 }
 
 #[test]
 fn fmm_clustered_free_space() {
     let s = testsets::clumps(3000, 2);
-    check(
-        "fmm clumps",
-        params(Method::Fmm, false),
-        &s,
-        &s.as_targets(),
-        &[2, 16],
-    );
+    check_self("fmm clumps", Method::Fmm, false, &s, &[2, 16]);
 }
 
 #[test]
 fn treecode_uniform_and_clustered_free_space() {
     let s = testsets::standard(2000, 3);
-    check(
-        "treecode uniform",
-        params(Method::Treecode, false),
-        &s,
-        &s.as_targets(),
-        &[4],
-    );
+    check_self("treecode uniform", Method::Treecode, false, &s, &[4]);
     let s = testsets::vortex_ring(2000, 4);
-    check(
-        "treecode ring",
-        params(Method::Treecode, false),
-        &s,
-        &s.as_targets(),
-        &[4],
-    );
+    check_self("treecode ring", Method::Treecode, false, &s, &[4]);
 }
 
 #[test]
 fn fmm_periodic_uniform_and_clustered() {
     let s = testsets::generate(testsets::Distribution::Uniform, 2500, 5, true);
-    check(
-        "fmm periodic uniform",
-        params(Method::Fmm, true),
-        &s,
-        &s.as_targets(),
-        &[1, 8],
-    );
+    check_self("fmm periodic uniform", Method::Fmm, true, &s, &[1, 8]);
     let mut s = testsets::generate(testsets::Distribution::Clumps, 2500, 6, true);
     for x in &mut s.position {
         for c in x.iter_mut() {
             *c *= 1.4; // clumps reaching across the box faces
         }
     }
-    check(
-        "fmm periodic clumps",
-        params(Method::Fmm, true),
-        &s,
-        &s.as_targets(),
-        &[4],
-    );
+    check_self("fmm periodic clumps", Method::Fmm, true, &s, &[4]);
 }
 
 #[test]
 fn treecode_periodic() {
     let s = testsets::generate(testsets::Distribution::Uniform, 2000, 7, true);
-    check(
-        "treecode periodic",
-        params(Method::Treecode, true),
-        &s,
-        &s.as_targets(),
-        &[4],
-    );
+    check_self("treecode periodic", Method::Treecode, true, &s, &[4]);
 }
 
 #[test]
 fn ppm_free_space_and_periodic() {
     let s = testsets::standard(2000, 8);
-    check(
-        "ppm uniform",
-        params(Method::Ppm, false),
-        &s,
-        &s.as_targets(),
-        &[4],
-    );
+    check_self("ppm uniform", Method::Ppm, false, &s, &[4]);
     let s = testsets::generate(testsets::Distribution::Uniform, 2000, 9, true);
-    check(
-        "ppm periodic",
-        params(Method::Ppm, true),
-        &s,
-        &s.as_targets(),
-        &[4],
-    );
+    check_self("ppm periodic", Method::Ppm, true, &s, &[4]);
 }
 
 #[test]
@@ -210,13 +158,22 @@ fn separate_targets_and_direct() {
         .collect();
     let t = Targets::points(grid);
     check("fmm grid targets", params(Method::Fmm, false), &s, &t, &[4]);
-    check(
-        "direct",
-        params(Method::Direct, false),
-        &s,
-        &s.as_targets(),
-        &[4],
-    );
+    check_self("direct", Method::Direct, false, &s, &[4]);
+}
+
+/// The distributed self-evaluation of this rank's sources `ls` (every element a target).
+fn evaluate_self<C: vortex_domain::Comm + ?Sized>(
+    comm: &C,
+    params: &EvalParams,
+    dp: &DomainParams,
+    ls: &Sources,
+) -> Result<DistributedEvaluation, DomainError> {
+    evaluate_distributed(comm, &CpuBackend, params, dp, ls, &ls.as_targets())
+}
+
+/// The error message of a failed evaluation (`Ok(())` where it succeeded).
+fn failure(r: Result<DistributedEvaluation, DomainError>) -> Result<(), String> {
+    r.map(|_| ()).map_err(|e| e.to_string())
 }
 
 /// Particles start on arbitrary ranks (not contiguous pieces): results come back in each
@@ -240,15 +197,7 @@ fn scrambled_input_distribution() {
             strength: idx.iter().map(|&i| s.strength[i]).collect(),
             sigma: idx.iter().map(|&i| s.sigma[i]).collect(),
         };
-        let e = evaluate_distributed(
-            comm,
-            &CpuBackend,
-            &p,
-            &DomainParams::default(),
-            &ls,
-            &ls.as_targets(),
-        )
-        .unwrap();
+        let e = evaluate_self(comm, &p, &DomainParams::default(), &ls).unwrap();
         (idx, e.fields)
     });
     let mut f = Fields::zeros(s.len());
@@ -270,24 +219,11 @@ fn bad_input_on_one_rank_fails_all() {
     let p = params(Method::Fmm, false);
     let out = ThreadComm::run(3, |comm| {
         use vortex_domain::Comm;
-        let mut ls = Sources {
-            position: piece(&s.position, comm.rank(), 3),
-            strength: piece(&s.strength, comm.rank(), 3),
-            sigma: piece(&s.sigma, comm.rank(), 3),
-        };
+        let mut ls = s.rank_piece(comm.rank(), 3);
         if comm.rank() == 1 {
             ls.sigma[3] = -1.0;
         }
-        evaluate_distributed(
-            comm,
-            &CpuBackend,
-            &p,
-            &DomainParams::default(),
-            &ls,
-            &ls.as_targets(),
-        )
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+        failure(evaluate_self(comm, &p, &DomainParams::default(), &ls))
     });
     assert!(out.iter().all(|r| r.is_err()), "{out:?}");
     assert!(
@@ -308,14 +244,8 @@ fn incomplete_essential_tree_is_detected() {
     };
     let out = ThreadComm::run(3, |comm| {
         use vortex_domain::Comm;
-        let ls = Sources {
-            position: piece(&s.position, comm.rank(), 3),
-            strength: piece(&s.strength, comm.rank(), 3),
-            sigma: piece(&s.sigma, comm.rank(), 3),
-        };
-        evaluate_distributed(comm, &CpuBackend, &p, &dp, &ls, &ls.as_targets())
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+        let ls = s.rank_piece(comm.rank(), 3);
+        failure(evaluate_self(comm, &p, &dp, &ls))
     });
     assert!(out.iter().all(|r| r.is_err()), "{out:?}");
     assert!(

@@ -270,8 +270,5 @@ pub fn errors_against_direct(
     let got = ev.evaluate(sources, targets)?;
     let mut reference = DirectEvaluator::new(ev.params().clone());
     let want = reference.evaluate(sources, targets)?;
-    Ok((
-        crate::relative_l2_error(&got.fields.velocity, &want.fields.velocity),
-        crate::relative_l2_error(&got.fields.stretching, &want.fields.stretching),
-    ))
+    Ok(got.fields.relative_l2_errors(&want.fields))
 }

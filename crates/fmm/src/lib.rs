@@ -35,6 +35,8 @@ pub mod periodic;
 pub mod plan;
 pub mod planner;
 pub mod ppm;
+#[cfg(test)]
+mod test_rng;
 pub mod testsets;
 pub mod tree;
 

@@ -75,6 +75,17 @@ impl Sources {
     pub fn max_sigma(&self) -> f64 {
         self.sigma.iter().copied().fold(0.0, f64::max)
     }
+
+    /// The piece of rank `rank` of `ranks` when the set is split into contiguous, even pieces
+    /// in input order: elements `len * rank / ranks .. len * (rank + 1) / ranks`.
+    pub fn rank_piece(&self, rank: usize, ranks: usize) -> Sources {
+        let r = rank_piece_range(self.len(), rank, ranks);
+        Sources {
+            position: self.position[r.clone()].to_vec(),
+            strength: self.strength[r.clone()].to_vec(),
+            sigma: self.sigma[r].to_vec(),
+        }
+    }
 }
 
 impl Targets {
@@ -84,6 +95,16 @@ impl Targets {
 
     pub fn is_empty(&self) -> bool {
         self.position.is_empty()
+    }
+
+    /// The piece of rank `rank` of `ranks` when the set is split into contiguous, even pieces
+    /// in input order: elements `len * rank / ranks .. len * (rank + 1) / ranks`.
+    pub fn rank_piece(&self, rank: usize, ranks: usize) -> Targets {
+        let r = rank_piece_range(self.len(), rank, ranks);
+        Targets {
+            position: self.position[r.clone()].to_vec(),
+            strength: self.strength[r].to_vec(),
+        }
     }
 
     /// Plain evaluation points with zero strength.
@@ -112,6 +133,12 @@ impl Targets {
     }
 }
 
+/// Indices `len * rank / ranks .. len * (rank + 1) / ranks`: the contiguous piece of rank `rank`
+/// when `len` items are split evenly over `ranks` ranks in order.
+fn rank_piece_range(len: usize, rank: usize, ranks: usize) -> std::ops::Range<usize> {
+    len * rank / ranks..len * (rank + 1) / ranks
+}
+
 impl Fields {
     pub fn zeros(n: usize) -> Self {
         Self {
@@ -126,6 +153,14 @@ impl Fields {
 
     pub fn is_empty(&self) -> bool {
         self.velocity.is_empty()
+    }
+
+    /// [`relative_l2_error`] of the velocity and of the stretching against `reference`.
+    pub fn relative_l2_errors(&self, reference: &Fields) -> (f64, f64) {
+        (
+            relative_l2_error(&self.velocity, &reference.velocity),
+            relative_l2_error(&self.stretching, &reference.stretching),
+        )
     }
 }
 

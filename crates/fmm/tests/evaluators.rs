@@ -7,10 +7,7 @@ use vortex_fmm::{evaluate, relative_l2_error, CpuBackend, EvalParams, Method, So
 fn errors(sources: &Sources, targets: &Targets, params: &EvalParams) -> (f64, f64) {
     let reference = direct(sources, targets);
     let ev = evaluate(&CpuBackend, params, sources, targets).expect("evaluation");
-    (
-        relative_l2_error(&ev.fields.velocity, &reference.velocity),
-        relative_l2_error(&ev.fields.stretching, &reference.stretching),
-    )
+    ev.fields.relative_l2_errors(&reference)
 }
 
 fn params(method: Method, order: usize, leaf: usize) -> EvalParams {
@@ -207,8 +204,7 @@ fn near_field_alone_matches_direct_sum() {
             };
             let ev = evaluate(&CpuBackend, &p, &s, &t).unwrap();
             assert_eq!(ev.stats.far_pairs, 0);
-            let ev_ = relative_l2_error(&ev.fields.velocity, &reference.velocity);
-            let es = relative_l2_error(&ev.fields.stretching, &reference.stretching);
+            let (ev_, es) = ev.fields.relative_l2_errors(&reference);
             assert!(
                 ev_ < 1e-12 && es < 1e-12,
                 "{name}, leaf {leaf}: velocity {ev_:e}, stretching {es:e}"
@@ -229,8 +225,7 @@ fn mutual_and_one_sided_near_fields_agree() {
         let p = params(Method::Fmm, 6, 32);
         let a = evaluate(&CpuBackend, &p, &s, &t).unwrap();
         let b = evaluate(&CpuBackend, &p, &s, &t2).unwrap();
-        let dv = relative_l2_error(&a.fields.velocity, &b.fields.velocity);
-        let ds = relative_l2_error(&a.fields.stretching, &b.fields.stretching);
+        let (dv, ds) = a.fields.relative_l2_errors(&b.fields);
         assert!(
             dv < 1e-13 && ds < 1e-13,
             "velocity {dv:e}, stretching {ds:e}"

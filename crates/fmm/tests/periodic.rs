@@ -33,8 +33,7 @@ fn periodic_fmm_and_treecode_match_fourier_reference() {
     let reference = fourier_reference(&s, &t, 2.0 * PI, 8.3);
     for m in [Method::Fmm, Method::Ppm, Method::Treecode, Method::Direct] {
         let ev = evaluate(&CpuBackend, &periodic_params(m, 10, 4), &s, &t).unwrap();
-        let ev_ = relative_l2_error(&ev.fields.velocity, &reference.velocity);
-        let es = relative_l2_error(&ev.fields.stretching, &reference.stretching);
+        let (ev_, es) = ev.fields.relative_l2_errors(&reference);
         assert!(
             ev_ < 1e-4 && es < 1e-3,
             "{m}: velocity {ev_:e} stretching {es:e}"
@@ -67,8 +66,8 @@ fn positions_outside_the_box_are_wrapped() {
     let p = periodic_params(Method::Fmm, 8, 3);
     let a = evaluate(&CpuBackend, &p, &s, &s.as_targets()).unwrap();
     let b = evaluate(&CpuBackend, &p, &shifted, &shifted.as_targets()).unwrap();
-    assert!(relative_l2_error(&b.fields.velocity, &a.fields.velocity) < 1e-10);
-    assert!(relative_l2_error(&b.fields.stretching, &a.fields.stretching) < 1e-10);
+    let (ev, es) = b.fields.relative_l2_errors(&a.fields);
+    assert!(ev < 1e-10 && es < 1e-10, "{ev:e} {es:e}");
 }
 
 #[test]
@@ -151,8 +150,7 @@ fn near_field_reaches_across_faces_and_corners() {
             ..periodic_params(m, 10, 4)
         };
         let ev = evaluate(&CpuBackend, &params, &s, &t).unwrap();
-        let e = relative_l2_error(&ev.fields.velocity, &reference.velocity);
-        let es = relative_l2_error(&ev.fields.stretching, &reference.stretching);
+        let (e, es) = ev.fields.relative_l2_errors(&reference);
         assert!(
             e < 1e-4 && es < 1e-3,
             "{m}: velocity {e:e} stretching {es:e}"
@@ -174,8 +172,7 @@ fn shifting_every_particle_changes_nothing() {
     let b = evaluate(&CpuBackend, &p, &moved, &moved.as_targets()).unwrap();
     // the trees differ, so the results agree to the truncation error (about 5e-6 at p = 10
     // with 4 image levels), not to round-off
-    let ev = relative_l2_error(&b.fields.velocity, &a.fields.velocity);
-    let es = relative_l2_error(&b.fields.stretching, &a.fields.stretching);
+    let (ev, es) = b.fields.relative_l2_errors(&a.fields);
     assert!(ev < 1e-4 && es < 1e-3, "velocity {ev:e} stretching {es:e}");
 }
 
@@ -253,8 +250,7 @@ fn ewald_matches_fourier_reference() {
         // a splitting width well above the cores, so that both parts matter
         for split in [None, Some(1.3)] {
             let f = ewald_with(set, &t, split);
-            let ev = relative_l2_error(&f.velocity, &reference.velocity);
-            let es = relative_l2_error(&f.stretching, &reference.stretching);
+            let (ev, es) = f.relative_l2_errors(&reference);
             eprintln!("{name}, s = {split:?}: velocity {ev:e} stretching {es:e}");
             assert!(
                 ev < 1e-10 && es < 1e-10,
@@ -275,8 +271,7 @@ fn ewald_does_not_depend_on_the_split() {
         .collect();
     let (_, base) = &fields[1];
     for (w, f) in &fields {
-        let ev = relative_l2_error(&f.velocity, &base.velocity);
-        let es = relative_l2_error(&f.stretching, &base.stretching);
+        let (ev, es) = f.relative_l2_errors(base);
         eprintln!("s = {w}: velocity {ev:e} stretching {es:e}");
         assert!(
             ev < 1e-10 && es < 1e-10,
@@ -297,8 +292,7 @@ fn ewald_matches_periodic_direct_sum() {
         image_levels: 6,
     };
     let d = vortex_fmm::evaluators::direct::direct_periodic(&s, &t, &p);
-    let ev = relative_l2_error(&d.velocity, &f.velocity);
-    let es = relative_l2_error(&d.stretching, &f.stretching);
+    let (ev, es) = d.relative_l2_errors(&f);
     eprintln!("direct_periodic vs Ewald: velocity {ev:e} stretching {es:e}");
     // the lattice sum truncated at 6 levels differs by ~2e-7 (BENCHMARKS.md)
     assert!(ev < 2e-6 && es < 2e-6, "velocity {ev:e} stretching {es:e}");
@@ -433,8 +427,7 @@ fn periodic_near_field_alone_matches_the_27_image_direct_sum() {
             if leaf > 1 {
                 assert_eq!(ev.stats.far_pairs, 0, "{name}, leaf {leaf}");
             }
-            let eu = relative_l2_error(&ev.fields.velocity, &reference.velocity);
-            let es = relative_l2_error(&ev.fields.stretching, &reference.stretching);
+            let (eu, es) = ev.fields.relative_l2_errors(&reference);
             assert!(
                 eu < 1e-12 && es < 1e-12,
                 "{name}, leaf {leaf}: velocity {eu:e}, stretching {es:e}"
@@ -464,8 +457,7 @@ fn periodic_mutual_and_one_sided_near_fields_agree() {
             };
             let a = evaluate(&CpuBackend, &p, s, &t).unwrap();
             let b = evaluate(&CpuBackend, &p, s, &t2).unwrap();
-            let dv = relative_l2_error(&a.fields.velocity, &b.fields.velocity);
-            let ds = relative_l2_error(&a.fields.stretching, &b.fields.stretching);
+            let (dv, ds) = a.fields.relative_l2_errors(&b.fields);
             assert!(
                 dv < 1e-13 && ds < 1e-13,
                 "{name}, leaf {leaf}: velocity {dv:e}, stretching {ds:e}"

@@ -129,26 +129,15 @@ fn choices_parse_and_refuse_unknown_names_with_the_valid_ones() {
 fn refusals_name_their_cause() {
     let r = |b, g, t| req(M::Fmm, b, g, false, 1, t);
     let cause = |rq: Request, caps| choose(&rq, &caps).unwrap_err().cause;
-    assert_eq!(
-        cause(r(B::Cuda, G::Adaptive, T::Sources), NO_GPU),
-        Cause::Machine
-    );
-    assert_eq!(
-        cause(r(B::Auto, G::Uniform, T::Sources), NO_GPU),
-        Cause::Machine
-    );
-    assert_eq!(
-        cause(r(B::Cpu, G::Uniform, T::Sources), GPU),
-        Cause::Request
-    );
-    assert_eq!(
-        cause(r(B::Cuda, G::Uniform, T::Points), GPU),
-        Cause::Request
-    );
-    assert_eq!(
-        cause(r(B::Auto, G::Uniform, T::Points), NO_GPU),
-        Cause::Request
-    );
+    for (rq, caps, want) in [
+        (r(B::Cuda, G::Adaptive, T::Sources), NO_GPU, Cause::Machine),
+        (r(B::Auto, G::Uniform, T::Sources), NO_GPU, Cause::Machine),
+        (r(B::Cpu, G::Uniform, T::Sources), GPU, Cause::Request),
+        (r(B::Cuda, G::Uniform, T::Points), GPU, Cause::Request),
+        (r(B::Auto, G::Uniform, T::Points), NO_GPU, Cause::Request),
+    ] {
+        assert_eq!(cause(rq, caps), want, "{rq:?}");
+    }
     let mut tree = r(B::Cuda, G::Uniform, T::Sources);
     tree.method = M::Treecode;
     assert_eq!(cause(tree, GPU), Cause::Request);

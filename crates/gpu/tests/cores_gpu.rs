@@ -12,9 +12,7 @@ use vortex_fmm::evaluators::direct::direct_core;
 use vortex_fmm::kernel::CoreOrder;
 use vortex_fmm::periodic::Periodic;
 use vortex_fmm::testsets::{generate, Distribution};
-use vortex_fmm::{
-    relative_l2_error, EvalParams, Evaluator, Method, PlanEvaluator, TargetSpec, Targets,
-};
+use vortex_fmm::{EvalParams, Evaluator, Method, PlanEvaluator, TargetSpec, Targets};
 use vortex_gpu::uniform::evaluator::grid_params;
 use vortex_gpu::uniform::{evaluate_reference, evaluate_reference_periodic};
 use vortex_gpu::{CudaBackend, UniformEvaluator, UniformSlabEvaluator};
@@ -30,7 +28,7 @@ fn params(method: Method, order: usize, core: CoreOrder, periodic: Option<Period
     }
 }
 
-fn check(what: &str, eu: f64, es: f64) {
+fn check(what: &str, (eu, es): (f64, f64)) {
     println!("{what}: velocity {eu:.2e}, stretching {es:.2e}");
     assert!(eu < 1e-4 && es < 1e-3, "{what}: {eu:.2e} {es:.2e}");
 }
@@ -74,7 +72,10 @@ fn every_gpu_kernel_honours_every_core() {
                     } else {
                         0.0
                     };
-                    check(&tag(core, &format!("{method} at {}", spec.kind())), eu, es);
+                    check(
+                        &tag(core, &format!("{method} at {}", spec.kind())),
+                        (eu, es),
+                    );
                 }
             }
             // the all-pairs kernel (free space)
@@ -83,11 +84,7 @@ fn every_gpu_kernel_honours_every_core() {
                 let t = s.as_targets();
                 let (f, _) = be.all_pairs(core, &s, &t).unwrap();
                 let want = direct_core(core, &s, &t);
-                check(
-                    &tag(core, "all pairs"),
-                    relative_l2_error(&f.velocity, &want.velocity),
-                    relative_l2_error(&f.stretching, &want.stretching),
-                );
+                check(&tag(core, "all pairs"), f.relative_l2_errors(&want));
             }
             // the uniform grid (p = 10), one GPU and slabs over one rank
             let p = params(Method::Fmm, 10, core, periodic);
@@ -98,8 +95,7 @@ fn every_gpu_kernel_honours_every_core() {
                 .unwrap();
             check(
                 &tag(core, "uniform grid"),
-                relative_l2_error(&got.fields.velocity, &want.fields.velocity),
-                relative_l2_error(&got.fields.stretching, &want.fields.stretching),
+                got.fields.relative_l2_errors(&want.fields),
             );
             let twin = grid_params(&p);
             assert_eq!(twin.core, core);
@@ -109,16 +105,14 @@ fn every_gpu_kernel_honours_every_core() {
             };
             check(
                 &tag(core, "uniform grid against its f64 twin"),
-                relative_l2_error(&got.fields.velocity, &reference.velocity),
-                relative_l2_error(&got.fields.stretching, &reference.stretching),
+                got.fields.relative_l2_errors(&reference),
             );
             let comm = vortex_domain::SelfComm;
             let mut slabs = UniformSlabEvaluator::new(&comm, 0, p).unwrap();
             let got = slabs.evaluate(&s, TargetSpec::Sources).unwrap();
             check(
                 &tag(core, "uniform slabs (one rank)"),
-                relative_l2_error(&got.fields.velocity, &want.fields.velocity),
-                relative_l2_error(&got.fields.stretching, &want.fields.stretching),
+                got.fields.relative_l2_errors(&want.fields),
             );
         }
     }
@@ -149,8 +143,7 @@ fn the_uniform_twin_honours_every_core() {
                     "seed {seed} core {core} periodic {} f64 twin",
                     periodic.is_some()
                 ),
-                relative_l2_error(&got.velocity, &want.fields.velocity),
-                relative_l2_error(&got.stretching, &want.fields.stretching),
+                got.relative_l2_errors(&want.fields),
             );
         }
     }

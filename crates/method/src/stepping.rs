@@ -38,6 +38,19 @@ pub struct State {
     pub reinterpolations: u64,
 }
 
+impl State {
+    /// The state of `particles` at the start: step 0, no history, no re-interpolation yet.
+    pub fn initial(particles: Particles) -> State {
+        State {
+            step: 0,
+            step_reset: 0,
+            particles,
+            previous: None,
+            reinterpolations: 0,
+        }
+    }
+}
+
 /// Which scheme a step used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scheme {

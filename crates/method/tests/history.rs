@@ -80,13 +80,7 @@ fn run_with(dt: f64, tau: f64, v: Variant, sums: &str) -> (Vec<[f64; 3]>, u64) {
     let (particles, _) = vortex_method::initial::build(&cfg).unwrap();
     let stepper = Stepper::from_config(&cfg);
     let mut rhs = TaylorGreenFlow { evaluations: 0 };
-    let mut st = State {
-        step: 0,
-        step_reset: 0,
-        particles,
-        previous: None,
-        reinterpolations: 0,
-    };
+    let mut st = State::initial(particles);
     let steps = (T_END / dt).round() as u64;
     for k in 0..steps {
         let f = rhs.eval(&st.particles).unwrap();

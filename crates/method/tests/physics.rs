@@ -2,11 +2,10 @@
 //! equation), Saffman's ring speed, impulse conservation, exact decay of 2-D Taylor-Green.
 
 mod common;
-use common::coarse_ring;
+
 use rand::{Rng, SeedableRng};
 use vortex_method::cells::gaussian_sum;
 use vortex_method::config::Config;
-use vortex_method::parallel::DistRhs;
 use vortex_method::reinterpolation::{
     particles_from_lattice_vorticity, Lattice, RbfSettings, RbfSolver,
 };
@@ -152,46 +151,12 @@ fn ring_translates_at_saffman_speed() {
 /// Inviscid free space: linear impulse and total strength are conserved by leapfrogging rings.
 #[test]
 fn inviscid_rings_conserve_impulse_and_total_strength() {
-    let mut p = coarse_ring(32, 1.0, 0.0, 1.0, 0.3);
-    let q = coarse_ring(32, 0.7, 0.4, 1.0, 0.3);
-    for i in 0..q.len() {
-        p.push(q.position[i], q.strength[i], 0.3);
-    }
+    let p = common::leapfrogging_rings(32, 0.3);
     let i0 = p.linear_impulse();
     let s0 = p.total_strength();
-    let mut rhs = DistRhs::new(
-        &vortex_domain::SelfComm,
-        vortex_fmm::CpuBackend,
-        vortex_fmm::EvalParams {
-            method: vortex_fmm::Method::Direct,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let stepper = vortex_method::stepping::Stepper {
-        dt: 0.05,
-        nu: 0.0,
-        period: None,
-        lattice: vortex_method::reinterpolation::LatticeSpec::Free {
-            h: 0.1,
-            margin: 4.0,
-        },
-        sigma0: 0.1,
-        rbf: RbfSettings::default(),
-        ratio: 0.0,
-        every: 0,
-        strain_limit: 0.0,
-        cell_volume: 1.0,
-        history: Default::default(),
-        core: Default::default(),
-    };
-    let mut st = vortex_method::State {
-        step: 0,
-        step_reset: 0,
-        particles: p,
-        previous: None,
-        reinterpolations: 0,
-    };
+    let mut rhs = common::direct_rhs();
+    let stepper = common::free_stepper(0.05, 0.1);
+    let mut st = vortex_method::State::initial(p);
     for _ in 0..40 {
         let f = rhs.eval(&st.particles).unwrap();
         stepper.advance(&mut st, f, &mut rhs).unwrap();

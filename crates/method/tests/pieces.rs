@@ -460,13 +460,7 @@ fn the_even_split_refuses_ids_missing_twice_or_out_of_range() {
     built.strength.truncate(10);
     built.sigma.truncate(10);
     built.sigma0.truncate(10);
-    let st = State {
-        step: 0,
-        step_reset: 0,
-        particles: built,
-        previous: None,
-        reinterpolations: 0,
-    };
+    let st = State::initial(built);
     for (ids, what) in [
         (
             vec![vec![0, 1, 2, 3, 4], vec![5, 6, 7, 8, 8]],

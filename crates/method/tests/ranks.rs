@@ -19,55 +19,12 @@ use std::path::{Path, PathBuf};
 use vortex_method::run::{RunOptions, RunSummary};
 use vortex_method::{checkpoint, Particles};
 
-const RING: &str = r#"
-nu = 0.001
-dt = 0.05
-t_end = 0.2
-[evaluation]
-method = "fmm"
-order = 6
-leaf_size = 32
-[initial]
-kind = "ring"
-radius = 1.0
-circulation = 1.0
-core = 0.2
-spacing = 0.12
-[reinterpolation]
-ratio = 0.0
-every = 3
-strain = 0.0
-drop = 1e-4
-[output]
-diagnostics_every = 2
-snapshot_every = 4
-progress = false
-plots = false
-"#;
+/// A free-space vortex ring with one re-interpolation (also the ring of `ci-mpi.sh`).
+const RING: &str = include_str!("configs/ring.toml");
 
-const TG: &str = r#"
-nu = 0.05
-dt = 0.1
-t_end = 0.4
-[domain]
-periodic = true
-image_levels = 1
-[evaluation]
-method = "fmm"
-order = 6
-leaf_size = 16
-[initial]
-kind = "taylor-green"
-n = 8
-[reinterpolation]
-ratio = 0.0
-every = 2
-strain = 0.0
-[output]
-diagnostics_every = 1
-progress = false
-plots = false
-"#;
+/// A periodic Taylor-Green case with re-interpolations every 2 steps (also the case of
+/// `ci-mpi.sh`).
+const TG: &str = include_str!("configs/taylor-green.toml");
 
 /// Runs with re-interpolations: round-off differences between rank counts (the single-rank near
 /// field is evaluated pairwise-symmetric, the distributed one is not) times the condition number
@@ -85,6 +42,15 @@ fn run_ranks(
     ThreadComm::run(ranks, |comm| {
         common::run_cpu(comm, config.clone(), out, restart, opts)
     })
+}
+
+/// `steps` steps of `text` on `ranks` ranks into `out`, stopped there (after its checkpoint).
+fn run_stopped(ranks: usize, text: &str, out: &Path, steps: u64) {
+    let opts = RunOptions {
+        max_steps: Some(steps),
+        overwrite: false,
+    };
+    assert_eq!(ok(run_ranks(ranks, text, out, None, &opts)).steps, steps);
 }
 
 fn ok(v: Vec<vortex_method::Result<RunSummary>>) -> RunSummary {
@@ -239,17 +205,7 @@ fn vortex_ring_is_independent_of_the_rank_count() {
     }
     // 2 steps on 2 ranks (AB2 history behind), continued on 3 ranks through a re-interpolation
     let out = dir.path().join("ring-restart");
-    let s = ok(run_ranks(
-        2,
-        RING,
-        &out,
-        None,
-        &RunOptions {
-            max_steps: Some(2),
-            overwrite: false,
-        },
-    ));
-    assert_eq!(s.steps, 2);
+    run_stopped(2, RING, &out, 2);
     let ck = out.join(checkpoint::MANIFEST_FILE);
     assert!(checkpoint::read_whole(&ck)
         .unwrap()
@@ -292,17 +248,7 @@ fn taylor_green_is_independent_of_the_rank_count_and_restarts_with_another() {
     }
     // 3 steps on 2 ranks (AB2 history and a re-interpolation behind), continued on 3 ranks
     let out = dir.path().join("tg-restart");
-    let s = ok(run_ranks(
-        2,
-        TG,
-        &out,
-        None,
-        &RunOptions {
-            max_steps: Some(3),
-            overwrite: false,
-        },
-    ));
-    assert_eq!(s.steps, 3);
+    run_stopped(2, TG, &out, 3);
     let ck = out.join(checkpoint::MANIFEST_FILE);
     let mid = checkpoint::read_whole(&ck).unwrap().state;
     assert_eq!(mid.step, 3);

@@ -134,6 +134,12 @@ fn restart_continues_bit_for_bit() {
     assert!(e.contains("wrong magic"), "{e}");
 }
 
+/// The configuration of `text`, which must be accepted.
+fn accepted(text: &str) -> Config {
+    Config::from_str_named(text, "ok.toml").unwrap()
+}
+
+/// The refusal of the configuration of `text`.
 fn err(text: &str) -> String {
     Config::from_str_named(text, "bad.toml")
         .unwrap_err()
@@ -144,7 +150,7 @@ const RING: &str = "nu = 0.0\ndt = 0.1\nt_end = 1.0\n[initial]\nkind = \"ring\"\
 
 #[test]
 fn configuration_errors_name_the_file_and_the_key() {
-    assert!(Config::from_str_named(RING, "ok.toml").is_ok());
+    accepted(RING);
     let e = err(&format!("{RING}bogus = 1\n"));
     assert!(e.contains("bad.toml") && e.contains("bogus"), "{e}");
     let e = err(&RING.replace("nu = 0.0", "nu = -0.1"));
@@ -168,24 +174,18 @@ fn configuration_errors_name_the_file_and_the_key() {
     let e = err(&RING.replace("radius = 1.0\n", ""));
     assert!(e.contains("initial.radius"), "{e}");
     let tg = "nu = 0.01\ndt = 0.1\nt_end = 1.0\n[domain]\nperiodic = true\n[initial]\nkind = \"taylor-green\"\nn = 16\n";
-    assert!(Config::from_str_named(tg, "ok.toml").is_ok());
+    accepted(tg);
     let e = err(&format!("{tg}[reinterpolation]\nspacing = 0.3\n"));
     assert!(e.contains("does not fit the box"), "{e}");
-    let c = Config::from_str_named(tg, "ok.toml").unwrap();
+    let c = accepted(tg);
     assert_eq!(c.rbf_settings().filter, LatticeFilter::default());
-    let c = Config::from_str_named(
-        &format!("{tg}[reinterpolation]\nfilter = {{ kind = \"none\" }}\n"),
-        "ok.toml",
-    )
-    .unwrap();
+    let c = accepted(&format!(
+        "{tg}[reinterpolation]\nfilter = {{ kind = \"none\" }}\n"
+    ));
     assert_eq!(c.rbf_settings().filter, LatticeFilter::None);
-    let c = Config::from_str_named(
-        &format!(
-            "{tg}[reinterpolation.filter]\nkind = \"exponential\"\nstrength = 36.0\norder = 8.0\n"
-        ),
-        "ok.toml",
-    )
-    .unwrap();
+    let c = accepted(&format!(
+        "{tg}[reinterpolation.filter]\nkind = \"exponential\"\nstrength = 36.0\norder = 8.0\n"
+    ));
     assert_eq!(
         c.reinterpolation.filter,
         LatticeFilter::Exponential {
@@ -217,33 +217,17 @@ fn configuration_errors_name_the_file_and_the_key() {
         "{RING}[evaluation]\ngrid = \"uniform\"\nbackend = \"cpu\"\n"
     ));
     assert!(e.contains("evaluation.grid") && e.contains("GPU"), "{e}");
-    let c = Config::from_str_named(
-        &format!("{RING}[evaluation]\ngrid = \"uniform\"\n"),
-        "ok.toml",
-    )
-    .unwrap();
+    let c = accepted(&format!("{RING}[evaluation]\ngrid = \"uniform\"\n"));
     assert_eq!(c.evaluation.grid, vortex_fmm::GridChoice::Uniform);
     // the grid is not part of the checkpoint fingerprint either
-    assert_eq!(
-        c.fingerprint(),
-        Config::from_str_named(RING, "ok.toml")
-            .unwrap()
-            .fingerprint()
-    );
+    assert_eq!(c.fingerprint(), accepted(RING).fingerprint());
     for b in ["auto", "cpu", "cuda"] {
-        let c = Config::from_str_named(
-            &format!("{RING}[evaluation]\nbackend = \"{b}\"\ndevice = 1\n"),
-            "ok.toml",
-        )
-        .unwrap();
+        let c = accepted(&format!(
+            "{RING}[evaluation]\nbackend = \"{b}\"\ndevice = 1\n"
+        ));
         assert_eq!(c.evaluation.backend.to_string(), b);
         // the backend is not part of the checkpoint fingerprint
-        assert_eq!(
-            c.fingerprint(),
-            Config::from_str_named(RING, "ok.toml")
-                .unwrap()
-                .fingerprint()
-        );
+        assert_eq!(c.fingerprint(), accepted(RING).fingerprint());
     }
 }
 

@@ -1,9 +1,7 @@
 //! Time stepping: one AB2 step and one Heun step against hand computation, second order in time.
 
 mod common;
-use common::{coarse_ring, max_abs_diff};
-use vortex_method::parallel::DistRhs;
-use vortex_method::reinterpolation::{LatticeSpec, RbfSettings};
+use common::{free_stepper, max_abs_diff};
 use vortex_method::rhs::{Derivatives, RightHandSide};
 use vortex_method::stepping::{Scheme, State, Stepper};
 use vortex_method::{Particles, Result};
@@ -19,34 +17,9 @@ impl RightHandSide for Model {
     }
 }
 
+/// The stepper of the model: time step `dt` on a free lattice of spacing 1.
 fn stepper(dt: f64) -> Stepper {
-    Stepper {
-        dt,
-        nu: 0.0,
-        period: None,
-        lattice: LatticeSpec::Free {
-            h: 1.0,
-            margin: 4.0,
-        },
-        sigma0: 0.1,
-        rbf: RbfSettings::default(),
-        ratio: 0.0,
-        every: 0,
-        strain_limit: 0.0,
-        cell_volume: 1.0,
-        history: Default::default(),
-        core: Default::default(),
-    }
-}
-
-fn state(p: Particles) -> State {
-    State {
-        step: 0,
-        step_reset: 0,
-        particles: p,
-        previous: None,
-        reinterpolations: 0,
-    }
+    free_stepper(dt, 1.0)
 }
 
 #[test]
@@ -54,7 +27,7 @@ fn state(p: Particles) -> State {
 fn one_ab2_and_one_heun_step_match_hand_computation() {
     let dt = 0.1;
     let s = stepper(dt);
-    let mut st = state(Particles::new(
+    let mut st = State::initial(Particles::new(
         vec![[1.0, 0.0, 0.0]],
         vec![[2.0, 0.0, 0.0]],
         0.1,
@@ -91,7 +64,7 @@ fn one_ab2_and_one_heun_step_match_hand_computation() {
 
 fn run_model(dt: f64, t_end: f64) -> Particles {
     let s = stepper(dt);
-    let mut st = state(Particles::new(
+    let mut st = State::initial(Particles::new(
         vec![[1.0, 0.5, 0.2]],
         vec![[1.0, -1.0, 0.5]],
         0.1,
@@ -127,22 +100,10 @@ fn ab2_is_second_order_on_solid_body_rotation() {
 #[test]
 fn ab2_is_second_order_on_leapfrogging_rings() {
     let run = |dt: f64| -> Particles {
-        let mut p = coarse_ring(24, 1.0, 0.0, 1.0, 0.35);
-        let q = coarse_ring(24, 0.7, 0.4, 1.0, 0.35);
-        for i in 0..q.len() {
-            p.push(q.position[i], q.strength[i], 0.35);
-        }
+        let p = common::leapfrogging_rings(24, 0.35);
         let s = stepper(dt);
-        let mut rhs = DistRhs::new(
-            &vortex_domain::SelfComm,
-            vortex_fmm::CpuBackend,
-            vortex_fmm::EvalParams {
-                method: vortex_fmm::Method::Direct,
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        let mut st = state(p);
+        let mut rhs = common::direct_rhs();
+        let mut st = State::initial(p);
         for _ in 0..(1.6 / dt).round() as u64 {
             let f = rhs.eval(&st.particles).unwrap();
             s.advance(&mut st, f, &mut rhs).unwrap();

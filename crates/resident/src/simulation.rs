@@ -489,13 +489,7 @@ fn start_state(
         None if root => {
             let built = agree(comm, vortex_method::initial::build(config))?;
             let (particles, report) = built;
-            let st = State {
-                step: 0,
-                step_reset: 0,
-                particles,
-                previous: None,
-                reinterpolations: 0,
-            };
+            let st = State::initial(particles);
             (Some(st), report)
         }
         None => {

@@ -364,18 +364,9 @@ impl Config {
         if !(self.t_end.is_finite() && self.t_end >= 0.0) {
             return Err(bad("t_end", format!("must be >= 0, got {}", self.t_end)));
         }
-        let decay = (-2.0 * self.nu * self.t_end).exp();
-        if decay < MIN_DECAY {
+        if let Some(why) = excessive_decay(self.nu, self.t_end) {
             // either may be the mistake: both named
-            return Err(bad(
-                "nu` with `t_end",
-                format!(
-                    "nu = {:e} with t_end = {}: the slowest mode of the box (|k| = 1) decays by \
-                     exp(-2 nu t_end) = {decay:.1e}, below {MIN_DECAY:e}: the energy underflows \
-                     long before t_end; lower nu or t_end",
-                    self.nu, self.t_end
-                ),
-            ));
+            return Err(bad("nu` with `t_end", why));
         }
         match (self.dt, self.cfl) {
             (Some(_), Some(_)) => {
@@ -676,6 +667,19 @@ pub const MAX_STEPS: f64 = 1e12;
 /// The most the slowest mode of the box (`|k| = 1`) may decay over a run,
 /// `exp(-2 nu t_end)`: below it the energy and the statistics underflow.
 pub const MIN_DECAY: f64 = 1e-100;
+
+/// Why a run of viscosity `nu` to `t_end` in a periodic box is refused: its slowest mode
+/// (`|k| = 1`) decays below [`MIN_DECAY`]; `None` where it does not.
+pub fn excessive_decay(nu: f64, t_end: f64) -> Option<String> {
+    let decay = (-2.0 * nu * t_end).exp();
+    (decay < MIN_DECAY).then(|| {
+        format!(
+            "nu = {nu:e} with t_end = {t_end}: the slowest mode of the box (|k| = 1) decays by \
+             exp(-2 nu t_end) = {decay:.1e}, below {MIN_DECAY:e}: the energy underflows long \
+             before t_end; lower nu or t_end"
+        )
+    })
+}
 
 /// The smallest initial energy a run accepts (whatever set it: amplitude, energy or
 /// `re_lambda` with `nu`): below it the statistics underflow.

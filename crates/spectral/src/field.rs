@@ -95,6 +95,19 @@ pub struct SpectralField {
 }
 
 impl SpectralField {
+    /// Relative L2 difference `|other - self| / |self|` over all coefficients of the three
+    /// components (`self` the reference; a zero reference counts as 1e-300).
+    pub fn relative_diff(&self, other: &SpectralField) -> f64 {
+        let (mut num, mut den) = (0.0, 0.0);
+        for c in 0..3 {
+            for (x, y) in self.c[c].iter().zip(&other.c[c]) {
+                num += (x - y).norm_sqr();
+                den += x.norm_sqr();
+            }
+        }
+        (num / den.max(1e-300)).sqrt()
+    }
+
     /// Zero spectral field for an `n^3` grid.
     pub fn zeros(n: usize) -> Self {
         let len = n * n * (n / 2 + 1);

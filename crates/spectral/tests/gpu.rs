@@ -19,17 +19,6 @@ fn gpu_solver(f: &VelocityField, nu: f64, d: Dealias, mode: StepMode) -> GpuSolv
     GpuSolver::new(&initial_state(f, d), nu, d, mode, 0).expect("CUDA solver")
 }
 
-fn rel_diff(a: &SpectralField, b: &SpectralField) -> f64 {
-    let (mut num, mut den) = (0.0, 0.0);
-    for c in 0..3 {
-        for (x, y) in a.c[c].iter().zip(&b.c[c]) {
-            num += (x - y).norm_sqr();
-            den += x.norm_sqr();
-        }
-    }
-    (num / den.max(1e-300)).sqrt()
-}
-
 fn fields(n: usize) -> Vec<(&'static str, VelocityField, f64)> {
     let iso = initial::isotropic(
         n,
@@ -110,16 +99,18 @@ fn gpu_matches_cpu() {
                 let mode = StepMode::Fixed(dt);
                 let mut g = gpu_solver(&f, nu, d, mode);
                 let mut c = Solver::with_field(&f, nu, d, mode).unwrap();
-                let e0 = rel_diff(c.spectral(), g.spectral().unwrap());
+                let e0 = c.spectral().relative_diff(g.spectral().unwrap());
                 assert_eq!(e0, 0.0, "uploaded state differs");
-                let en = rel_diff(&c.nonlinear_term(), &g.nonlinear_term().unwrap());
+                let en = c
+                    .nonlinear_term()
+                    .relative_diff(&g.nonlinear_term().unwrap());
                 for _ in 0..steps {
                     let a = c.step().unwrap();
                     let b = g.step().unwrap();
                     assert_eq!(a.dt, b.dt);
                     assert!((a.cfl - b.cfl).abs() <= 1e-12 * a.cfl, "{a:?} {b:?}");
                 }
-                let es = rel_diff(c.spectral(), g.spectral().unwrap());
+                let es = c.spectral().relative_diff(g.spectral().unwrap());
                 println!(
                     "{name:>12} n = {n} {d:?}: nonlinear term rel. diff {en:.2e}, state after {steps} steps {es:.2e}"
                 );
@@ -149,7 +140,7 @@ fn gpu_cfl_step_matches_cpu() {
         let b = g.step().unwrap();
         assert!((a.dt - b.dt).abs() <= 1e-13 * a.dt, "{a:?} {b:?}");
     }
-    let e = rel_diff(c.spectral(), g.spectral().unwrap());
+    let e = c.spectral().relative_diff(g.spectral().unwrap());
     println!("CFL mode, 5 steps: state rel. diff {e:.2e}");
     assert!(e < 1e-12, "{e:e}");
 }
@@ -205,5 +196,5 @@ fn gpu_projection_matches_host_bitwise() {
     g.set_state(raw, 0.0, 0).unwrap();
     g.project_state().unwrap();
     let host = initial_state(&f, d);
-    assert_eq!(rel_diff(&host, g.spectral().unwrap()), 0.0);
+    assert_eq!(host.relative_diff(g.spectral().unwrap()), 0.0);
 }

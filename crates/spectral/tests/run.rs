@@ -25,6 +25,11 @@ fn cfg(text: &str) -> Config {
     Config::from_str_named(text, "test.toml").unwrap()
 }
 
+/// The refusal of the configuration of `text` (file `x.toml`).
+fn refusal(text: &str) -> ConfigError {
+    Config::from_str_named(text, "x.toml").unwrap_err()
+}
+
 fn opts(dir: &std::path::Path, restart: Option<std::path::PathBuf>) -> RunOptions {
     RunOptions {
         out: dir.to_path_buf(),
@@ -36,38 +41,30 @@ fn opts(dir: &std::path::Path, restart: Option<std::path::PathBuf>) -> RunOption
 
 #[test]
 fn config_errors_name_file_and_key() {
-    let e = Config::from_str_named(&format!("{BASE}\nbogus_key = 1\n"), "x.toml").unwrap_err();
+    let e = refusal(&format!("{BASE}\nbogus_key = 1\n"));
     let s = e.to_string();
     assert!(s.contains("x.toml") && s.contains("bogus_key"), "{s}");
-    let e = Config::from_str_named(
-        &BASE.replace("k_peak = 3.0", "k_peak = 3.0\nkpeak = 2"),
-        "x.toml",
-    )
-    .unwrap_err();
+    let e = refusal(&BASE.replace("k_peak = 3.0", "k_peak = 3.0\nkpeak = 2"));
     assert!(e.to_string().contains("kpeak"), "{e}");
-    let e = Config::from_str_named(&BASE.replace("n = 16", "n = 17"), "x.toml").unwrap_err();
+    let e = refusal(&BASE.replace("n = 16", "n = 17"));
     assert!(
         matches!(&e, ConfigError::Invalid { key, .. } if key == "n"),
         "{e}"
     );
-    let e = Config::from_str_named(&BASE.replace("n = 16", "n = 6"), "x.toml").unwrap_err();
+    let e = refusal(&BASE.replace("n = 16", "n = 6"));
     assert!(e.to_string().contains("`n`"), "{e}");
-    let e = Config::from_str_named(&BASE.replace("nu = 0.02", "nu = -0.1"), "x.toml").unwrap_err();
+    let e = refusal(&BASE.replace("nu = 0.02", "nu = -0.1"));
     assert!(
         matches!(&e, ConfigError::Invalid { key, .. } if key == "nu"),
         "{e}"
     );
-    let e = Config::from_str_named(&BASE.replace("nu = 0.02", "nu = 0.0"), "x.toml").unwrap_err();
+    let e = refusal(&BASE.replace("nu = 0.02", "nu = 0.0"));
     assert!(e.to_string().contains("inviscid"), "{e}");
-    let e = Config::from_str_named(&BASE.replace("t_end = 0.5\n", ""), "x.toml").unwrap_err();
+    let e = refusal(&BASE.replace("t_end = 0.5\n", ""));
     assert!(e.to_string().contains("t_end"), "{e}");
-    let e = Config::from_str_named(&BASE.replace("seed = 5\n", ""), "x.toml").unwrap_err();
+    let e = refusal(&BASE.replace("seed = 5\n", ""));
     assert!(e.to_string().contains("initial.seed"), "{e}");
-    let e = Config::from_str_named(
-        &BASE.replace("dt = 0.025", "cfl = 0.5\ndt = 0.025"),
-        "x.toml",
-    )
-    .unwrap_err();
+    let e = refusal(&BASE.replace("dt = 0.025", "cfl = 0.5\ndt = 0.025"));
     assert!(e.to_string().contains("cfl"), "{e}");
     assert!(Config::from_str_named(
         &BASE.replace("nu = 0.02", "nu = 0.0\ninviscid = true"),
@@ -221,7 +218,7 @@ fn backend_key_is_parsed_and_checked() {
         cfg(&format!("backend = \"cuda\"\n{BASE}")).backend,
         Backend::Cuda
     );
-    let e = Config::from_str_named(&format!("backend = \"gpu\"\n{BASE}"), "x.toml").unwrap_err();
+    let e = refusal(&format!("backend = \"gpu\"\n{BASE}"));
     let s = e.to_string();
     assert!(
         s.contains("x.toml") && s.contains("backend") && s.contains("gpu"),

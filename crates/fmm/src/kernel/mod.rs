@@ -74,6 +74,31 @@ pub fn pair_interaction(
     pair_interaction_core(CoreOrder::Second, xi, alpha_i, xj, alpha_j, sigma_j)
 }
 
+/// Direct sum of [`pair_interaction`] at targets `xt` (stretching strengths `at`) over sources
+/// `xs` of strengths `a`, all of core radius `sigma` (a negligible core: the singular sum), in
+/// source order: the reference of the operator tests.
+#[cfg(test)]
+pub(crate) fn direct_sum(
+    xs: &[[f64; 3]],
+    a: &[[f64; 3]],
+    xt: &[[f64; 3]],
+    at: &[[f64; 3]],
+    sigma: f64,
+) -> (Vec<[f64; 3]>, Vec<[f64; 3]>) {
+    let mut v = vec![[0.0; 3]; xt.len()];
+    let mut s = vec![[0.0; 3]; xt.len()];
+    for i in 0..xt.len() {
+        for j in 0..xs.len() {
+            let (dv, ds) = pair_interaction(xt[i], at[i], xs[j], a[j], sigma);
+            for c in 0..3 {
+                v[i][c] += dv[c];
+                s[i][c] += ds[c];
+            }
+        }
+    }
+    (v, s)
+}
+
 /// Velocity and stretching that source `(xj, alpha_j, sigma_j)` with a core of order `core`
 /// induces at target `(xi, alpha_i)`, without the `1/(4 pi)` prefactor.
 #[inline]

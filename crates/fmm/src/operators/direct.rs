@@ -12,6 +12,14 @@ impl Operators {
         f
     }
 
+    /// The regular harmonics `R_n^m(child - parent)` to order `p`, expanded by `full_of` to every
+    /// `-n <= m <= n` (unit scale): the translation factors of M2M and L2L.
+    fn regular_full(&self, child_center: [f64; 3], parent_center: [f64; 3]) -> Vec<Complex64> {
+        let mut rh = vec![Complex64::default(); ncoef(self.p)];
+        regular(self.p, sub(child_center, parent_center), &mut rh);
+        self.full_of(&rh, &self.ones, true, self.p)
+    }
+
     /// Plain `O(p^4)` M2L: `Lhat_k^l = (-1)^k sum_{n,m} Mhat_n^m I_{n+k}^{m+l}(t - s)`.
     pub fn m2l_direct(
         &self,
@@ -54,11 +62,8 @@ impl Operators {
         child: &[Complex64],
         parent: &mut [Complex64],
     ) {
-        let p = self.p;
-        let nc = ncoef(p);
-        let mut rh = vec![Complex64::default(); nc];
-        regular(p, sub(child_center, parent_center), &mut rh);
-        let rf = self.full_of(&rh, &self.ones, true, p);
+        let (p, nc) = (self.p, ncoef(self.p));
+        let rf = self.regular_full(child_center, parent_center);
         for c in 0..3 {
             let mf = self.full_of(&child[c * nc..(c + 1) * nc], &self.inv_k, false, p);
             for n in 0..=p {
@@ -87,11 +92,8 @@ impl Operators {
         parent: &[Complex64],
         child: &mut [Complex64],
     ) {
-        let p = self.p;
-        let nc = ncoef(p);
-        let mut rh = vec![Complex64::default(); nc];
-        regular(p, sub(child_center, parent_center), &mut rh);
-        let rf = self.full_of(&rh, &self.ones, true, p);
+        let (p, nc) = (self.p, ncoef(self.p));
+        let rf = self.regular_full(child_center, parent_center);
         for c in 0..3 {
             let lf = self.full_of(&parent[c * nc..(c + 1) * nc], &self.k, true, p);
             for a in 0..=p {

@@ -4,6 +4,7 @@
 use super::*;
 use crate::kernel::pair_interaction;
 use crate::particles::relative_l2_error;
+use crate::test_rng::{in_cube, strengths};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -21,27 +22,11 @@ fn rand_in(rng: &mut ChaCha8Rng, center: [f64; 3], half: f64, n: usize) -> Pts {
         .collect()
 }
 
-fn rand_strength(rng: &mut ChaCha8Rng, n: usize) -> Pts {
-    (0..n)
-        .map(|_| {
-            [
-                rng.gen_range(-1.0..1.0),
-                rng.gen_range(-1.0..1.0),
-                rng.gen_range(-1.0..1.0),
-            ]
-        })
-        .collect()
-}
-
 /// Targets at distance in [rmin, rmax] from `center` in random directions.
 fn rand_shell(rng: &mut ChaCha8Rng, center: [f64; 3], rmin: f64, rmax: f64, n: usize) -> Pts {
     (0..n)
         .map(|_| loop {
-            let v = [
-                rng.gen_range(-1.0..1.0),
-                rng.gen_range(-1.0..1.0),
-                rng.gen_range(-1.0..1.0),
-            ];
+            let v = in_cube(rng);
             let r = norm(v);
             if r > 0.1 && r <= 1.0 {
                 let d = rng.gen_range(rmin..rmax) / r;
@@ -57,18 +42,7 @@ fn rand_shell(rng: &mut ChaCha8Rng, center: [f64; 3], rmin: f64, rmax: f64, n: u
 
 /// Direct singular sum (sigma tiny: q = 1 to round-off at these distances).
 fn direct(xs: &[[f64; 3]], a: &[[f64; 3]], xt: &[[f64; 3]], at: &[[f64; 3]]) -> (Pts, Pts) {
-    let mut v = vec![[0.0; 3]; xt.len()];
-    let mut s = vec![[0.0; 3]; xt.len()];
-    for i in 0..xt.len() {
-        for j in 0..xs.len() {
-            let (dv, ds) = pair_interaction(xt[i], at[i], xs[j], a[j], 1e-6);
-            for c in 0..3 {
-                v[i][c] += dv[c];
-                s[i][c] += ds[c];
-            }
-        }
-    }
-    (v, s)
+    crate::kernel::direct_sum(xs, a, xt, at, 1e-6)
 }
 
 fn eval_m2p(ops: &Operators, center: [f64; 3], mp: &[Complex64], xt: &Pts, at: &Pts) -> (Pts, Pts) {
@@ -121,9 +95,9 @@ fn p2m_m2p_converges_geometrically() {
     let mut rng = ChaCha8Rng::seed_from_u64(21);
     let c = [0.1, -0.2, 0.3];
     let xs = rand_in(&mut rng, c, 0.5, 30);
-    let a = rand_strength(&mut rng, 30);
+    let a = strengths(&mut rng, 30);
     let xt = rand_shell(&mut rng, c, 3.0, 4.0, 30);
-    let at = rand_strength(&mut rng, 30);
+    let at = strengths(&mut rng, 30);
     let (vd, sd) = direct(&xs, &a, &xt, &at);
     let mut prev = (f64::MAX, f64::MAX);
     let mut errs = vec![];
@@ -160,7 +134,7 @@ fn m2m_is_exact_reexpansion() {
             if oct & 4 == 0 { -0.25 } else { 0.25 },
         ];
         let xs = rand_in(&mut rng, child, 0.25, 20);
-        let a = rand_strength(&mut rng, 20);
+        let a = strengths(&mut rng, 20);
         let mut mc = vec![Complex64::default(); expansion_len(p)];
         ops.p2m(child, &xs, &a, &mut mc);
         let mut mp_ref = vec![Complex64::default(); expansion_len(p)];
@@ -179,7 +153,7 @@ fn m2m_is_exact_reexpansion() {
         );
         // and the fields agree
         let xt = rand_shell(&mut rng, parent, 3.0, 4.0, 10);
-        let at = rand_strength(&mut rng, 10);
+        let at = strengths(&mut rng, 10);
         let (v1, s1) = eval_m2p(&ops, parent, &mp_rot, &xt, &at);
         let (v2, s2) = eval_m2p(&ops, parent, &mp_ref, &xt, &at);
         assert!(relative_l2_error(&v1, &v2) < 1e-13 && relative_l2_error(&s1, &s2) < 1e-13);
@@ -201,9 +175,9 @@ fn m2l_l2p_matches_m2p_and_direct() {
         [-3.0, 0.0, 1.0],
     ] {
         let xs = rand_in(&mut rng, src, 0.5, 30);
-        let a = rand_strength(&mut rng, 30);
+        let a = strengths(&mut rng, 30);
         let xt = rand_in(&mut rng, tgt, 0.5, 30);
-        let at = rand_strength(&mut rng, 30);
+        let at = strengths(&mut rng, 30);
         let mut mp = vec![Complex64::default(); expansion_len(p)];
         ops.p2m(src, &xs, &a, &mut mp);
         let mut lc = vec![Complex64::default(); expansion_len(p)];
@@ -238,7 +212,7 @@ fn l2l_is_exact_reexpansion() {
     let parent = [1.0, 2.0, 3.0];
     // a local expansion from far sources
     let xs = rand_in(&mut rng, [5.0, -4.0, 3.0], 0.5, 20);
-    let a = rand_strength(&mut rng, 20);
+    let a = strengths(&mut rng, 20);
     let mut mp = vec![Complex64::default(); expansion_len(p)];
     ops.p2m([5.0, -4.0, 3.0], &xs, &a, &mut mp);
     let mut lp = vec![Complex64::default(); expansion_len(p)];
@@ -256,7 +230,7 @@ fn l2l_is_exact_reexpansion() {
         let e = coef_error_per_degree(p, &lr, &ld);
         assert!(e < 1e-12, "octant {oct}: rotation vs direct {e:e}");
         let xt = rand_in(&mut rng, child, 0.25, 10);
-        let at = rand_strength(&mut rng, 10);
+        let at = strengths(&mut rng, 10);
         let (v1, s1) = eval_l2p(&ops, child, &lr, &xt, &at);
         let (v2, s2) = eval_l2p(&ops, parent, &lp, &xt, &at);
         let (ev, es) = (relative_l2_error(&v1, &v2), relative_l2_error(&s1, &s2));
@@ -276,11 +250,7 @@ fn directions(rng: &mut ChaCha8Rng) -> Vec<[f64; 3]> {
         [-2.0, 1.0, -3.0],
     ];
     for _ in 0..4 {
-        d.push([
-            rng.gen_range(-1.0..1.0),
-            rng.gen_range(-1.0..1.0),
-            rng.gen_range(-1.0..1.0),
-        ]);
+        d.push(in_cube(rng));
     }
     d
 }
@@ -302,7 +272,7 @@ fn rotation_translations_match_direct() {
             let u = unit(dir);
             let s0 = [0.3, -0.1, 0.2];
             let xs = rand_in(&mut rng, s0, 0.5, 10);
-            let a = rand_strength(&mut rng, 10);
+            let a = strengths(&mut rng, 10);
             let mut mp = vec![Complex64::default(); expansion_len(p)];
             ops.p2m(s0, &xs, &a, &mut mp);
             // M2L over distance 3.5 along u
@@ -345,9 +315,9 @@ fn derivatives_match_pair_kernel() {
     let mut worst = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
     for _ in 0..10 {
         let xj = rand_in(&mut rng, [0.0; 3], 1.0, 1)[0];
-        let aj = rand_strength(&mut rng, 1)[0];
+        let aj = strengths(&mut rng, 1)[0];
         let xi = rand_shell(&mut rng, xj, 8.0, 12.0, 1)[0];
-        let ai = rand_strength(&mut rng, 1)[0];
+        let ai = strengths(&mut rng, 1)[0];
         let (vr, sr) = pair_interaction(xi, ai, xj, aj, 1e-3);
         // M2P: multipole about a centre near the source
         let c = [xj[0] + 0.05, xj[1] - 0.03, xj[2] + 0.02];
@@ -400,7 +370,7 @@ fn timing_m2l() {
         let ops = Operators::new(p);
         let mut scratch = Scratch::new(p);
         let xs = rand_in(&mut rng, [0.0; 3], 0.5, 10);
-        let a = rand_strength(&mut rng, 10);
+        let a = strengths(&mut rng, 10);
         let mut mp = vec![Complex64::default(); expansion_len(p)];
         ops.p2m([0.0; 3], &xs, &a, &mut mp);
         let tgt = [2.0, -1.0, 3.0];
@@ -420,7 +390,7 @@ fn timing_m2l() {
             ops.m2m_with_rotation(&rot, 0.4, &mp, &mut m1, &mut scratch)
         });
         let xt = rand_in(&mut rng, tgt, 0.5, 200);
-        let at = rand_strength(&mut rng, 200);
+        let at = strengths(&mut rng, 200);
         let t_l2p = best(5, || {
             std::hint::black_box(eval_l2p(&ops, tgt, &lc, &xt, &at));
         }) / 200.0;
@@ -449,7 +419,7 @@ fn m2l_batch_matches_per_pair_m2l() {
         let mut mps = vec![Complex64::default(); 5 * len];
         for k in 0..5 {
             let xs = rand_in(&mut rng, [0.0; 3], 0.5, 12);
-            let a = rand_strength(&mut rng, 12);
+            let a = strengths(&mut rng, 12);
             ops.p2m([0.0; 3], &xs, &a, &mut mps[k * len..(k + 1) * len]);
         }
         for dir in [[2.0, -1.0, 3.0], [0.0, 0.0, -1.0], [1.0, 1.0, 0.0]] {
@@ -515,7 +485,7 @@ fn timing_m2l_batch() {
         let mut mps = vec![Complex64::default(); 4 * len];
         for k in 0..4 {
             let xs = rand_in(&mut rng, [0.0; 3], 0.5, 10);
-            let a = rand_strength(&mut rng, 10);
+            let a = strengths(&mut rng, 10);
             ops.p2m([0.0; 3], &xs, &a, &mut mps[k * len..(k + 1) * len]);
         }
         let tgt = [2.0, -1.0, 3.0];

@@ -3,6 +3,8 @@
 use super::quadrature::{self, RuleKind};
 use super::*;
 use crate::kernel::pair_interaction;
+use crate::particles::relative_l2_error as rel_err;
+use crate::test_rng::{in_cube, strengths};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -22,28 +24,12 @@ fn rand_in_cube(rng: &mut ChaCha8Rng, c: V3, h: f64, n: usize) -> Vec<V3> {
 
 fn rand_dir(rng: &mut ChaCha8Rng) -> V3 {
     loop {
-        let v: V3 = [
-            rng.gen_range(-1.0..1.0),
-            rng.gen_range(-1.0..1.0),
-            rng.gen_range(-1.0..1.0),
-        ];
+        let v: V3 = in_cube(rng);
         let n = (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
         if n > 0.1 && n <= 1.0 {
             return [v[0] / n, v[1] / n, v[2] / n];
         }
     }
-}
-
-fn rand_strengths(rng: &mut ChaCha8Rng, n: usize) -> Vec<V3> {
-    (0..n)
-        .map(|_| {
-            [
-                rng.gen_range(-1.0..1.0),
-                rng.gen_range(-1.0..1.0),
-                rng.gen_range(-1.0..1.0),
-            ]
-        })
-        .collect()
 }
 
 /// Targets at distances `[rmin, rmax]` from `c`, random directions.
@@ -59,30 +45,7 @@ fn rand_shell(rng: &mut ChaCha8Rng, c: V3, rmin: f64, rmax: f64, n: usize) -> Ve
 
 /// Singular direct sum (reference), via the project kernel with a negligible core.
 fn direct(src: &[V3], st: &[V3], tgt: &[V3], at: &[V3]) -> (Vec<V3>, Vec<V3>) {
-    let mut u = vec![[0.0; 3]; tgt.len()];
-    let mut s = vec![[0.0; 3]; tgt.len()];
-    for i in 0..tgt.len() {
-        for j in 0..src.len() {
-            let (du, ds) = pair_interaction(tgt[i], at[i], src[j], st[j], 1e-9);
-            for c in 0..3 {
-                u[i][c] += du[c];
-                s[i][c] += ds[c];
-            }
-        }
-    }
-    (u, s)
-}
-
-fn rel_err(a: &[V3], b: &[V3]) -> f64 {
-    let mut num = 0.0;
-    let mut den = 0.0;
-    for (x, y) in a.iter().zip(b) {
-        for c in 0..3 {
-            num += (x[c] - y[c]).powi(2);
-            den += y[c].powi(2);
-        }
-    }
-    (num / den).sqrt()
+    crate::kernel::direct_sum(src, st, tgt, at, 1e-9)
 }
 
 fn rel_err_flat(a: &[f64], b: &[f64]) -> f64 {
@@ -100,14 +63,10 @@ struct Setup {
 
 fn cell(seed: u64, n: usize) -> Setup {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let c = [
-        rng.gen_range(-1.0..1.0),
-        rng.gen_range(-1.0..1.0),
-        rng.gen_range(-1.0..1.0),
-    ];
+    let c = in_cube(&mut rng);
     let h = 0.37;
     let src = rand_in_cube(&mut rng, c, h, n);
-    let st = rand_strengths(&mut rng, n);
+    let st = strengths(&mut rng, n);
     Setup { c, h, src, st }
 }
 
@@ -116,7 +75,7 @@ fn p2m_m2p_error(pp: &PseudoParticles, seed: u64) -> (f64, f64) {
     let s = cell(seed, 40);
     let mut rng = ChaCha8Rng::seed_from_u64(seed + 1000);
     let tgt = rand_shell(&mut rng, s.c, 4.0 * s.h, 6.0 * s.h, 40);
-    let at = rand_strengths(&mut rng, tgt.len());
+    let at = strengths(&mut rng, tgt.len());
     let (ur, sr) = direct(&s.src, &s.st, &tgt, &at);
     let mut m = vec![0.0; pp.len()];
     pp.p2m(s.c, s.h, &s.src, &s.st, &mut m);
@@ -138,7 +97,7 @@ fn m2l_l2p_error(pp: &PseudoParticles, seed: u64, dist: f64) -> (f64, f64) {
         s.c[2] + dist * s.h * d[2],
     ];
     let tgt = rand_in_cube(&mut rng, tc, s.h, 40);
-    let at = rand_strengths(&mut rng, tgt.len());
+    let at = strengths(&mut rng, tgt.len());
     let (ur, sr) = direct(&s.src, &s.st, &tgt, &at);
     let mut m = vec![0.0; pp.len()];
     pp.p2m(s.c, s.h, &s.src, &s.st, &mut m);
@@ -202,7 +161,7 @@ fn family(seed: u64, per_child: usize) -> (V3, f64, Vec<Setup>) {
             pc[2] + if o & 4 == 4 { 0.5 } else { -0.5 } * ph,
         ];
         let src = rand_in_cube(&mut rng, c, 0.5 * ph, per_child);
-        let st = rand_strengths(&mut rng, per_child);
+        let st = strengths(&mut rng, per_child);
         kids.push(Setup {
             c,
             h: 0.5 * ph,
@@ -231,7 +190,7 @@ fn m2m_vs_p2m(pp: &PseudoParticles, seed: u64) -> (f64, f64, f64) {
     }
     let mut rng = ChaCha8Rng::seed_from_u64(seed + 77);
     let tgt = rand_shell(&mut rng, pc, 4.0 * ph, 6.0 * ph, 30);
-    let at = rand_strengths(&mut rng, tgt.len());
+    let at = strengths(&mut rng, tgt.len());
     let (ur, _) = direct(&all_src, &all_st, &tgt, &at);
     let eval = |m: &[f64]| {
         let mut u = vec![[0.0; 3]; tgt.len()];
@@ -298,7 +257,7 @@ fn l2l_is_exact() {
         let pc = [0.1, 0.2, -0.3];
         let ph = 0.5;
         let src = rand_shell(&mut rng, pc, 5.0, 7.0, 20);
-        let st = rand_strengths(&mut rng, 20);
+        let st = strengths(&mut rng, 20);
         let mut lp = vec![0.0; pp.len()];
         pp.p2l(pc, ph, &src, &st, &mut lp);
         let mut worst = (0.0f64, 0.0f64);
@@ -311,7 +270,7 @@ fn l2l_is_exact() {
             let mut lc = vec![0.0; pp.len()];
             pp.l2l(pc, ph, cc, 0.5 * ph, &lp, &mut lc);
             let tgt = rand_in_cube(&mut rng, cc, 0.5 * ph, 10);
-            let at = rand_strengths(&mut rng, 10);
+            let at = strengths(&mut rng, 10);
             let mut u1 = vec![[0.0; 3]; 10];
             let mut s1 = vec![[0.0; 3]; 10];
             let mut u2 = vec![[0.0; 3]; 10];
@@ -357,7 +316,7 @@ fn single_far_source_matches_pair_interaction() {
     let mut l = vec![0.0; pp.len()];
     pp.p2l(tc, h, &[xj], &[aj], &mut l);
     let tg = rand_in_cube(&mut rng, tc, h, 5);
-    let ta = rand_strengths(&mut rng, 5);
+    let ta = strengths(&mut rng, 5);
     let refs: Vec<(V3, V3)> = tg
         .iter()
         .zip(&ta)
@@ -400,7 +359,7 @@ fn full_chain_matches_direct() {
     let mut lc = vec![0.0; pp.len()];
     pp.l2l(tpc, ph, cc, 0.5 * ph, &lp, &mut lc);
     let tgt = rand_in_cube(&mut rng, cc, 0.5 * ph, 20);
-    let at = rand_strengths(&mut rng, 20);
+    let at = strengths(&mut rng, 20);
     let (ur, sr) = direct(&src, &st, &tgt, &at);
     let mut u = vec![[0.0; 3]; 20];
     let mut s = vec![[0.0; 3]; 20];

@@ -27,9 +27,7 @@ use std::time::Instant;
 use vortex_fmm::backend::{Backend, PhaseTimes};
 use vortex_fmm::evaluators::direct::direct;
 use vortex_fmm::kernel::{pair_interaction, INV_4PI};
-use vortex_fmm::{
-    relative_l2_error, CpuBackend, EvalParams, Fields, Method, Plan, Sources, Targets,
-};
+use vortex_fmm::{CpuBackend, EvalParams, Fields, Method, Plan, Sources, Targets};
 use vortex_gpu::{CudaBackend, M2lKind};
 
 /// Correctness and timing of the CUDA backend against the CPU f64 engine.
@@ -289,10 +287,7 @@ fn pick(f: &Fields, idx: &[usize]) -> Fields {
 }
 
 fn errs(a: &Fields, r: &Fields) -> (f64, f64) {
-    (
-        relative_l2_error(&a.velocity, &r.velocity),
-        relative_l2_error(&a.stretching, &r.stretching),
-    )
+    a.relative_l2_errors(r)
 }
 
 fn print_times(label: &str, t: &PhaseTimes) {

@@ -506,8 +506,7 @@ fn adaptive_comparison(
         }
     };
     let wall = t.elapsed().as_secs_f64();
-    let du = relative_l2_error(&fields.velocity, &ev.fields.velocity);
-    let ds = relative_l2_error(&fields.stretching, &ev.fields.stretching);
+    let (du, ds) = fields.relative_l2_errors(&ev.fields);
     let au = relative_l2_error(
         &pick(&ev.fields.velocity, &set.idx),
         &set.reference.velocity,

@@ -648,8 +648,7 @@ mod tests {
                 (idx, got)
             });
             let got = assemble(s.len(), parts);
-            let eu = relative_l2_error(&got.velocity, &want.velocity);
-            let es = relative_l2_error(&got.stretching, &want.stretching);
+            let (eu, es) = got.relative_l2_errors(&want);
             println!("R = {ranks}: GPU vs CPU f64 {eu:.2e} / {es:.2e}");
             assert!(eu < 2e-5 && es < 2e-4, "{eu:.2e} {es:.2e}");
             if let Some(f) = &first {
@@ -734,8 +733,7 @@ mod tests {
                     (idx, got)
                 });
                 let got = assemble(s.len(), parts);
-                let eu = relative_l2_error(&got.velocity, &want.velocity);
-                let es = relative_l2_error(&got.stretching, &want.stretching);
+                let (eu, es) = got.relative_l2_errors(&want);
                 println!("periodic {grid:?} p {p} R = {r}: GPU vs CPU f64 {eu:.2e} / {es:.2e}");
                 assert!(eu < 2e-5 && es < 2e-4, "{eu:.2e} {es:.2e}");
                 match &first {
@@ -832,8 +830,7 @@ mod tests {
                 fields.push((idx, f));
             }
             let got = assemble(s.len(), fields);
-            let eu = relative_l2_error(&got.velocity, &want.velocity);
-            let es = relative_l2_error(&got.stretching, &want.stretching);
+            let (eu, es) = got.relative_l2_errors(&want);
             println!("device slabs R = {ranks}: GPU vs CPU f64 {eu:.2e} / {es:.2e}");
             assert!(eu < 2e-5 && es < 2e-4, "{eu:.2e} {es:.2e}");
         }

@@ -239,8 +239,7 @@ mod tests {
         let want = evaluate_reference(s, params).unwrap();
         for &r in ranks {
             let (got, coarse) = run(s, params, r);
-            let eu = relative_l2_error(&got.velocity, &want.velocity);
-            let es = relative_l2_error(&got.stretching, &want.stretching);
+            let (eu, es) = got.relative_l2_errors(&want);
             println!(
                 "R = {r}, grid {:?}: vs single rank {eu:.1e} / {es:.1e}, coarse bytes {coarse}",
                 params.grid
@@ -275,8 +274,7 @@ mod tests {
         };
         let want = direct(&s, &s.as_targets());
         let (got, _) = run(&s, &params, 3);
-        let eu = relative_l2_error(&got.velocity, &want.velocity);
-        let es = relative_l2_error(&got.stretching, &want.stretching);
+        let (eu, es) = got.relative_l2_errors(&want);
         println!("R = 3 vs direct: {eu:.1e} / {es:.1e}");
         assert!(eu < 1e-4 && es < 1e-3, "{eu:.2e} {es:.2e}");
     }
@@ -359,8 +357,7 @@ mod tests {
                     got.stretching[i] = f.stretching[q];
                 }
             }
-            let eu = relative_l2_error(&got.velocity, &want.velocity);
-            let es = relative_l2_error(&got.stretching, &want.stretching);
+            let (eu, es) = got.relative_l2_errors(&want);
             assert!(eu < 1e-12 && es < 1e-12, "R = {ranks}: {eu:.2e} {es:.2e}");
         }
     }
@@ -448,8 +445,7 @@ mod tests {
             let want = evaluate_reference_periodic(&s, &params, &per).unwrap();
             for &r in ranks {
                 let got = run_periodic(&s, &params, &per, r);
-                let eu = relative_l2_error(&got.velocity, &want.velocity);
-                let es = relative_l2_error(&got.stretching, &want.stretching);
+                let (eu, es) = got.relative_l2_errors(&want);
                 println!("periodic R = {r}, grid {grid:?}: vs single rank {eu:.1e} / {es:.1e}");
                 assert!(
                     eu < 1e-12 && es < 1e-12,

@@ -237,7 +237,6 @@ mod tests {
     use super::*;
     use crate::uniform::reference::{evaluate_reference, evaluate_reference_periodic};
     use vortex_fmm::periodic::Periodic;
-    use vortex_fmm::relative_l2_error;
 
     /// The grid takes the order and the M2L kernel of the evaluation parameters, and never a
     /// core cutoff below its own default (no GPU needed: the parameters only).
@@ -289,8 +288,7 @@ mod tests {
                 None => evaluate_reference(&s, &twin).unwrap(),
                 Some(q) => evaluate_reference_periodic(&s, &twin, q).unwrap(),
             };
-            let eu = relative_l2_error(&got.fields.velocity, &want.velocity);
-            let es = relative_l2_error(&got.fields.stretching, &want.stretching);
+            let (eu, es) = got.fields.relative_l2_errors(&want);
             println!(
                 "UniformEvaluator periodic {}: vs f64 twin {eu:.2e} / {es:.2e}",
                 periodic.is_some()

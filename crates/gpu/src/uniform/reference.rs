@@ -413,8 +413,7 @@ mod tests {
                 ..Default::default()
             };
             let got = evaluate_reference(&s, &params).unwrap();
-            let eu = relative_l2_error(&got.velocity, &want.velocity);
-            let es = relative_l2_error(&got.stretching, &want.stretching);
+            let (eu, es) = got.relative_l2_errors(&want);
             println!("p {p} m {m} k {k}: velocity {eu:.2e} stretching {es:.2e}");
             assert!(
                 eu < tol_u && es < tol_s,
@@ -530,8 +529,7 @@ mod tests {
             let (u, st) = (pick(&got.velocity, &idx), pick(&got.stretching, &idx));
             let eu = relative_l2_error(&u, &ewald.velocity);
             let es = relative_l2_error(&st, &ewald.stretching);
-            let au = relative_l2_error(&got.velocity, &adaptive.velocity);
-            let as_ = relative_l2_error(&got.stretching, &adaptive.stretching);
+            let (au, as_) = got.relative_l2_errors(&adaptive);
             let aeu = relative_l2_error(&pick(&adaptive.velocity, &idx), &ewald.velocity);
             let g = params
                 .grid_for_periodic(&Extent::periodic(&per, s.max_sigma()), n)
@@ -571,8 +569,7 @@ mod tests {
                 *x = per.wrap(std::array::from_fn(|d| x[d] + shift[d]));
             }
             let got = evaluate_reference_periodic(&moved, &params, &per).unwrap();
-            let eu = relative_l2_error(&got.velocity, &base.velocity);
-            let es = relative_l2_error(&got.stretching, &base.stretching);
+            let (eu, es) = got.relative_l2_errors(&base);
             println!("shifted by {shift:?}: velocity {eu:.2e} stretching {es:.2e}");
             assert!(eu < tol && es < 4.0 * tol, "{shift:?}: {eu:.2e} {es:.2e}");
         }
@@ -582,8 +579,7 @@ mod tests {
             x[i % 3] += l * ((i % 7) as f64 - 3.0);
         }
         let got = evaluate_reference_periodic(&outside, &params, &per).unwrap();
-        let eu = relative_l2_error(&got.velocity, &base.velocity);
-        let es = relative_l2_error(&got.stretching, &base.stretching);
+        let (eu, es) = got.relative_l2_errors(&base);
         println!("copies outside the box: velocity {eu:.2e} stretching {es:.2e}");
         assert!(eu < 1e-10 && es < 1e-10, "{eu:.2e} {es:.2e}");
     }

@@ -24,7 +24,7 @@ pub const MAX_RBF_ITERATIONS: usize = 100_000;
 
 /// The most the energy of the slowest mode of the periodic box (`|k| = 1`) may decay over a
 /// run, `exp(-2 nu t_end)`: below it the energy and the diagnostics' products underflow.
-pub const MIN_DECAY: f64 = 1e-100;
+pub const MIN_DECAY: f64 = vortex_spectral::config::MIN_DECAY;
 
 /// `v > 0` and finite, or the error naming `key`.
 pub(super) fn positive(file: &str, key: &str, v: f64) -> Result<()> {
@@ -534,18 +534,8 @@ impl Config {
                 ),
             ));
         }
-        let decay = (-2.0 * self.nu * self.t_end).exp();
-        if decay < MIN_DECAY {
-            return Err(bad(
-                file,
-                "nu",
-                format!(
-                    "nu = {:e} with t_end = {}: the slowest mode of the box (|k| = 1) decays by \
-                     exp(-2 nu t_end) = {decay:.1e}, below {MIN_DECAY:e}: the energy underflows \
-                     long before t_end; lower nu or t_end",
-                    self.nu, self.t_end
-                ),
-            ));
+        if let Some(why) = vortex_spectral::config::excessive_decay(self.nu, self.t_end) {
+            return Err(bad(file, "nu", why));
         }
         Ok(())
     }

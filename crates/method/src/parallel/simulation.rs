@@ -83,13 +83,7 @@ impl<'c, B: Backend + 'c> DistSimulation<'c, B> {
         let n = broadcast_f64s(comm, &[n as f64])[0] as usize;
         let (gid, rows) = scatter_rows(comm, rows, PARTICLE_ROW, n);
         let (particles, _) = from_rows(&rows, 0);
-        let state = State {
-            step: 0,
-            step_reset: 0,
-            particles,
-            previous: None,
-            reinterpolations: 0,
-        };
+        let state = State::initial(particles);
         let mut s = Self::assemble(comm, config, backend, state, gid, n)?;
         s.initial_report = report;
         Ok(s)

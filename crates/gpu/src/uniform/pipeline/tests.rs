@@ -55,8 +55,7 @@ fn device_matches_the_f64_reference() {
         let (got, tm) = fmm_.evaluate(&s, &params).unwrap();
         let (again, _) = fmm_.evaluate(&s, &params).unwrap();
         assert_eq!(got, again, "not repeatable");
-        let eu = relative_l2_error(&got.velocity, &want.velocity);
-        let es = relative_l2_error(&got.stretching, &want.stretching);
+        let (eu, es) = got.relative_l2_errors(&want);
         println!(
             "p {p} grid {grid:?} (n {}): GPU vs CPU f64 {eu:.2e} / {es:.2e}",
             tm.n
@@ -102,8 +101,7 @@ fn periodic_device_matches_the_f64_reference() {
         let (got, tm) = fmm_.evaluate_periodic(&s, &params, &per).unwrap();
         let (again, _) = fmm_.evaluate_periodic(&s, &params, &per).unwrap();
         assert_eq!(got, again, "not repeatable");
-        let eu = relative_l2_error(&got.velocity, &want.velocity);
-        let es = relative_l2_error(&got.stretching, &want.stretching);
+        let (eu, es) = got.relative_l2_errors(&want);
         println!(
             "periodic p {p} grid {grid:?} (n {}): GPU vs CPU f64 {eu:.2e} / {es:.2e}, far images {:.2} ms",
             tm.n,
@@ -256,8 +254,7 @@ fn dense_and_rotation_m2l_agree_on_whole_evaluations() {
         } else {
             evaluate_reference(&s, &params).unwrap()
         };
-        let eu = relative_l2_error(&den.velocity, &rot.velocity);
-        let es = relative_l2_error(&den.stretching, &rot.stretching);
+        let (eu, es) = den.relative_l2_errors(&rot);
         let (eur, edr) = (
             relative_l2_error(&rot.velocity, &want.velocity),
             relative_l2_error(&den.velocity, &want.velocity),
@@ -271,8 +268,7 @@ fn dense_and_rotation_m2l_agree_on_whole_evaluations() {
             edr < 2e-5 && edr < 2.0 * eur + 1e-7,
             "{edr:.2e} vs {eur:.2e}"
         );
-        let etu = relative_l2_error(&ten.velocity, &rot.velocity);
-        let ets = relative_l2_error(&ten.stretching, &rot.stretching);
+        let (etu, ets) = ten.relative_l2_errors(&rot);
         let etr = relative_l2_error(&ten.velocity, &want.velocity);
         println!(
             "p {p} periodic {periodic}: tensor vs rotation {etu:.2e} / {ets:.2e}; vs f64 {etr:.2e}; M2L kernel {:.4} s",
@@ -333,8 +329,7 @@ fn near_field_matches_the_f64_direct_sum_on_every_branch() {
             .iter()
             .any(|k| k.name == "p2p_near" && k.launches == 1));
         assert_eq!(tm.p2p_pairs, (s.len() * s.len()) as u64);
-        let eu = relative_l2_error(&got.velocity, &want.velocity);
-        let es = relative_l2_error(&got.stretching, &want.stretching);
+        let (eu, es) = got.relative_l2_errors(&want);
         println!("near field only, seed {seed}: GPU vs f64 direct {eu:.2e} / {es:.2e}");
         // f32 sums of 6000 terms: ~1e-6
         assert!(eu < 1e-5 && es < 1e-4, "{eu:.2e} {es:.2e}");
