@@ -410,14 +410,22 @@ case_ "status of a run.json that is a FIFO (\"no run.json\")" refused "FIFO" -- 
 mkdir -p "$tmp/q3"; printf '{"invocations": [{"status": 1e308, "pid": -1}]}' >"$tmp/q3/run.json"
 "$bin" status "$tmp/q3" >"$tmp/q3.out" 2>&1
 check "status of a run.json status 1e308: unknown, not running" sh -c "grep -q unknown '$tmp/q3.out' && ! grep -q 'running (pid' '$tmp/q3.out'"
-# the record of a stop: a second signal (run.json said running), SIGXCPU (no record)
-tg 0.01 100.0 "" | sed 's/^n = 6/n = 12/' >"$tmp/long2.toml"
+# the record of a stop: a second signal (run.json said running), SIGXCPU (no record). The
+# second signal must reach the run while it finishes its step after the first: a 32^3 run
+# (steps of tenths of a second) signalled after a measured step, the second signal sent once the
+# first is acknowledged
+tg 0.01 100.0 "" | sed 's/^n = 6/n = 32/' >"$tmp/long2.toml"
 for sigs in "TERM TERM" "XCPU"; do
     out=$tmp/k_${sigs// /_}
-    "$bin" run "$tmp/long2.toml" --out "$out" 2>/dev/null >/dev/null & pid=$!
-    for _ in $(seq 200); do [ -f "$out/config.toml" ] && break; sleep 0.05; done
-    sleep 0.3
-    for s in $sigs; do kill -$s $pid; sleep 0.05; done
+    "$bin" run "$tmp/long2.toml" --out "$out" 2>"$out.err" >/dev/null & pid=$!
+    for _ in $(seq 400); do
+        [ -f "$out/timing.csv" ] && [ "$(wc -l <"$out/timing.csv")" -ge 2 ] && break
+        sleep 0.05
+    done
+    for s in $sigs; do
+        kill -$s $pid
+        for _ in $(seq 200); do grep -q 'received' "$out.err" && break; sleep 0.01; done
+    done
     wait $pid; rc=$?
     want=75; [ "$sigs" = "TERM TERM" ] && want=130
     verdict=ok
