@@ -275,12 +275,28 @@ impl Reinterpolator {
                 if bounds.len() != ctx.comm.size() + 1 {
                     return Ok(None); // no slabs of the particles to split the fine planes by
                 }
-                let sp = slab_spread(&mut self.slab_spread, ctx, plan, bounds)?;
-                let ranks = Ranks {
-                    comm: ctx.comm,
-                    exchange: &mut *self.exchange,
-                };
-                sp.lattice_spectra(&ctx.k, s, ranks, p.into(), core, f.pencil_mut())?
+                let exchange = &mut *self.exchange;
+                let spectra =
+                    slab_spread(&mut self.slab_spread, ctx, plan, bounds).and_then(|sp| {
+                        let ranks = Ranks {
+                            comm: ctx.comm,
+                            exchange,
+                        };
+                        sp.lattice_spectra(&ctx.k, s, ranks, p.into(), core, f.pencil_mut())
+                    });
+                match spectra {
+                    Ok(done) => done,
+                    Err(e) => {
+                        // a failure of the route is not the run's: the direct sums take over
+                        log::warn!(
+                            "reinterpolation.sums: the spreading over slabs failed ({e}); the run \
+                             continues with the direct sums"
+                        );
+                        self.slab_plan = None;
+                        self.slab_spread = None;
+                        return Ok(None);
+                    }
+                }
             }
         };
         if !spread {
