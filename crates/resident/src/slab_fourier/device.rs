@@ -396,12 +396,7 @@ impl SlabFourier {
         self.layout.check_field(field.len())?;
         self.stream.context().bind_to_thread()?;
         self.phase(|t| &mut t.planes, |me| me.planes_forward(field))?;
-        self.phase(|t| &mut t.pack, |me| me.pack())?;
-        self.phase(|t| &mut t.exchange, |me| me.exchange(comm, exchange, true))?;
-        self.phase(
-            |t| &mut t.along_s,
-            |me| me.along_s(FftDirection::Forward as i32),
-        )
+        self.forward_from_slab(Ranks { comm, exchange })
     }
 
     /// The pencil spectrum back to the lattice field (destroys the pencil spectrum).
